@@ -1,0 +1,68 @@
+// Tensor and Buffer: sizes, names, aligned zeroed host allocation.
+#include "tensor/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <sstream>
+#include <stdexcept>
+
+namespace gpt {
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kF16: return 2;
+    case DType::kBF16: return 2;
+    case DType::kI8: return 1;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
+    case DType::kI8: return "i8";
+  }
+  return "?";
+}
+
+const char* device_name(Device device) { return device == Device::kCPU ? "cpu" : "cuda"; }
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string Tensor::describe() const {
+  std::ostringstream out;
+  out << dtype_name(dtype) << "[";
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << "] on " << device_name(device);
+  return out.str();
+}
+
+void Buffer::Free::operator()(void* p) const { std::free(p); }
+
+Buffer::Buffer(size_t bytes) : bytes_(bytes) {
+  if (bytes == 0) return;
+  size_t rounded = (bytes + 63) / 64 * 64;  // aligned_alloc needs a multiple of the alignment
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, rounded);
+  data_.reset(p);
+}
+
+Tensor Buffer::view(std::vector<int64_t> shape, DType dtype) const {
+  Tensor t{data(), std::move(shape), dtype, Device::kCPU};
+  if (t.nbytes() > bytes_) {
+    throw std::length_error("Buffer::view: " + t.describe() + " needs " + std::to_string(t.nbytes()) +
+                            " bytes but the buffer holds " + std::to_string(bytes_));
+  }
+  return t;
+}
+
+}  // namespace gpt

@@ -1,0 +1,62 @@
+// The plain tensor of the runtime: a data pointer with a shape, a dtype and a device, and the owning
+// buffer that backs it. Kernels take raw pointers; Tensor is how buffers are described and handed around.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gpt {
+
+enum class DType : uint8_t { kF32, kF16, kBF16, kI8 };
+enum class Device : uint8_t { kCPU, kCUDA };
+
+// Bytes per element of a dtype.
+size_t dtype_size(DType dtype);
+const char* dtype_name(DType dtype);
+const char* device_name(Device device);
+
+// A non-owning view: the memory belongs to a Buffer, an arena, or the caller.
+struct Tensor {
+  void* data = nullptr;
+  std::vector<int64_t> shape;
+  DType dtype = DType::kF32;
+  Device device = Device::kCPU;
+
+  int64_t numel() const;
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  std::string describe() const;  // e.g. "f32[4, 768] on cpu"
+
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
+};
+
+// Owning, 64-byte aligned, zero-initialized host memory. Move-only.
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(size_t bytes);
+  Buffer(Buffer&&) noexcept = default;
+  Buffer& operator=(Buffer&&) noexcept = default;
+
+  void* data() const { return data_.get(); }
+  size_t size() const { return bytes_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_.get());
+  }
+  Tensor view(std::vector<int64_t> shape, DType dtype) const;  // checks that the view fits
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<void, Free> data_;
+  size_t bytes_ = 0;
+};
+
+}  // namespace gpt
