@@ -1,0 +1,3 @@
+// The one main() of every doctest test binary.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
