@@ -17,7 +17,7 @@ struct AdamWHyper {
 //   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)
 // grad_scale multiplies every gradient first (unscaling and clipping fold into it).
 template <typename Real>
-void adamw_update(Real* param, const Real* grad, Real* m, Real* v, int64_t n, const AdamWHyper& hyper, int64_t step,
-                  Real grad_scale = Real(1));
+void adamw_update(Real* param, const Real* grad, Real* m, Real* v, int64_t n, const AdamWHyper& hyper,
+                  int64_t step, Real grad_scale = Real(1));
 
 }  // namespace gpt::cpu

@@ -10,7 +10,7 @@ void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* 
 // Accumulates: dinp[N,C] += dout * weight; dweight[OC,C] += dout^T * inp; dbias[OC] += column sums of dout.
 // dinp and dbias may be null (not needed / no bias).
 template <typename Real>
-void linear_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp, const Real* weight,
-                     int N, int C, int OC);
+void linear_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp,
+                     const Real* weight, int N, int C, int OC);
 
 }  // namespace gpt::cpu
