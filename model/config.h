@@ -1,0 +1,31 @@
+// GPT-2 model shape: layers, width, heads, context and vocabulary, with the padded vocabulary every
+// shard and quantization block divides evenly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace gpt {
+
+struct GPTConfig {
+  int num_layers = 12;
+  int hidden = 768;          // C
+  int heads = 12;            // NH
+  int max_positions = 1024;  // rows of wpe (--max-position-embeddings)
+  int seq_len = 1024;        // T used for training (<= max_positions)
+  int vocab = 50257;         // V, GPT-2's
+
+  // Vp: V rounded up to a multiple of 128 (50257 -> 50304). Rows V..Vp-1 of wte are zero and stay zero.
+  int padded_vocab() const { return (vocab + 127) / 128 * 128; }
+  int head_size() const { return hidden / heads; }
+
+  // Parameters without the position embedding (as nanoGPT counts N): Vp C + L (12 C^2 + 13 C) + 2 C.
+  int64_t params_without_positions() const;
+  // Training FLOPs per token as nanoGPT/PaLM count them: 6 N + 12 L C T (recomputation not counted).
+  double model_flops_per_token() const;
+
+  // Empty when the shape is usable; otherwise one sentence naming the setting and the fix.
+  std::string validate() const;
+};
+
+}  // namespace gpt

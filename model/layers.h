@@ -1,0 +1,90 @@
+// GPT-2's layers as functions over full weights: embedding, transformer block, and the head (final LayerNorm,
+// tied output projection, cross-entropy). The model never sees a shard: whoever calls these decides where the
+// weights come from and where the gradients go (the single-process GPT2 in model.h, or the ZeRO engine).
+//
+// Block forward, with x the block input [B*T, C]:
+//   ln1 = LN(x);  qkv = ln1 Wqkv^T + bqkv;  atty = causal_attention(qkv);  r2 = x + atty Wo^T + bo
+//   ln2 = LN(r2); h = ln2 Wfc^T + bfc;  g = gelu(h);  out = r2 + g Wp^T + bp
+// Head: lnf = LN(x_L);  logits = lnf wte^T  (wte tied to the output layer);  loss = cross_entropy(logits).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+
+namespace gpt {
+
+// What one block's backward needs from its forward (the block input is kept by the caller).
+template <typename Real>
+struct BlockActivations {
+  std::vector<Real> ln1, ln1_mean, ln1_rstd;  // [BT,C], [BT], [BT]
+  std::vector<Real> qkv;                      // [BT,3C]
+  std::vector<Real> att;                      // [B,NH,T,T] softmax probabilities
+  std::vector<Real> atty;                     // [BT,C] attention output before the projection
+  std::vector<Real> residual2;                // [BT,C] x + attention branch
+  std::vector<Real> ln2, ln2_mean, ln2_rstd;  // [BT,C], [BT], [BT]
+  std::vector<Real> fch, fch_gelu;            // [BT,4C] each
+
+  void resize(const GPTConfig& config, int B, int T);
+  size_t bytes() const;
+};
+
+// Temporaries of a block's backward, shared by all blocks.
+template <typename Real>
+struct BlockScratch {
+  std::vector<Real> d_fch_gelu, d_fch;     // [BT,4C]
+  std::vector<Real> d_ln2, d_atty, d_ln1;  // [BT,C]
+  std::vector<Real> d_qkv;                 // [BT,3C]
+
+  void resize(const GPTConfig& config, int B, int T);
+  size_t bytes() const;
+};
+
+template <typename Real>
+struct HeadActivations {
+  std::vector<Real> lnf, lnf_mean, lnf_rstd;  // [BT,C], [BT], [BT]
+  std::vector<Real> probs;                    // [BT,Vp] logits, then probabilities (in place)
+  std::vector<Real> losses;                   // [BT]
+  std::vector<Real> dlosses;                  // [BT]
+  std::vector<Real> dlnf;                     // [BT,C] backward temporary
+
+  void resize(const GPTConfig& config, int B, int T);
+  size_t bytes() const;
+};
+
+// x0[b,t,:] = wte[tokens[b,t]] + wpe[t].
+template <typename Real>
+void embed_forward(const GPTConfig& config, const Real* wte, const Real* wpe, const int32_t* tokens, int B,
+                   int T, Real* x0);
+// Accumulates into dwte and dwpe (either may be null) from dx0.
+template <typename Real>
+void embed_backward(const GPTConfig& config, Real* dwte, Real* dwpe, const int32_t* tokens, const Real* dx0,
+                    int B, int T);
+
+// weights: the block's unit (block_params layout). Writes x_out and the activations.
+template <typename Real>
+void block_forward(const GPTConfig& config, const Real* weights, const Real* x_in, Real* x_out,
+                   BlockActivations<Real>& acts, int B, int T);
+
+// dresidual holds dL/d(x_out) on entry and dL/d(x_in) on return; grads (block_params layout) accumulate.
+template <typename Real>
+void block_backward(const GPTConfig& config, const Real* weights, Real* grads, const Real* x_in,
+                    const BlockActivations<Real>& acts, BlockScratch<Real>& scratch, Real* dresidual, int B,
+                    int T);
+
+// Final LayerNorm and tied output projection: leaves logits [BT,Vp] in acts.probs. With targets, turns them
+// into probabilities and per-token losses and returns the mean loss over the B*T tokens; without, returns 0.
+template <typename Real>
+Real head_forward(const GPTConfig& config, const Real* lnf_w, const Real* lnf_b, const Real* wte,
+                  const Real* x, const int32_t* targets, HeadActivations<Real>& acts, int B, int T);
+
+// dloss_per_token is d(objective)/d(loss of each token) (1/(B*T) for the mean, times accumulation and loss
+// scaling factors). Accumulates into dlnf_w, dlnf_b, dwte; overwrites dx [BT,C]. Consumes acts.probs.
+template <typename Real>
+void head_backward(const GPTConfig& config, const Real* lnf_w, const Real* wte, Real* dlnf_w, Real* dlnf_b,
+                   Real* dwte, const Real* x, const int32_t* targets, HeadActivations<Real>& acts,
+                   Real dloss_per_token, Real* dx, int B, int T);
+
+}  // namespace gpt

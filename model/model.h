@@ -1,0 +1,60 @@
+// A whole GPT-2 over one flat parameter vector in one process: the single-process trainer, the gradient
+// checks and the reference that multi-rank runs are compared with. It composes the layer functions of
+// layers.h over the unit-major layout of params.h.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/layers.h"
+#include "model/params.h"
+
+namespace gpt {
+
+template <typename Real>
+class GPT2 {
+ public:
+  // Activations are sized for micro-batches of B sequences of config.seq_len tokens.
+  GPT2(const GPTConfig& config, int micro_batch);
+
+  const GPTConfig& config() const { return config_; }
+  const ParamTable& table() const { return table_; }
+  int micro_batch() const { return B_; }
+
+  std::vector<Real> params;  // flat, table().total elements
+  std::vector<Real> grads;   // same layout; backward accumulates here
+
+  void init(uint64_t seed);
+  void zero_grad();
+
+  // inputs and targets are [B, T]. Returns the mean loss over the B*T tokens (0 without targets, which leaves
+  // only the logits, see logits()).
+  Real forward(const int32_t* inputs, const int32_t* targets);
+  // Accumulates d(objective)/d(params) into grads, where objective = mean loss * loss_multiplier (use 1/k for
+  // k accumulated micro-batches, times a loss scale). Needs the preceding forward with targets.
+  void backward(Real loss_multiplier = Real(1));
+
+  // [B*T, Vp] logits after a forward without targets (probabilities after one with targets).
+  const Real* logits() const { return head_.probs.data(); }
+  size_t activation_bytes() const;
+
+ private:
+  GPTConfig config_;
+  ParamTable table_;
+  int B_;
+  std::vector<Real> residual_;  // (L+1) x [B*T, C]: the input of every block and the final output
+  std::vector<BlockActivations<Real>> blocks_;
+  BlockScratch<Real> scratch_;
+  HeadActivations<Real> head_;
+  std::vector<Real> dresidual_;
+  std::vector<int32_t> inputs_, targets_;
+
+  Real* residual(int layer) {
+    return residual_.data() + size_t(layer) * B_ * config_.seq_len * config_.hidden;
+  }
+  const Real* unit_params(int unit) const { return params.data() + table_.units[unit].offset; }
+  Real* unit_grads(int unit) { return grads.data() + table_.units[unit].offset; }
+};
+
+}  // namespace gpt
