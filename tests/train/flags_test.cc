@@ -1,0 +1,72 @@
+// The flag parser: values in both spellings, ranges, switches, aliases, and the messages users see.
+#include "train/flags.h"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Parsed {
+  int layers = 12;
+  double lr = 1e-3;
+  std::string path;
+  bool fp16 = false;
+};
+
+gpt::FlagParser make_parser(Parsed& p) {
+  gpt::FlagParser flags("prog", "test");
+  flags.add_int("--num-layers", &p.layers, "layers", 1, 100);
+  flags.add_double("--lr", &p.lr, "learning rate", 0.0, 1.0);
+  flags.add_string("--data-path", &p.path, "data");
+  flags.add_switch("--fp16", &p.fp16, "half precision");
+  flags.add_alias("--layers", "--num-layers");
+  return flags;
+}
+
+std::string error_of(std::vector<const char*> args) {
+  Parsed p;
+  gpt::FlagParser flags = make_parser(p);
+  args.insert(args.begin(), "prog");
+  try {
+    flags.parse(static_cast<int>(args.size()), args.data());
+  } catch (const gpt::UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("values, switches and aliases") {
+  Parsed p;
+  gpt::FlagParser flags = make_parser(p);
+  const char* argv[] = {"prog", "--layers", "4", "--lr=3e-4", "--data-path", "a/*.bin", "--fp16"};
+  CHECK(flags.parse(7, argv));
+  CHECK(p.layers == 4);
+  CHECK(p.lr == doctest::Approx(3e-4));
+  CHECK(p.path == "a/*.bin");
+  CHECK(p.fp16);
+  CHECK(flags.given("--num-layers"));
+  CHECK(flags.given("--lr"));
+  CHECK_FALSE(flags.given("--fp17"));
+}
+
+TEST_CASE("errors name the flag, the value and the fix") {
+  CHECK(error_of({"--num-layers", "abc"}) == "--num-layers expects an integer, got 'abc'");
+  CHECK(error_of({"--num-layers", "0"}) == "--num-layers is 0, outside its range [1, 100]");
+  CHECK(error_of({"--lr", "fast"}) == "--lr expects a number, got 'fast'");
+  CHECK(error_of({"--lr"}) == "--lr needs a value");
+  CHECK(error_of({"--num-layer", "3"}) == "unknown flag --num-layer; did you mean --num-layers? (see --help)");
+  CHECK(error_of({"--fp16=1"}) == "--fp16 is a switch and takes no value");
+  CHECK(error_of({"stray"}) == "unexpected argument 'stray'; every option is a --flag (see --help)");
+}
+
+TEST_CASE("help lists groups, aliases and defaults") {
+  Parsed p;
+  gpt::FlagParser flags = make_parser(p);
+  const std::string help = flags.help();
+  CHECK(help.find("--num-layers N, --layers") != std::string::npos);
+  CHECK(help.find("(default 12)") != std::string::npos);
+}
