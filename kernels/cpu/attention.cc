@@ -11,7 +11,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/eigen_util.h"
+#include "kernels/cpu/internal.h"
 
 namespace gpt::cpu {
 
@@ -36,10 +36,9 @@ void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int 
       Real* row = a + int64_t(t) * T;
       Real mx = row[0];
       for (int j = 1; j <= t; ++j) mx = std::max(mx, row[j]);
-      detail::ArrMap<Real> live(row, t + 1);
-      live = (live - mx).exp();  // Eigen's vectorized exp in the scalar type's precision
-      const Real inv = Real(1) / live.sum();
-      live *= inv;
+      const Real inv = Real(1) / detail::exp_shifted_sum(row, row, mx, t + 1);
+#pragma omp simd
+      for (int j = 0; j <= t; ++j) row[j] *= inv;
       std::fill(row + t + 1, row + T, Real(0));  // the causal mask
     }
     auto y = mat(out + int64_t(b) * T * C + int64_t(h) * hs, T, hs, C);
@@ -75,9 +74,7 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
       for (int t = 0; t < T; ++t) {
         const Real* arow = att + int64_t(bh) * T * T + int64_t(t) * T;
         Real* drow = scratch.data() + int64_t(t) * T;
-        Real dot = 0;
-#pragma omp simd reduction(+ : dot)
-        for (int j = 0; j <= t; ++j) dot += arow[j] * drow[j];
+        const Real dot = detail::lane_sum<Real>(t + 1, [&](int64_t j) { return arow[j] * drow[j]; });
 #pragma omp simd
         for (int j = 0; j <= t; ++j) drow[j] = arow[j] * (drow[j] - dot) * scale;
         std::fill(drow + t + 1, drow + T, Real(0));

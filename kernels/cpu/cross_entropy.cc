@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/eigen_util.h"
+#include "kernels/cpu/internal.h"
 
 namespace gpt::cpu {
 
@@ -25,10 +25,10 @@ void softmax_cross_entropy_forward(Real* losses, Real* probs, const Real* logits
     Real m = z[0];
 #pragma omp simd reduction(max : m)
     for (int j = 0; j < V; ++j) m = std::max(m, z[j]);
-    detail::ArrMap<Real> e(p, V);
-    e = (detail::ConstArrMap<Real>(z, V) - m).exp();
-    const Real sum = e.sum();
-    e *= Real(1) / sum;
+    const Real sum = detail::exp_shifted_sum(p, z, m, V);
+    const Real inv = Real(1) / sum;
+#pragma omp simd
+    for (int j = 0; j < V; ++j) p[j] *= inv;
     std::fill(p + V, p + Vp, Real(0));
     losses[n] = std::log(sum) - (z_target - m);
   }

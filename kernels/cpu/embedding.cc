@@ -3,7 +3,7 @@
 //   backward: dwte[tok[b,t],:] += dout[b,t,:];  dwpe[t,:] += sum_b dout[b,t,:]
 #include "kernels/cpu/embedding.h"
 
-#include "kernels/cpu/eigen_util.h"
+#include "kernels/cpu/internal.h"
 
 namespace gpt::cpu {
 

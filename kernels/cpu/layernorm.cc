@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-#include "kernels/cpu/eigen_util.h"
+#include "kernels/cpu/internal.h"
 
 namespace gpt::cpu {
 
@@ -20,13 +20,8 @@ void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const
     const Real* x = inp + int64_t(n) * C;
     Real* y = out + int64_t(n) * C;
     // Two passes over the row (it sits in L1) instead of E[x^2] - E[x]^2, which cancels badly.
-    Real sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int c = 0; c < C; ++c) sum += x[c];
-    const Real m = sum * inv_c;
-    Real sq = 0;
-#pragma omp simd reduction(+ : sq)
-    for (int c = 0; c < C; ++c) sq += (x[c] - m) * (x[c] - m);
+    const Real m = detail::lane_sum<Real>(C, [&](int64_t c) { return x[c]; }) * inv_c;
+    const Real sq = detail::lane_sum<Real>(C, [&](int64_t c) { return (x[c] - m) * (x[c] - m); });
     const Real s = Real(1) / std::sqrt(sq * inv_c + eps);
 #pragma omp simd
     for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + bias[c];
@@ -48,14 +43,9 @@ void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout
       const Real* dy = dout + int64_t(n) * C;
       Real* dx = dinp + int64_t(n) * C;
       const Real m = mean[n], s = rstd[n];
-      Real g_sum = 0, gx_sum = 0;
-#pragma omp simd reduction(+ : g_sum, gx_sum)
-      for (int c = 0; c < C; ++c) {
-        const Real g = dy[c] * weight[c];
-        g_sum += g;
-        gx_sum += g * (x[c] - m) * s;
-      }
-      const Real g_mean = g_sum * inv_c, gx_mean = gx_sum * inv_c;
+      const Real g_mean = detail::lane_sum<Real>(C, [&](int64_t c) { return dy[c] * weight[c]; }) * inv_c;
+      const Real gx_mean =
+          detail::lane_sum<Real>(C, [&](int64_t c) { return dy[c] * weight[c] * (x[c] - m) * s; }) * inv_c;
 #pragma omp simd
       for (int c = 0; c < C; ++c) dx[c] += s * (dy[c] * weight[c] - g_mean - (x[c] - m) * s * gx_mean);
     }

@@ -5,7 +5,7 @@
 // instead of building a temporary; Eigen splits each GEMM among the OpenMP threads itself.
 #include "kernels/cpu/linear.h"
 
-#include "kernels/cpu/eigen_util.h"
+#include "kernels/cpu/internal.h"
 
 namespace gpt::cpu {
 
