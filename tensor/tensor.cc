@@ -11,25 +11,35 @@ namespace gpt {
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kI8: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kI8:
+      return 1;
   }
   return 0;
 }
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kI8: return "i8";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kI8:
+      return "i8";
   }
   return "?";
 }
 
-const char* device_name(Device device) { return device == Device::kCPU ? "cpu" : "cuda"; }
+const char* device_name(Device device) {
+  return device == Device::kCPU ? "cpu" : "cuda";
+}
 
 int64_t Tensor::numel() const {
   int64_t n = 1;
@@ -45,7 +55,9 @@ std::string Tensor::describe() const {
   return out.str();
 }
 
-void Buffer::Free::operator()(void* p) const { std::free(p); }
+void Buffer::Free::operator()(void* p) const {
+  std::free(p);
+}
 
 Buffer::Buffer(size_t bytes) : bytes_(bytes) {
   if (bytes == 0) return;

@@ -1,0 +1,10 @@
+// GPT_HOST_DEVICE marks small inline functions that both the CPU build (g++) and the CUDA build (nvcc)
+// compile, so that the two backends share one definition of what they must compute identically (fp16
+// rounding, quantization blocks, GELU).
+#pragma once
+
+#if defined(__CUDACC__)
+#define GPT_HOST_DEVICE __host__ __device__
+#else
+#define GPT_HOST_DEVICE
+#endif

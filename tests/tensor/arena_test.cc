@@ -1,0 +1,140 @@
+// The arena: alignment and zero-fill, current/peak accounting overall and per category, out-of-order
+// release, refusal of foreign pointers, the capacity budget and its message, a custom block source.
+#include "tensor/arena.h"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+TEST_CASE("blocks are aligned, zeroed, and accounted when allocated and released in any order") {
+  gpt::Arena arena("host");
+  void* master = arena.allocate("master.shard", "master", 1000);  // rounds to 1024
+  void* moments = arena.allocate("adam.m", "moments", 4096);
+  void* grads = arena.allocate("grad.shard", "gradients", 64);
+  for (void* p : {master, moments, grads}) CHECK(reinterpret_cast<uintptr_t>(p) % 64 == 0);
+  const auto* bytes = static_cast<const unsigned char*>(master);
+  int nonzero = 0;
+  for (int i = 0; i < 1000; ++i) nonzero += bytes[i] != 0;
+  CHECK(nonzero == 0);
+  CHECK(arena.current_bytes() == 1024 + 4096 + 64);
+  CHECK(arena.live_blocks() == 3);
+
+  arena.release(moments);  // out of order: a bump arena could not do this
+  CHECK(arena.current_bytes() == 1024 + 64);
+  CHECK(arena.peak_bytes() == 1024 + 4096 + 64);
+  void* again = arena.allocate("adam.v", "moments", 128);
+  CHECK(arena.peak_bytes() == 1024 + 4096 + 64);
+
+  auto usage = arena.usage_by_category();
+  REQUIRE(usage.size() == 3);
+  CHECK(usage[0].category == "master");
+  CHECK(usage[1].category == "moments");
+  CHECK(usage[1].current_bytes == 128);
+  CHECK(usage[1].peak_bytes == 4096);
+  CHECK(usage[1].blocks == 1);
+
+  auto live = arena.live();
+  REQUIRE(live.size() == 3);
+  CHECK(live[0].name == "master.shard");
+  CHECK(live[2].name == "adam.v");
+  CHECK(live[2].data == again);
+
+  const std::string table = arena.report();
+  CHECK(table.find("moments") != std::string::npos);
+  CHECK(table.find("4.00 KiB") != std::string::npos);
+  CHECK(table.find("total") != std::string::npos);
+
+  arena.release(master);
+  arena.release(grads);
+  arena.release(again);
+  CHECK(arena.current_bytes() == 0);
+  CHECK(arena.live_blocks() == 0);
+}
+
+TEST_CASE("release refuses pointers the arena does not own, and double releases") {
+  gpt::Arena arena("host");
+  int local = 0;
+  CHECK_THROWS_AS(arena.release(&local), std::invalid_argument);
+  void* p = arena.allocate("x", "buffers", 10);
+  arena.release(p);
+  CHECK_THROWS_AS(arena.release(p), std::invalid_argument);
+  arena.release(nullptr);  // ignored, like free(nullptr)
+  void* empty_a = arena.allocate("empty", "buffers", 0);
+  void* empty_b = arena.allocate("empty", "buffers", 0);
+  CHECK(empty_a != empty_b);
+}
+
+TEST_CASE("tensors from the arena carry shape, dtype and device") {
+  gpt::Arena arena("host");
+  gpt::Tensor w = arena.allocate_tensor("h0.attn.w", "compute weights", {768, 2304}, gpt::DType::kF16);
+  CHECK(w.describe() == "f16[768, 2304] on cpu");
+  CHECK(arena.current_bytes() == 768 * 2304 * 2);
+  CHECK_THROWS_AS(arena.allocate_tensor("bad", "buffers", {4, -1}, gpt::DType::kF32), std::invalid_argument);
+  arena.release(w.data);
+}
+
+TEST_CASE("a capacity turns the arena into a budget with a useful message") {
+  gpt::Arena arena("cuda:0 (planned)", 1 << 20);
+  void* a = arena.allocate("a", "activations", 600 * 1024);
+  try {
+    arena.allocate("h11.mlp.fc.w", "compute weights", 600 * 1024);
+    FAIL("expected ArenaFull");
+  } catch (const gpt::ArenaFull& full) {
+    const std::string message = full.what();
+    CHECK(message.find("h11.mlp.fc.w") != std::string::npos);
+    CHECK(message.find("cuda:0 (planned)") != std::string::npos);
+    CHECK(message.find("1.00 MiB") != std::string::npos);
+  }
+  CHECK(arena.current_bytes() == 600 * 1024);  // the failed request left no trace
+  arena.release(a);
+  CHECK_NOTHROW(arena.release(arena.allocate("h11.mlp.fc.w", "compute weights", 600 * 1024)));
+}
+
+TEST_CASE("blocks come from the given source and all go back when the arena ends") {
+  struct CountingSource : gpt::BlockSource {
+    gpt::HostBlockSource host;
+    int live = 0;
+    void* acquire(size_t bytes) override {
+      ++live;
+      return host.acquire(bytes);
+    }
+    void release(void* block, size_t bytes) override {
+      --live;
+      host.release(block, bytes);
+    }
+    gpt::Device device() const override { return gpt::Device::kCUDA; }
+  } source;
+  {
+    gpt::Arena arena("counted", gpt::Arena::kUnlimited, &source);
+    arena.allocate("kept", "buffers", 100);
+    arena.release(arena.allocate("returned", "buffers", 100));
+    CHECK(source.live == 1);
+    CHECK(arena.allocate_tensor("t", "buffers", {2}, gpt::DType::kF32).device == gpt::Device::kCUDA);
+  }
+  CHECK(source.live == 0);
+}
+
+TEST_CASE("allocations from two threads are all accounted") {
+  gpt::Arena arena("host");
+  auto work = [&arena](const char* category) {
+    std::vector<void*> mine;
+    for (int i = 0; i < 500; ++i) mine.push_back(arena.allocate("block", category, 256));
+    for (int i = 0; i < 500; i += 2) arena.release(mine[i]);
+  };
+  std::thread other(work, "prefetch");
+  work("compute");
+  other.join();
+  CHECK(arena.live_blocks() == 500);
+  CHECK(arena.current_bytes() == 500 * 256);
+}
+
+TEST_CASE("byte counts print with binary units") {
+  CHECK(gpt::format_bytes(512) == "512 B");
+  CHECK(gpt::format_bytes(1536) == "1.50 KiB");
+  CHECK(gpt::format_bytes(size_t{124} << 20) == "124.0 MiB");
+  CHECK(gpt::format_bytes(size_t{3} << 30) == "3.00 GiB");
+}
