@@ -2,6 +2,7 @@
 // ms per call of each op's forward and backward, GFLOP/s for the GEMM ones, and each op's share of one
 // training step (calls per step x ms), next to Eigen's SGEMM rate on 2048^3 with the same threads.
 // Usage: bench/kernels [--threads N] [--reps R] [--layers L] [--batch B] [--seq T] [--hidden C] [--heads NH]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -70,13 +71,18 @@ Buf random_buf(int64_t n, std::mt19937& gen, float scale = 1.f) {
   return b;
 }
 
-// Mean ms per call over reps calls, after one warm-up call.
+// Median ms per call over reps calls, after one warm-up call: the median shrugs off the calls that another
+// process on this small machine happens to delay.
 double time_ms(int reps, const std::function<void()>& fn) {
   fn();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int r = 0; r < reps; ++r) fn();
-  const auto t1 = std::chrono::steady_clock::now();
-  return std::chrono::duration<double, std::milli>(t1 - t0).count() / reps;
+  std::vector<double> ms(reps);
+  for (double& m : ms) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    m = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+  return ms[reps / 2];
 }
 
 struct Row {
@@ -203,14 +209,14 @@ int main(int argc, char** argv) {
         v(params, 0.f);
     int64_t step = 0;
     const AdamWHyper hyper{.lr = 1e-4, .weight_decay = 0.1};
-    const int reps = std::max(1, o.reps / 4);
+    const int reps = std::max(3, o.reps / 2);
     rows.push_back(
         {"adamw (" + std::to_string(params / 1000000) + "M params)", 0,
          time_ms(reps, [&] { adamw_update(p.data(), g.data(), m.data(), v.data(), params, hyper, ++step); }),
          0, 0, 1});
   }
 
-  std::printf("CPU kernels, B=%d T=%d C=%d NH=%d Vp=%d, %d thread(s), mean of %d calls\n", B, T, C, NH, Vp,
+  std::printf("CPU kernels, B=%d T=%d C=%d NH=%d Vp=%d, %d thread(s), median of %d calls\n", B, T, C, NH, Vp,
               o.threads, o.reps);
   std::printf("Eigen SGEMM 2048^3: %.1f GFLOP/s\n\n", sgemm_gflops);
   std::printf("%-22s %9s %9s %8s %8s %7s %10s %6s\n", "op", "fwd ms", "bwd ms", "fwd GF/s", "bwd GF/s",

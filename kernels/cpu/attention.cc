@@ -34,9 +34,7 @@ void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int 
     am.noalias() = (q * k.transpose()) * scale;
     for (int t = 0; t < T; ++t) {
       Real* row = a + int64_t(t) * T;
-      Real mx = row[0];
-      for (int j = 1; j <= t; ++j) mx = std::max(mx, row[j]);
-      const Real inv = Real(1) / detail::exp_shifted_sum(row, row, mx, t + 1);
+      const Real inv = Real(1) / detail::exp_shifted_sum(row, row, detail::lane_max(row, t + 1), t + 1);
 #pragma omp simd
       for (int j = 0; j <= t; ++j) row[j] *= inv;
       std::fill(row + t + 1, row + T, Real(0));  // the causal mask

@@ -22,9 +22,7 @@ void softmax_cross_entropy_forward(Real* losses, Real* probs, const Real* logits
     const Real* z = logits + int64_t(n) * Vp;
     Real* p = probs + int64_t(n) * Vp;  // may be z itself: every pass reads element j before writing it
     const Real z_target = z[targets[n]];
-    Real m = z[0];
-#pragma omp simd reduction(max : m)
-    for (int j = 0; j < V; ++j) m = std::max(m, z[j]);
+    const Real m = detail::lane_max(z, V);
     const Real sum = detail::exp_shifted_sum(p, z, m, V);
     const Real inv = Real(1) / sum;
 #pragma omp simd

@@ -61,6 +61,23 @@ inline Real lane_sum(int64_t n, Term term) {
   return acc[0];
 }
 
+// max_{i<n} x[i] (n >= 1), written as lane-wise compares the compiler turns into vector max instructions
+// (a plain std::max reduction stays scalar without -ffast-math: 4x slower over a 50257-wide logits row).
+template <typename Real>
+inline Real lane_max(const Real* x, int64_t n) {
+  constexpr int kLanes = 16;
+  Real acc[kLanes];
+  std::fill(acc, acc + kLanes, x[0]);
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+    for (int l = 0; l < kLanes; ++l) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+  }
+  for (int l = 0; i + l < n; ++l) acc[l] = x[i + l] > acc[l] ? x[i + l] : acc[l];
+  for (int l = 1; l < kLanes; ++l) acc[0] = acc[l] > acc[0] ? acc[l] : acc[0];
+  return acc[0];
+}
+
 // Eigen's SIMD packet of Real (16 floats / 8 doubles with AVX-512) and its width.
 template <typename Real>
 using Packet = typename Eigen::internal::packet_traits<Real>::type;
