@@ -1,0 +1,123 @@
+// gpt_tokenize: GPT-2 tokenization on the command line. Text on stdin -> token ids on one line, or, with
+// --decode, token ids on stdin -> the bytes they stand for. Exit code 2 on any error the user can fix.
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "data/shard.h"
+#include "data/tokenizer.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: gpt_tokenize [--decode] [--vocab-file PATH] [--merge-file PATH]
+
+Reads text on stdin and prints its GPT-2 token ids on one line, separated by spaces. Any bytes are
+accepted (invalid UTF-8 too); "<|endoftext|>" in the text is ordinary text, never id 50256.
+
+  --decode            read token ids (separated by whitespace) on stdin and write their bytes to stdout
+  --vocab-file PATH   GPT-2 encoder.json (default: $GPT_DATA_DIR/encoder.json)
+  --merge-file PATH   GPT-2 vocab.bpe    (default: $GPT_DATA_DIR/vocab.bpe)
+  --help              this text
+
+$GPT_DATA_DIR defaults to ${XDG_CACHE_HOME:-$HOME/.cache}/gpt_zeropp; scripts/setup fills it.
+)";
+
+using gpt::data::DataError;
+
+struct Options {
+  bool decode = false;
+  std::string vocab_file = gpt::data::default_vocab_file();
+  std::string merge_file = gpt::data::default_merge_file();
+};
+
+Options parse_flags(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw DataError("gpt_tokenize: " + flag + " needs a value; see gpt_tokenize --help");
+      return argv[++i];
+    };
+    if (flag == "--help" || flag == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (flag == "--decode") {
+      options.decode = true;
+    } else if (flag == "--vocab-file") {
+      options.vocab_file = value();
+    } else if (flag == "--merge-file") {
+      options.merge_file = value();
+    } else {
+      throw DataError("gpt_tokenize: unknown argument '" + flag + "'; see gpt_tokenize --help");
+    }
+  }
+  return options;
+}
+
+std::string read_stdin() {
+  std::string input{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
+  if (std::cin.bad()) throw DataError("stdin: read error; check the input pipe or file");
+  return input;
+}
+
+// Parses whitespace-separated decimal ids; a bad one is reported with its byte offset in the input.
+std::vector<int32_t> parse_ids(const std::string& input, int vocab_size) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (true) {
+    while (i < input.size() && std::isspace(static_cast<unsigned char>(input[i]))) ++i;
+    if (i == input.size()) return ids;
+    const size_t start = i;
+    int64_t id = 0;
+    while (i < input.size() && std::isdigit(static_cast<unsigned char>(input[i])) && id < vocab_size) {
+      id = id * 10 + (input[i++] - '0');
+    }
+    const bool ends_cleanly = i == input.size() || std::isspace(static_cast<unsigned char>(input[i]));
+    if (i == start || !ends_cleanly || id >= vocab_size) {
+      size_t end = start;
+      while (end < input.size() && !std::isspace(static_cast<unsigned char>(input[end]))) ++end;
+      throw DataError("stdin: '" + input.substr(start, std::min<size_t>(end - start, 24)) +
+                      "' at byte offset " + std::to_string(start) + " is not a token id in [0, " +
+                      std::to_string(vocab_size) + "); give decimal ids separated by whitespace");
+    }
+    ids.push_back(static_cast<int32_t>(id));
+  }
+}
+
+int run(int argc, char** argv) {
+  const Options options = parse_flags(argc, argv);
+  gpt::data::Tokenizer tokenizer(options.vocab_file, options.merge_file);
+  const std::string input = read_stdin();
+  std::string output;
+  if (options.decode) {
+    output = tokenizer.decode(parse_ids(input, tokenizer.vocab_size()));
+  } else {
+    const std::vector<int32_t> ids = tokenizer.encode(input);
+    output.reserve(ids.size() * 6 + 1);
+    for (size_t k = 0; k < ids.size(); ++k) {
+      if (k) output += ' ';
+      output += std::to_string(ids[k]);
+    }
+    output += '\n';
+  }
+  if (std::fwrite(output.data(), 1, output.size(), stdout) != output.size() || std::fflush(stdout) != 0) {
+    throw DataError("stdout: write error; check the output pipe or disk space");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const DataError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+}
