@@ -1,0 +1,57 @@
+// Device-side helpers shared by the .cu files: widening storage types to fp32 for arithmetic, rounding back
+// (round to nearest even, as tensor/half.h does on the host), and the cuBLAS data type of each storage type.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <library_types.h>
+
+namespace gpt::cuda {
+
+__device__ __forceinline__ float to_float(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_float(__half x) {
+  return __half2float(x);
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+template <typename T>
+constexpr cudaDataType_t cuda_data_type();
+template <>
+constexpr cudaDataType_t cuda_data_type<float>() {
+  return CUDA_R_32F;
+}
+template <>
+constexpr cudaDataType_t cuda_data_type<__half>() {
+  return CUDA_R_16F;
+}
+template <>
+constexpr cudaDataType_t cuda_data_type<__nv_bfloat16>() {
+  return CUDA_R_16BF;
+}
+
+// Blocks for a grid-stride elementwise loop: enough to fill the GPU, never more than the work needs.
+inline unsigned elementwise_blocks(int64_t n, int threads) {
+  const int64_t wanted = (n + threads - 1) / threads;
+  return static_cast<unsigned>(wanted < 1 ? 1 : (wanted > 65535 ? 65535 : wanted));
+}
+
+}  // namespace gpt::cuda
