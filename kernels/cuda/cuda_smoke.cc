@@ -4,6 +4,7 @@
 // and exits 0 when all are within bounds, 2 when one is not.
 #include <cstdio>
 #include <exception>
+#include <vector>
 
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/selfcheck.h"
