@@ -4,8 +4,6 @@
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -60,8 +58,11 @@ Options parse_flags(int argc, char** argv) {
 }
 
 std::string read_stdin() {
-  std::string input{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
-  if (std::cin.bad()) throw DataError("stdin: read error; check the input pipe or file");
+  std::string input;
+  char buffer[1 << 16];
+  size_t got = 0;
+  while ((got = std::fread(buffer, 1, sizeof buffer, stdin)) > 0) input.append(buffer, got);
+  if (std::ferror(stdin)) throw DataError("stdin: read error; check the input pipe or file");
   return input;
 }
 

@@ -97,7 +97,7 @@ std::vector<uint16_t> read_shard(const std::string& path, int vocab_size) {
   File f = open_for_reading(path);
   const int64_t count = read_header(path, f.get());
   std::vector<uint16_t> tokens(static_cast<size_t>(count));
-  if (std::fread(tokens.data(), 2, tokens.size(), f.get()) != tokens.size()) {
+  if (!tokens.empty() && std::fread(tokens.data(), 2, tokens.size(), f.get()) != tokens.size()) {
     throw DataError(path + ": read error in the token body after byte offset " +
                     std::to_string(kShardHeaderBytes) + " (" + std::strerror(errno) + ")");
   }
@@ -130,7 +130,7 @@ void write_shard(const std::string& path, std::span<const uint16_t> tokens) {
   header[1] = kShardVersion;
   header[2] = static_cast<int32_t>(tokens.size());
   bool ok = std::fwrite(header.data(), 4, header.size(), f.get()) == header.size() &&
-            std::fwrite(tokens.data(), 2, tokens.size(), f.get()) == tokens.size();
+            (tokens.empty() || std::fwrite(tokens.data(), 2, tokens.size(), f.get()) == tokens.size());
   ok = std::fflush(f.get()) == 0 && ok;
   const int write_errno = errno;
   ok = std::fclose(f.release()) == 0 && ok;
