@@ -12,6 +12,7 @@
 
 #include "kernels/cuda/runtime.h"
 #include "kernels/cuda/selfcheck.h"
+#include "tensor/arena.h"
 #include "tensor/half.h"
 #include "tests/kernels_cuda/half_device.h"
 
@@ -107,6 +108,21 @@ TEST_CASE("tensor/half.h gives the same bits on the GPU as on the CPU") {
   gpt::cuda::testing::f32_to_bf16_on_device(ctx, values.data(), device_bits.data(), n);
   for (int64_t i = 0; i < n; ++i) bad += device_bits[i] != gpt::f32_to_bf16(values[i]);
   CHECK(bad == 0);
+}
+
+TEST_CASE("an arena over device memory accounts GPU buffers like host ones") {
+  if (!have_device("device arena")) return;
+  gpt::cuda::Context ctx(0);
+  gpt::cuda::DeviceBlockSource source;
+  gpt::Arena arena("cuda:0", gpt::Arena::kUnlimited, &source);
+  gpt::Tensor w = arena.allocate_tensor("h0.mlp.fc.w", "compute weights", {3072, 768}, gpt::DType::kF16);
+  CHECK(w.device == gpt::Device::kCUDA);
+  CHECK(arena.current_bytes() == 3072 * 768 * 2);
+  std::vector<uint16_t> back(16, 0xffff);
+  CHECK(cudaMemcpy(back.data(), w.data, 32, cudaMemcpyDeviceToHost) == cudaSuccess);
+  for (uint16_t v : back) CHECK(v == 0);  // zero-filled
+  arena.release(w.data);
+  CHECK(arena.current_bytes() == 0);
 }
 
 TEST_CASE("a Context for a device that does not exist names the problem") {
