@@ -8,7 +8,8 @@
 //
 // The scalar functions are plain integer bit logic, inline and GPT_HOST_DEVICE, so the CUDA kernels and the
 // CPU backend round identically; they are written without branches so loops over them vectorize. The bulk
-// functions (half.cc) are what the CPU backend calls on whole weight arrays.
+// functions (half.cc) are what the CPU backend calls on whole weight arrays; for fp16 they use the F16C
+// instructions where the CPU has them, which the exhaustive tests show to be bit-identical.
 #pragma once
 
 #include <cstdint>
