@@ -1,0 +1,213 @@
+// The MPI session, the topology of the launched job, and Communicator over the engine's groups: argument
+// checks on the caller's thread, then one queued operation per call.
+#include "comm/mpi_communicator.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "comm/mpi_collectives.h"
+#include "comm/mpi_engine.h"
+#include "comm/wire_reduce.h"
+
+namespace gpt::comm {
+namespace {
+
+using mpi::Engine;
+using mpi::Group;
+using mpi::Op;
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(std::shared_ptr<Engine> engine, Group* group) : engine_(std::move(engine)), group_(group) {}
+
+  int rank() const override { return group_->rank; }
+  int size() const override { return group_->size; }
+  int world_rank_of(int group_rank) const override {
+    if (group_rank < 0 || group_rank >= group_->size) {
+      throw std::out_of_range("comm: group rank " + std::to_string(group_rank) + " outside a group of " +
+                              std::to_string(group_->size));
+    }
+    return group_->world_ranks[group_rank];
+  }
+  const Topology& topology() const override { return engine_->topology(); }
+  TrafficMeter& meter() const override { return engine_->meter(); }
+
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& world_ranks) override {
+    const int me = engine_->topology().world_rank;
+    if (std::find(world_ranks.begin(), world_ranks.end(), me) == world_ranks.end()) return nullptr;
+    std::vector<int> sorted = world_ranks;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      throw std::invalid_argument("comm: subgroup lists a rank twice");
+    }
+    for (int world_rank : world_ranks) {
+      if (std::find(group_->world_ranks.begin(), group_->world_ranks.end(), world_rank) ==
+          group_->world_ranks.end()) {
+        throw std::invalid_argument("comm: subgroup member " + std::to_string(world_rank) +
+                                    " is not in the parent communicator");
+      }
+    }
+    return std::make_unique<MpiCommunicator>(engine_, engine_->create_group(*group_, world_ranks));
+  }
+
+  Request all_gather(const void* send, void* recv, size_t bytes_per_rank, Phase phase) override {
+    require_buffers(bytes_per_rank, {send, recv}, "all_gather");
+    return engine_->submit(*group_, phase,
+                           [=](Op& op) { return mpi::all_gather_body(op, send, recv, bytes_per_rank); });
+  }
+
+  Request reduce_scatter(const void* send, DType dtype, float* recv, size_t count, float scale,
+                         Phase phase) override {
+    require_reducible(dtype, "reduce_scatter");
+    require_buffers(count, {send, recv}, "reduce_scatter");
+    return engine_->submit(*group_, phase, [=](Op& op) {
+      return mpi::reduce_scatter_body(op, send, dtype, recv, count, scale);
+    });
+  }
+
+  Request all_reduce(void* data, DType dtype, size_t count, float scale, Phase phase) override {
+    require_reducible(dtype, "all_reduce");
+    require_buffers(count, {data}, "all_reduce");
+    return engine_->submit(*group_, phase,
+                           [=](Op& op) { return mpi::all_reduce_body(op, data, dtype, count, scale); });
+  }
+
+  Request all_to_all_v(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                       const std::vector<size_t>& recv_bytes, Phase phase) override {
+    const size_t n = static_cast<size_t>(size());
+    if (send_bytes.size() != n || recv_bytes.size() != n) {
+      throw std::invalid_argument("comm: all_to_all_v needs one send and one receive size per rank (" +
+                                  std::to_string(n) + "), got " + std::to_string(send_bytes.size()) +
+                                  " and " + std::to_string(recv_bytes.size()));
+    }
+    if (send_bytes[rank()] != recv_bytes[rank()]) {
+      throw std::invalid_argument("comm: all_to_all_v sends " + std::to_string(send_bytes[rank()]) +
+                                  " bytes to itself but expects " + std::to_string(recv_bytes[rank()]));
+    }
+    size_t sent = 0, received = 0;
+    for (size_t p = 0; p < n; ++p) {
+      sent += send_bytes[p];
+      received += recv_bytes[p];
+    }
+    require_buffers(sent, {send}, "all_to_all_v");
+    require_buffers(received, {recv}, "all_to_all_v");
+    return engine_->submit(*group_, phase, [=](Op& op) {
+      return mpi::all_to_all_v_body(op, send, send_bytes, recv, recv_bytes);
+    });
+  }
+
+  Request broadcast(void* data, size_t bytes, int root, Phase phase) override {
+    if (root < 0 || root >= size()) {
+      throw std::invalid_argument("comm: broadcast root " + std::to_string(root) + " outside a group of " +
+                                  std::to_string(size()));
+    }
+    require_buffers(bytes, {data}, "broadcast");
+    const size_t segment = engine_->options().broadcast_segment_bytes;
+    return engine_->submit(*group_, phase,
+                           [=](Op& op) { return mpi::broadcast_body(op, data, bytes, root, segment); });
+  }
+
+  Request barrier() override {
+    return engine_->submit(*group_, Phase::kOther, [](Op& op) { return mpi::barrier_body(op); });
+  }
+
+ private:
+  static void require_reducible(DType dtype, const char* what) {
+    if (!is_reducible(dtype)) {
+      throw std::invalid_argument(std::string("comm: ") + what + " reduces in f32, f16 or bf16, not " +
+                                  dtype_name(dtype));
+    }
+  }
+  static void require_buffers(size_t amount, std::initializer_list<const void*> buffers, const char* what) {
+    if (amount == 0) return;
+    for (const void* buffer : buffers) {
+      if (buffer == nullptr)
+        throw std::invalid_argument(std::string("comm: ") + what + " given a null buffer");
+    }
+  }
+
+  std::shared_ptr<Engine> engine_;
+  Group* group_;  // owned by the engine
+};
+
+// Real nodes: MPI_COMM_TYPE_SHARED must give equal blocks of consecutive ranks, because the engine's groups
+// (and the meter's closed forms) assume node n holds ranks [n*L, (n+1)*L).
+Topology detect_topology(int world_size, int world_rank) {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node);
+  int local_rank = 0, local_size = 1;
+  MPI_Comm_rank(node, &local_rank);
+  MPI_Comm_size(node, &local_size);
+  MPI_Group node_group, world_group;
+  MPI_Comm_group(node, &node_group);
+  MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  int zero = 0, first = 0;
+  MPI_Group_translate_ranks(node_group, 1, &zero, world_group, &first);
+  MPI_Group_free(&node_group);
+  MPI_Group_free(&world_group);
+  MPI_Comm_free(&node);
+
+  // One setup check with MPI's all-reduce: every rank must agree that the layout is regular.
+  const int regular = (first == world_rank - local_rank && first % local_size == 0) ? 1 : 0;
+  int mine[3] = {local_size, -local_size, regular}, least[3];
+  MPI_Allreduce(mine, least, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (least[0] != -least[1] || least[2] == 0 || world_size % local_size != 0) {
+    throw TopologyError(
+        "the nodes of this job are not equal blocks of consecutive ranks (between " +
+        std::to_string(least[0]) + " and " + std::to_string(-least[1]) +
+        " ranks per node); launch the same number of ranks on every " +
+        "node with consecutive ranks together (mpiexec -ppn), or pass --ranks-per-node K to simulate nodes");
+  }
+  return make_topology(world_size, world_rank, local_size, /*simulated=*/false);
+}
+
+}  // namespace
+
+MpiSession::MpiSession(int& argc, char**& argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) throw std::logic_error("comm: MPI is already initialized (one MpiSession per process)");
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  if (provided < MPI_THREAD_SERIALIZED) {
+    MPI_Finalize();
+    throw std::runtime_error("comm: this MPI library gives thread level " + std::to_string(provided) +
+                             "; the communication thread needs MPI_THREAD_SERIALIZED or better");
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+}
+
+MpiSession::~MpiSession() {
+  if (engine_) engine_->stop();
+  MPI_Finalize();
+}
+
+std::unique_ptr<Communicator> MpiSession::world(const MpiOptions& options) {
+  if (engine_) throw std::logic_error("comm: MpiSession::world() called twice");
+  const Topology topology = options.ranks_per_node != 0
+                                ? make_topology(world_size_, world_rank_, options.ranks_per_node, true)
+                                : detect_topology(world_size_, world_rank_);
+  mpi::EngineOptions engine_options;
+  engine_options.max_message_bytes = options.max_message_bytes;
+  engine_options.broadcast_segment_bytes = options.broadcast_segment_bytes;
+  engine_options.spin_polls = options.spin_polls;
+  engine_options.yield_polls = options.yield_polls;
+  engine_options.max_sleep_us = options.max_sleep_us;
+  engine_ = std::make_shared<Engine>(topology, engine_options);
+  // Our own duplicate of MPI_COMM_WORLD, so that no message of ours can match anyone else's.
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  Group* group = engine_->add_world_group(comm);
+  engine_->start();
+  return std::make_unique<MpiCommunicator>(engine_, group);
+}
+
+double MpiSession::comm_thread_cpu_seconds() const {
+  return engine_ ? engine_->thread_cpu_seconds() : 0.0;
+}
+
+}  // namespace gpt::comm

@@ -1,0 +1,106 @@
+// Internal to the MPI backend: the per-process communication thread, its queue and its progress loop.
+// Why a thread of our own: the engine overlaps a layer's compute with the next layer's all-gather and with a
+// bucket's reduce-scatter, and MPI (MPICH over UCX here) makes no progress on its own: a ring step advances
+// only inside an MPI call. One thread that owns every MPI call after start-up gives that progress without
+// the compute code ever calling into MPI, and makes MPI_THREAD_SERIALIZED enough.
+// Why not spin: ranks share two cores with the compute threads, so the loop polls a few times, then yields,
+// then sleeps with a capped exponential backoff (on a condition variable, so a new operation wakes it at
+// once), and sleeps without a timeout when there is nothing in flight. Its timer slack is set to 1 us so
+// that the short sleeps are short.
+#pragma once
+
+#include <pthread.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "comm/mpi_op.h"
+
+namespace gpt::comm::mpi {
+
+struct EngineOptions {
+  size_t max_message_bytes = size_t(1) << 30;
+  size_t broadcast_segment_bytes = size_t(1) << 20;
+  int spin_polls = 64;
+  int yield_polls = 64;
+  int max_sleep_us = 100;
+};
+
+class Engine {
+ public:
+  Engine(const Topology& topology, const EngineOptions& options);
+  ~Engine();  // stop()
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Before start(), on the thread that initialized MPI: the group of all ranks over `comm` (a duplicate of
+  // MPI_COMM_WORLD, which the engine frees at stop()).
+  Group* add_world_group(MPI_Comm comm);
+  void start();
+  // Runs the operations already queued to completion, stops the thread and frees the groups' communicators.
+  // Must precede MPI_Finalize. Later submissions throw std::logic_error.
+  void stop();
+
+  // Queues an operation on `group` (thread-safe). make_body builds the coroutine; it runs on the
+  // communication thread, after this process's earlier operations on the group.
+  Request submit(Group& group, Phase phase, const std::function<Task(Op&)>& make_body);
+  // Creates the subgroup of `parent` with these members (world ranks, validated by the caller, including
+  // this rank) on the communication thread, after this process's earlier operations have finished; blocks.
+  Group* create_group(Group& parent, const std::vector<int>& world_ranks);
+
+  const Topology& topology() const { return topology_; }
+  TrafficMeter& meter() { return meter_; }
+  const EngineOptions& options() const { return options_; }
+  double thread_cpu_seconds() const;
+
+ private:
+  struct Submission {
+    Group* group = nullptr;
+    std::unique_ptr<Op> op;  // an operation and its completion, or
+    std::shared_ptr<Request::State> state;
+    std::function<void()> exclusive;  // work that runs alone, once nothing is in flight
+  };
+  struct Admitted {
+    std::unique_ptr<Op> op;
+    std::shared_ptr<Request::State> state;
+  };
+  struct Lane {  // the operations admitted on one group, run one after another in issue order
+    Group* group;
+    std::deque<Admitted> ops;
+    uint32_t next_sequence = 0;
+  };
+
+  void loop();
+  void admit(std::unique_lock<std::mutex>& lock);
+  bool progress();
+  void run_exclusive(std::function<void()> work);
+  Lane& lane_of(Group* group);
+
+  const Topology topology_;
+  const EngineOptions options_;
+  TrafficMeter meter_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Submission> pending_;  // guarded by mutex_
+  uint64_t submitted_ = 0;          // guarded by mutex_; lets a backoff sleep notice new work
+  bool stopping_ = false;           // guarded by mutex_
+  bool running_ = false;            // guarded by mutex_
+
+  // Communication thread only (and the starting thread before start()).
+  std::vector<std::unique_ptr<Group>> groups_;
+  std::deque<Lane> lanes_;  // a deque: growing it moves no Lane
+  int in_flight_ = 0;
+
+  std::thread thread_;
+  clockid_t thread_clock_{};
+  std::atomic<double> final_cpu_seconds_{0.0};
+};
+
+}  // namespace gpt::comm::mpi
