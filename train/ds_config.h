@@ -1,0 +1,48 @@
+// The DeepSpeed-style JSON config (--deepspeed_config FILE): the keys we read, with DeepSpeed's names and
+// defaults. Each value is optional here, so the trainer can tell a key that was given from a default and let
+// a command-line flag win over it. Unknown keys are collected as warnings naming the key path; a value of the
+// wrong type or range is an error naming the key path and the expected form.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpt {
+
+struct DeepSpeedConfig {
+  std::string path;  // the file it came from, for messages
+
+  // Batch: any two of the three determine the third (batch = micro x accumulation x world).
+  std::optional<int64_t> train_batch_size;
+  std::optional<int64_t> train_micro_batch_size_per_gpu;
+  std::optional<int64_t> gradient_accumulation_steps;
+
+  // fp16{enabled, loss_scale (0 = dynamic), initial_scale_power, loss_scale_window, hysteresis,
+  // min_loss_scale}
+  std::optional<bool> fp16_enabled;
+  std::optional<double> loss_scale;
+  std::optional<int64_t> initial_scale_power;
+  std::optional<int64_t> loss_scale_window;
+  std::optional<int64_t> hysteresis;
+  std::optional<double> min_loss_scale;
+  std::optional<bool> bf16_enabled;  // "bf16" or the legacy "bfloat16"
+
+  std::optional<double> gradient_clipping;
+
+  // zero_optimization
+  std::optional<int64_t> zero_stage;
+  std::optional<int64_t> reduce_bucket_size;
+  std::optional<bool> overlap_comm;
+
+  std::vector<std::string> warnings;  // "unknown key zero_optimization.foo (ignored)"
+};
+
+// Reads and checks FILE; throws UsageError (train/flags.h) with one line naming the file, the key path and
+// the expected form.
+DeepSpeedConfig read_deepspeed_config(const std::string& path);
+// The same from a JSON text (tests); `path` only labels messages.
+DeepSpeedConfig parse_deepspeed_config(const std::string& json_text, const std::string& path);
+
+}  // namespace gpt

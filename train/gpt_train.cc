@@ -1,0 +1,131 @@
+// gpt_train: trains GPT-2 with the ZeRO engine, one process per rank under mpiexec (or a single process
+// without it). Reads Megatron-style flags and a DeepSpeed-style JSON config (train/options.h), prints a
+// start-up banner with the memory table, one line per step, and writes the metrics file.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/mpi_communicator.h"
+#include "data/loader.h"
+#include "data/shard.h"
+#include "kernels/cpu/threads.h"
+#include "train/flags.h"
+#include "train/metrics.h"
+#include "train/options.h"
+#include "zero/engine.h"
+
+namespace gpt {
+namespace {
+
+void print_banner(const TrainOptions& o, const comm::Communicator& world, const ZeroEngine& engine,
+                  const data::TrainLoader& loader) {
+  const GPTConfig& m = o.model;
+  std::printf(
+      "gpt_train: GPT-2 %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d): %.2fM parameters\n",
+      m.num_layers, m.hidden, m.heads, m.seq_len, m.vocab, m.padded_vocab(), engine.table().total / 1e6);
+  std::printf("  world %d ranks (%s), ZeRO stage %d, %s, overlap_comm %s, reduce_bucket_size %lld\n",
+              world.size(), world.topology().describe().c_str(), o.zero.stage,
+              precision_name(o.zero.precision), o.zero.overlap_comm ? "on" : "off",
+              static_cast<long long>(o.zero.reduce_bucket_size));
+  std::printf(
+      "  batch: micro %d x accumulation %d x %d ranks = global %lld sequences (%lld tokens); %lld "
+      "training windows\n",
+      o.micro_batch, o.accumulation_steps, world.size(), static_cast<long long>(o.global_batch),
+      static_cast<long long>(o.global_batch * m.seq_len), static_cast<long long>(loader.num_windows()));
+  std::printf("  dropout hidden %g, attention %g; activation checkpointing %s; %d threads per rank\n",
+              o.zero.hidden_dropout, o.zero.attention_dropout, o.zero.checkpoint_activations ? "on" : "off",
+              cpu::num_threads());
+  for (const std::string& note : o.notes) std::printf("  note: %s\n", note.c_str());
+  std::fputs(engine.memory_table().c_str(), stdout);
+  std::fflush(stdout);
+}
+
+int train(const TrainOptions& o, comm::Communicator& world) {
+  const bool rank0 = world.rank() == 0;
+  if (o.threads > 0) cpu::set_num_threads(o.threads);
+  const GPTConfig& config = o.model;
+  const int B = o.micro_batch, T = config.seq_len;
+
+  data::LoaderConfig loader_config;
+  loader_config.seq_len = T;
+  loader_config.micro_batch = B;
+  loader_config.accumulation_steps = o.accumulation_steps;
+  loader_config.world_size = world.size();
+  loader_config.rank = world.rank();
+  loader_config.seed = static_cast<uint64_t>(o.seed);
+  data::TrainLoader loader(data::expand_data_path(o.data_path), config.vocab, loader_config);
+
+  ZeroEngine engine(config, o.zero, B, world, static_cast<uint64_t>(o.seed));
+  std::unique_ptr<MetricsFile> metrics;
+  if (rank0 && !o.metrics_file.empty()) metrics = std::make_unique<MetricsFile>(o.metrics_file);
+  const double sgemm_gflops = measure_sgemm_gflops(512);
+  if (rank0) print_banner(o, world, engine, loader);
+
+  const int k = o.accumulation_steps;
+  std::vector<std::vector<int32_t>> inputs(k, std::vector<int32_t>(size_t(B) * T)), targets = inputs;
+  std::vector<std::vector<int64_t>> windows(k, std::vector<int64_t>(B));
+  StepTraffic traffic(world);
+  int64_t skipped_total = 0;
+  for (int step = 1; step <= o.train_iters; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<ZeroEngine::MicroBatch> micro_batches;
+    for (int m = 0; m < k; ++m) {
+      loader.load(step - 1, m, inputs[m].data(), targets[m].data(), windows[m].data());
+      micro_batches.push_back({inputs[m].data(), targets[m].data(), windows[m].data()});
+    }
+    const ZeroEngine::StepResult r = engine.train_step(micro_batches, o.lr);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    StepMetrics s;
+    s.step = step;
+    s.loss = r.loss;
+    s.lr = o.lr;
+    s.loss_scale = r.loss_scale;
+    s.grad_norm = r.grad_norm;
+    s.skipped = r.skipped;
+    s.skipped_total = skipped_total += r.skipped ? 1 : 0;
+    s.ms = ms;
+    s.tokens_per_s = double(o.global_batch) * T / (ms / 1000.0);
+    s.mfu = config.model_flops_per_token() * s.tokens_per_s / world.size() / (sgemm_gflops * 1e9);
+    s.traffic = traffic.collect();
+    if (!rank0) continue;
+    std::printf(
+        "step %5d/%d | loss %.4f | lr %.3g | scale %g | grad norm %s | skipped %lld | %.1f ms | %.0f "
+        "tokens/s | MFU %.1f%% | intra %.1f MB | inter %.1f MB\n",
+        step, o.train_iters, s.loss, s.lr, s.loss_scale,
+        r.skipped ? "overflow" : std::to_string(s.grad_norm).substr(0, 6).c_str(),
+        static_cast<long long>(skipped_total), ms, s.tokens_per_s, 100 * s.mfu,
+        s.traffic.total(comm::Link::kIntraNode) / 1e6, s.traffic.total(comm::Link::kInterNode) / 1e6);
+    std::fflush(stdout);
+    if (metrics) metrics->write(s);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace gpt
+
+int main(int argc, char** argv) {
+  gpt::comm::MpiSession session(argc, argv);
+  // Every rank validates the same inputs, so a mistake stops every rank with the same line (no hang).
+  auto fail = [&](const char* what) {
+    std::fprintf(stderr, "gpt_train: %s\n", what);
+    return 2;
+  };
+  try {
+    gpt::TrainOptions options;
+    if (!gpt::parse_train_options(argc, argv, session.world_size(), &options)) return 0;
+    gpt::comm::MpiOptions mpi_options;
+    mpi_options.ranks_per_node = options.ranks_per_node;
+    std::unique_ptr<gpt::comm::Communicator> world = session.world(mpi_options);
+    return gpt::train(options, *world);
+  } catch (const gpt::UsageError& e) {
+    return fail(e.what());
+  } catch (const gpt::data::DataError& e) {
+    return fail(e.what());
+  } catch (const gpt::comm::TopologyError& e) {
+    return fail(e.what());
+  }
+}

@@ -1,0 +1,105 @@
+// StepTraffic, SGEMM rate, metrics file; see metrics.h.
+#include "train/metrics.h"
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "train/flags.h"
+
+namespace gpt {
+
+StepTraffic::StepTraffic(comm::Communicator& world) : world_(world), baseline_(world.meter().snapshot()) {}
+
+comm::TrafficCounts StepTraffic::collect() {
+  const comm::TrafficCounts mine = world_.meter().snapshot() - baseline_;
+  // Bytes as uint64 and waits as double, packed side by side and all-gathered as raw bytes.
+  constexpr int kFields = comm::kNumPhases * 3;
+  std::vector<uint64_t> packed(kFields);
+  for (int p = 0; p < comm::kNumPhases; ++p) {
+    packed[3 * p] = mine.bytes[p][0];
+    packed[3 * p + 1] = mine.bytes[p][1];
+    std::memcpy(&packed[3 * p + 2], &mine.wait_ms[p], sizeof(double));
+  }
+  std::vector<uint64_t> all(size_t(kFields) * world_.size());
+  world_.all_gather(packed.data(), all.data(), kFields * sizeof(uint64_t), comm::Phase::kOther).wait();
+  baseline_ = world_.meter().snapshot();
+  comm::TrafficCounts total;
+  for (int r = 0; r < world_.size(); ++r) {
+    for (int p = 0; p < comm::kNumPhases; ++p) {
+      const uint64_t* f = &all[size_t(r) * kFields + 3 * p];
+      total.bytes[p][0] += f[0];
+      total.bytes[p][1] += f[1];
+      double wait = 0;
+      std::memcpy(&wait, &f[2], sizeof(double));
+      total.wait_ms[p] += wait / world_.size();
+    }
+  }
+  return total;
+}
+
+double measure_sgemm_gflops(int n) {
+  Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n), c(n, n);
+  c.noalias() = a * b;  // warm-up
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    c.noalias() = a * b;
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return 2.0 * double(n) * n * n / best / 1e9;
+}
+
+std::string to_json(const StepMetrics& m) {
+  nlohmann::ordered_json j;
+  j["step"] = m.step;
+  j["loss"] = m.loss;
+  j["lr"] = m.lr;
+  j["loss_scale"] = m.loss_scale;
+  j["grad_norm"] = m.skipped ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(m.grad_norm);
+  j["skipped"] = m.skipped;
+  j["skipped_total"] = m.skipped_total;
+  j["ms"] = m.ms;
+  j["tokens_per_s"] = m.tokens_per_s;
+  j["mfu"] = m.mfu;
+  j["bytes_intra_node"] = m.traffic.total(comm::Link::kIntraNode);
+  j["bytes_inter_node"] = m.traffic.total(comm::Link::kInterNode);
+  nlohmann::ordered_json phases, waits;
+  for (int p = 0; p < comm::kNumPhases; ++p) {
+    const auto phase = comm::Phase(p);
+    phases[comm::phase_name(phase)] = {{"intra", m.traffic.at(phase, comm::Link::kIntraNode)},
+                                       {"inter", m.traffic.at(phase, comm::Link::kInterNode)}};
+    waits[comm::phase_name(phase)] = m.traffic.wait_ms[p];
+  }
+  j["bytes_by_phase"] = phases;
+  j["comm_wait_ms"] = waits;
+  return j.dump();
+}
+
+MetricsFile::MetricsFile(const std::string& path) : file_(std::fopen(path.c_str(), "w")) {
+  if (!file_) {
+    throw UsageError("--metrics-file " + path + ": cannot open for writing (" + std::strerror(errno) +
+                     "); check the directory exists and is writable");
+  }
+}
+
+MetricsFile::~MetricsFile() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsFile::write(const StepMetrics& m) {
+  write_raw(to_json(m));
+}
+
+void MetricsFile::write_raw(const std::string& line) {
+  std::fputs(line.c_str(), file_);
+  std::fputc('\n', file_);
+  std::fflush(file_);
+}
+
+}  // namespace gpt

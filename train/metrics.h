@@ -1,0 +1,55 @@
+// Per-step measurements of gpt_train: the traffic of a step summed over ranks (from each rank's meter), the
+// machine's SGEMM rate for MFU, and the JSON Lines metrics file (one object per optimizer step, rank 0).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "comm/communicator.h"
+#include "comm/traffic.h"
+
+namespace gpt {
+
+// The traffic of one step over all ranks. Each rank's counts since the previous call are gathered (as raw
+// integers, so the sums are exact) and added; wait_ms becomes the mean over ranks. The gather's own bytes are
+// excluded: the next step is measured from a snapshot taken after it.
+class StepTraffic {
+ public:
+  explicit StepTraffic(comm::Communicator& world);
+  comm::TrafficCounts collect();
+
+ private:
+  comm::Communicator& world_;
+  comm::TrafficCounts baseline_;
+};
+
+// Single-precision GEMM rate of this process in GFLOP/s (Eigen, n^3, best of a few), measured while every
+// rank does the same, so the rate is each rank's share of the machine.
+double measure_sgemm_gflops(int n);
+
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0, lr = 0, loss_scale = 1, grad_norm = 0;
+  bool skipped = false;
+  int64_t skipped_total = 0;
+  double ms = 0, tokens_per_s = 0, mfu = 0;
+  comm::TrafficCounts traffic;
+};
+
+// Appends one JSON object per line; each line is flushed as written, so a crash loses at most the line in
+// progress.
+class MetricsFile {
+ public:
+  explicit MetricsFile(const std::string& path);  // throws UsageError naming the path when it cannot open it
+  ~MetricsFile();
+  void write(const StepMetrics& m);
+  void write_raw(const std::string& json_line);
+
+ private:
+  std::FILE* file_ = nullptr;
+};
+
+std::string to_json(const StepMetrics& m);
+
+}  // namespace gpt

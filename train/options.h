@@ -1,0 +1,37 @@
+// gpt_train's settings: Megatron-style flags merged with the DeepSpeed JSON config (a flag given on the
+// command line wins over the JSON key, and the start-up banner says so), then checked as a whole.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "zero/config.h"
+
+namespace gpt {
+
+struct TrainOptions {
+  GPTConfig model;
+  ZeroConfig zero;
+
+  int micro_batch = 4;  // sequences per rank per micro-step
+  int accumulation_steps = 1;
+  int64_t global_batch = 0;  // micro_batch x accumulation_steps x world size
+  int train_iters = 20;
+  double lr = 6e-4;
+  int64_t seed = 1234;
+  std::string data_path;
+  std::string deepspeed_config;
+  int ranks_per_node = 0;  // 0: detect real nodes
+  int threads = 0;         // 0: all cores
+  std::string metrics_file;
+
+  std::vector<std::string> notes;  // banner lines: where settings came from, accepted-but-ignored keys
+};
+
+// Parses argv and the JSON file it names, for a world of world_size ranks. Throws UsageError with one line.
+// Returns false when --help was printed.
+bool parse_train_options(int argc, const char* const* argv, int world_size, TrainOptions* options);
+
+}  // namespace gpt

@@ -1,0 +1,127 @@
+// The ZeRO engine: owns every byte of model state on this rank and the schedule of a training step.
+//
+// State per rank, by stage (P = padded parameter count, W = data-parallel ranks):
+//   stage 0  full fp32 master, Adam m and v, full compute weights, full fp32 gradients; one all-reduce of
+//            the gradients at the accumulation boundary (plain data parallelism)
+//   stage 1  master, m and v sharded (P/W each); full compute weights and gradients; at the boundary a
+//            reduce-scatter of the gradients, then an all-gather of the updated compute-weight shards
+//   stage 2  as stage 1, but gradients are reduce-scattered in buckets on every micro-step into an fp32
+//            shard, so no rank holds full gradients
+//   stage 3  as stage 2, and compute weights are sharded too: each unit is gathered before its forward and
+//            again before its backward, and released after
+// The model computes one unit at a time on full fp32 weights (model/layers.h); the engine decides where those
+// weights come from and where the gradients go.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/config.h"
+#include "model/layers.h"
+#include "model/params.h"
+#include "tensor/arena.h"
+#include "zero/config.h"
+#include "zero/events.h"
+#include "zero/loss_scaler.h"
+#include "zero/partition.h"
+
+namespace gpt {
+
+class WeightGatherer;
+class GradientReducer;
+
+class ZeroEngine {
+ public:
+  // One micro-batch of this rank: inputs and targets [B, T], and each sequence's global window index (the
+  // dropout masks are keyed by it).
+  struct MicroBatch {
+    const int32_t* inputs;
+    const int32_t* targets;
+    const int64_t* windows;
+  };
+  struct StepResult {
+    double loss = 0;        // mean over the whole global batch
+    double grad_norm = 0;   // global L2 norm before clipping, unscaled
+    double loss_scale = 1;  // the scale this step's gradients carried
+    bool skipped = false;   // an overflow on some rank: weights unchanged
+  };
+  struct MemoryLine {
+    std::string state;    // "compute weights", "master", ...
+    size_t bytes = 0;     // measured on this rank
+    std::string formula;  // the ZeRO formula for the stage, e.g. "2P/W"
+    double formula_bytes = 0;
+  };
+
+  ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int micro_batch, comm::Communicator& dp,
+             uint64_t seed);
+  ~ZeroEngine();
+
+  // One optimizer step over this rank's micro-batches (the accumulation steps), at learning rate lr.
+  StepResult train_step(const std::vector<MicroBatch>& micro_batches, double lr);
+  // Mean loss of one micro-batch per rank, averaged over ranks, without dropout or gradients (phase eval).
+  double evaluate(const MicroBatch& micro_batch);
+
+  const Partition& partition() const { return partition_; }
+  const ParamTable& table() const { return table_; }
+  const EventLog& events() const { return events_; }
+  EventLog& events() { return events_; }
+  std::vector<MemoryLine> memory() const;
+  std::string memory_table() const;
+  int64_t applied_steps() const { return applied_steps_; }
+  const LossScaler& loss_scaler() const { return scaler_; }
+
+  // This rank's fp32 master shard (flat shard layout; the whole padded vector at stage 0).
+  const float* master_shard() const { return master_; }
+  // The full fp32 master weights in the model layout, gathered from every rank (for tests and export).
+  std::vector<float> gather_master();
+
+ private:
+  double forward(const MicroBatch& mb, bool training, comm::Phase phase);
+  void backward(const MicroBatch& mb, float loss_multiplier);
+  const float* acquire(int unit);
+  void release(int unit);
+  float* unit_gradient(int unit);  // where a unit's backward accumulates
+  void gradient_ready(int unit);   // hands it to the reducer (stages 2, 3)
+  void reduce_at_boundary();       // stages 0, 1
+  void refresh_compute_weights();  // after the master changed
+  bool local_overflow() const;
+  double local_sum_of_squares() const;
+
+  GPTConfig model_;
+  ZeroConfig config_;
+  int B_, T_;
+  comm::Communicator& dp_;
+  ParamTable table_;
+  Partition partition_;
+  std::vector<std::string> unit_names_;
+  std::vector<int> forward_schedule_, backward_schedule_, backward_order_;
+  Arena arena_{"host"};
+  EventLog events_;
+  LossScaler scaler_;
+  int64_t applied_steps_ = 0;
+
+  // Model state (arena blocks).
+  float* master_ = nullptr;  // shard_total
+  float* adam_m_ = nullptr;
+  float* adam_v_ = nullptr;
+  void* compute_ = nullptr;        // compute dtype: shard_total (stage 3) or padded_total (stages 0-2)
+  float* compute_fp32_ = nullptr;  // stages 0-2 with fp16/bf16: the compute weights widened for the CPU
+  float* grad_ = nullptr;          // fp32: shard_total (stages 2, 3) or padded_total (stages 0, 1)
+  float* unit_grad_ = nullptr;     // stages 2, 3: one unit's gradient during backward
+  float* wte_grad_ = nullptr;      // stages 2, 3: wte's gradient, open from the head to the embedding
+
+  std::unique_ptr<WeightGatherer> gatherer_;
+  std::unique_ptr<GradientReducer> reducer_;
+
+  // Activations of one micro-batch.
+  std::vector<float> residual_;                  // (L+1) x [B*T, C]
+  std::vector<BlockActivations<float>> blocks_;  // L, or 1 with activation checkpointing
+  BlockScratch<float> scratch_;
+  HeadActivations<float> head_;
+  std::vector<float> dresidual_, recompute_out_;
+};
+
+}  // namespace gpt

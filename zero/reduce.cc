@@ -1,0 +1,165 @@
+// GradientReducer: bucketed, rank-major packing and ring reduce-scatter of gradients; see reduce.h.
+#include "zero/reduce.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "tensor/half.h"
+
+namespace gpt {
+namespace {
+
+DType wire_dtype(Precision precision) {
+  switch (precision) {
+    case Precision::kFp16:
+      return DType::kF16;
+    case Precision::kBf16:
+      return DType::kBF16;
+    case Precision::kFp32:
+      break;
+  }
+  return DType::kF32;
+}
+
+// Writes n fp32 values into the wire dtype at dst.
+void narrow(Precision precision, const float* src, void* dst, int64_t n) {
+  switch (precision) {
+    case Precision::kFp16:
+      f32_to_f16(src, static_cast<uint16_t*>(dst), n);
+      break;
+    case Precision::kBf16:
+      f32_to_bf16(src, static_cast<uint16_t*>(dst), n);
+      break;
+    case Precision::kFp32:
+      std::memcpy(dst, src, size_t(n) * sizeof(float));
+      break;
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<int>> plan_buckets(const Partition& partition, const std::vector<int>& backward_order,
+                                           int64_t bucket_size) {
+  std::vector<std::vector<int>> buckets;
+  int64_t filled = 0;
+  for (int unit : backward_order) {
+    const int64_t n = partition.unit(unit).numel;
+    if (buckets.empty() || filled + n > bucket_size) {
+      buckets.emplace_back();
+      filled = 0;
+    }
+    buckets.back().push_back(unit);
+    filled += n;
+  }
+  return buckets;
+}
+
+GradientReducer::GradientReducer(const Partition& partition, const std::vector<std::string>& unit_names,
+                                 const std::vector<int>& backward_order, comm::Communicator& dp,
+                                 Precision precision, int64_t bucket_size, bool overlap, float* grad_shard,
+                                 Arena& arena, EventLog& events)
+    : partition_(partition),
+      names_(unit_names),
+      dp_(dp),
+      precision_(precision),
+      overlap_(overlap),
+      grad_shard_(grad_shard),
+      arena_(arena),
+      events_(events),
+      buckets_(plan_buckets(partition, backward_order, bucket_size)),
+      bucket_of_unit_(partition.units().size(), -1),
+      backward_order_(backward_order) {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    int64_t shard_elements = 0;
+    for (int unit : buckets_[b]) {
+      bucket_of_unit_[unit] = int(b);
+      shard_elements += partition.unit(unit).shard;
+    }
+    bucket_shard_elements_.push_back(shard_elements);
+  }
+}
+
+GradientReducer::~GradientReducer() {
+  for (Pending& p : pending_) {
+    p.request.wait();
+    arena_.release(p.send);
+    arena_.release(p.recv);
+  }
+  arena_.release(current_send_);
+}
+
+void GradientReducer::add(int unit, const float* grad) {
+  if (next_ >= backward_order_.size() || backward_order_[next_] != unit) {
+    throw std::logic_error("GradientReducer: unit " + names_[unit] + " arrived out of backward order");
+  }
+  ++next_;
+  const int bucket = bucket_of_unit_[unit];
+  const size_t elem = dtype_size(wire_dtype(precision_));
+  if (units_in_current_ == 0) {
+    current_send_bytes_ = size_t(bucket_shard_elements_[bucket]) * partition_.num_shards() * elem;
+    current_send_ = arena_.allocate("gradient bucket (send)", "buffers", current_send_bytes_);
+  }
+  const std::vector<int>& units = buckets_[bucket];
+  // Rank-major packing: rank p's part of the bucket is [shard p of each unit, in bucket order].
+  int64_t offset_in_rank_part = 0;
+  for (size_t i = 0; i < units_in_current_; ++i) offset_in_rank_part += partition_.unit(units[i]).shard;
+  const UnitPartition& u = partition_.unit(unit);
+  uint8_t* send = static_cast<uint8_t*>(current_send_);
+  for (int p = 0; p < partition_.num_shards(); ++p) {
+    const int64_t first = std::min<int64_t>(int64_t(p) * u.shard, u.numel);
+    const int64_t real = std::min<int64_t>(u.shard, u.numel - first);
+    uint8_t* dst = send + (size_t(p) * bucket_shard_elements_[bucket] + offset_in_rank_part) * elem;
+    narrow(precision_, grad + first, dst, real);  // the padding stays zero: arena blocks come zero-filled
+  }
+  if (++units_in_current_ == units.size()) {
+    units_in_current_ = 0;
+    post(bucket);
+  }
+}
+
+void GradientReducer::post(int bucket) {
+  Pending p;
+  p.bucket = bucket;
+  p.send = current_send_;
+  p.send_bytes = current_send_bytes_;
+  p.recv_bytes = size_t(bucket_shard_elements_[bucket]) * sizeof(float);
+  p.recv = static_cast<float*>(arena_.allocate("gradient bucket (result)", "buffers", p.recv_bytes));
+  current_send_ = nullptr;
+  p.request =
+      dp_.reduce_scatter(p.send, wire_dtype(precision_), p.recv, size_t(bucket_shard_elements_[bucket]),
+                         1.0f / float(dp_.size()), comm::Phase::kGradReduce);
+  std::string label = "bucket " + std::to_string(bucket) + ": " + names_[buckets_[bucket].front()];
+  if (buckets_[bucket].size() > 1) label += ".." + names_[buckets_[bucket].back()];
+  events_.add(EngineEvent::Kind::kPostReduce, label, true);
+  pending_.push_back(std::move(p));
+  // Without overlap every reduction is waited for at once; with it, at most two are in flight.
+  const size_t max_in_flight = overlap_ ? 2 : 0;
+  while (pending_.size() > max_in_flight) complete_oldest();
+}
+
+void GradientReducer::complete_oldest() {
+  Pending p = std::move(pending_.front());
+  pending_.pop_front();
+  p.request.wait();
+  events_.add(EngineEvent::Kind::kWaitReduce, "bucket " + std::to_string(p.bucket), true);
+  int64_t offset = 0;
+  for (int unit : buckets_[p.bucket]) {
+    const UnitPartition& u = partition_.unit(unit);
+    float* dst = grad_shard_ + u.shard_offset;
+    for (int64_t j = 0; j < u.shard; ++j) dst[j] += p.recv[offset + j];
+    offset += u.shard;
+  }
+  arena_.release(p.send);
+  arena_.release(p.recv);
+}
+
+void GradientReducer::finish() {
+  while (!pending_.empty()) complete_oldest();
+  if (next_ != backward_order_.size()) {
+    throw std::logic_error("GradientReducer: finish() before every unit's gradient was added");
+  }
+  next_ = 0;
+}
+
+}  // namespace gpt

@@ -1,0 +1,73 @@
+// Gradient reduction for ZeRO stages 2 and 3, on every micro-step. Each unit's full gradient (fp32, from its
+// backward) is rounded to the wire dtype into the current bucket's send buffer, laid out rank-major, so that
+// one ring reduce-scatter gives every rank its shard of every unit in the bucket, as the mean over ranks. A
+// bucket holds whole units in backward order and closes before a unit that would take it past
+// reduce_bucket_size elements; a larger unit is a bucket of its own. Finished reductions are added in fp32
+// into the rank's gradient shard. With overlap_comm a bucket's reduction runs while backward goes on (at most
+// two in flight); without, each bucket is reduced and waited for as soon as it closes.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "tensor/arena.h"
+#include "zero/config.h"
+#include "zero/events.h"
+#include "zero/partition.h"
+
+namespace gpt {
+
+// Splits units (in backward order) into buckets by the rule above.
+std::vector<std::vector<int>> plan_buckets(const Partition& partition, const std::vector<int>& backward_order,
+                                           int64_t bucket_size);
+
+class GradientReducer {
+ public:
+  GradientReducer(const Partition& partition, const std::vector<std::string>& unit_names,
+                  const std::vector<int>& backward_order, comm::Communicator& dp, Precision precision,
+                  int64_t bucket_size, bool overlap, float* grad_shard, Arena& arena, EventLog& events);
+  ~GradientReducer();
+
+  const std::vector<std::vector<int>>& buckets() const { return buckets_; }
+
+  // Hands over unit's gradient (numel fp32 values, model layout); units must come in backward order. The
+  // gradient buffer may be reused as soon as this returns.
+  void add(int unit, const float* grad);
+  // Waits for every reduction of this micro-step. Each finished reduction is added into grad_shard (fp32, the
+  // rank's flat shard layout, given at construction).
+  void finish();
+
+ private:
+  struct Pending {
+    int bucket;
+    comm::Request request;
+    void* send;
+    float* recv;
+    size_t send_bytes, recv_bytes;
+  };
+  void post(int bucket);
+  void complete_oldest();
+
+  const Partition& partition_;
+  const std::vector<std::string>& names_;
+  comm::Communicator& dp_;
+  Precision precision_;
+  bool overlap_;
+  float* grad_shard_;
+  Arena& arena_;
+  EventLog& events_;
+  std::vector<std::vector<int>> buckets_;
+  std::vector<int> bucket_of_unit_;
+  std::vector<int64_t> bucket_shard_elements_;  // sum of the shards of its units
+  std::vector<int> backward_order_;
+  size_t next_ = 0;              // index into backward_order_ of the next unit expected
+  size_t units_in_current_ = 0;  // units already packed into the open bucket
+  void* current_send_ = nullptr;
+  size_t current_send_bytes_ = 0;
+  std::deque<Pending> pending_;
+};
+
+}  // namespace gpt
