@@ -2,9 +2,13 @@
 #include "model/layers.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
+#include "kernels/common/random.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/dropout.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/gelu.h"
 #include "kernels/cpu/layernorm.h"
@@ -27,7 +31,52 @@ void zero(std::vector<Real>& v) {
   std::fill(v.begin(), v.end(), Real(0));
 }
 
+// Active dropout in a block needs the block's index: without it every block would draw the same masks.
+void check_layer(const GPTConfig& config, const Dropout& dropout, int layer) {
+  if (dropout.active() && (layer < 0 || layer >= config.num_layers)) {
+    throw std::invalid_argument("block with active dropout needs its layer index in [0, num_layers), got " +
+                                std::to_string(layer));
+  }
+}
+
+bool hidden_on(const Dropout& dropout) {
+  return dropout.active() && dropout.hidden > 0;
+}
+
+// Hidden dropout of x [B, n] in place at (layer, site), when it is on.
+template <typename Real>
+void drop_hidden(const Dropout& dropout, int layer, DropoutSite site, Real* x, int B, int64_t n) {
+  if (!hidden_on(dropout)) return;
+  const std::vector<uint64_t> keys = dropout.keys(layer, site, B);
+  cpu::dropout_forward(x, x, keys.data(), dropout.hidden, B, n);
+}
+
+// The gradient into a hidden-dropout site's input given dout [B, n]: dout itself when dropout is off, else
+// mask * dout / (1-p) written to `buffer`.
+template <typename Real>
+const Real* hidden_gradient(const Dropout& dropout, int layer, DropoutSite site, const Real* dout,
+                            Real* buffer, int B, int64_t n) {
+  if (!hidden_on(dropout)) return dout;
+  const std::vector<uint64_t> keys = dropout.keys(layer, site, B);
+  cpu::dropout_backward(buffer, dout, keys.data(), dropout.hidden, B, n);
+  return buffer;
+}
+
 }  // namespace
+
+uint64_t dropout_key(uint64_t seed, int64_t window, int layer, DropoutSite site) {
+  constexpr uint64_t kDomain = 0x64726F706F7574ULL;  // "dropout"
+  uint64_t key = random::derive_key(seed, kDomain);
+  key = random::derive_key(key, static_cast<uint64_t>(window));
+  key = random::derive_key(key, static_cast<uint64_t>(int64_t(layer)));
+  return random::derive_key(key, static_cast<uint64_t>(site));
+}
+
+std::vector<uint64_t> Dropout::keys(int layer, DropoutSite site, int B) const {
+  std::vector<uint64_t> out(B);
+  for (int b = 0; b < B; ++b) out[b] = dropout_key(seed, windows[b], layer, site);
+  return out;
+}
 
 template <typename Real>
 void BlockActivations<Real>::resize(const GPTConfig& config, int B, int T) {
@@ -79,44 +128,66 @@ size_t HeadActivations<Real>::bytes() const {
 
 template <typename Real>
 void embed_forward(const GPTConfig& config, const Real* wte, const Real* wpe, const int32_t* tokens, int B,
-                   int T, Real* x0) {
+                   int T, Real* x0, const Dropout& dropout) {
   cpu::embedding_forward(x0, tokens, wte, wpe, B, T, config.hidden);
+  drop_hidden(dropout, kEmbeddingLayer, DropoutSite::kEmbedding, x0, B, int64_t(T) * config.hidden);
 }
 
 template <typename Real>
 void embed_backward(const GPTConfig& config, Real* dwte, Real* dwpe, const int32_t* tokens, const Real* dx0,
-                    int B, int T) {
-  cpu::embedding_backward(dwte, dwpe, dx0, tokens, B, T, config.hidden);
+                    int B, int T, const Dropout& dropout) {
+  const int64_t n = int64_t(T) * config.hidden;
+  // dx0 is the caller's (const): the masked gradient needs a buffer of its own.
+  std::vector<Real> masked(hidden_on(dropout) ? B * n : 0);
+  const Real* d_embedding =
+      hidden_gradient(dropout, kEmbeddingLayer, DropoutSite::kEmbedding, dx0, masked.data(), B, n);
+  cpu::embedding_backward(dwte, dwpe, d_embedding, tokens, B, T, config.hidden);
 }
 
 template <typename Real>
 void block_forward(const GPTConfig& config, const Real* weights, const Real* x_in, Real* x_out,
-                   BlockActivations<Real>& a, int B, int T) {
+                   BlockActivations<Real>& a, int B, int T, const Dropout& dropout, int layer) {
+  check_layer(config, dropout, layer);
   const int C = config.hidden, NH = config.heads, BT = B * T;
+  const int64_t TC = int64_t(T) * C;
   const BlockParams<const Real*> w = block_params(weights, C);
   cpu::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, w.ln1_w, w.ln1_b, BT, C);
   cpu::linear_forward(a.qkv.data(), a.ln1.data(), w.qkv_w, w.qkv_b, BT, C, 3 * C);
-  cpu::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, NH);
-  // The attention projection lands in x_out first, then becomes the residual sum r2 = x + proj.
+  const bool attention_on = dropout.active() && dropout.attention > 0;
+  const std::vector<uint64_t> att_keys =
+      attention_on ? dropout.keys(layer, DropoutSite::kAttentionProbs, B) : std::vector<uint64_t>{};
+  const cpu::AttentionDropout att_dropout{dropout.attention, att_keys.data()};
+  cpu::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, NH,
+                         attention_on ? &att_dropout : nullptr);
+  // The attention projection lands in x_out first (dropped there), then becomes the residual sum
+  // r2 = x + drop(proj).
   cpu::linear_forward(x_out, a.atty.data(), w.attn_proj_w, w.attn_proj_b, BT, C, C);
+  drop_hidden(dropout, layer, DropoutSite::kAttentionOutput, x_out, B, TC);
   cpu::residual_forward(a.residual2.data(), x_in, x_out, int64_t(BT) * C);
   cpu::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.residual2.data(), w.ln2_w,
                          w.ln2_b, BT, C);
   cpu::linear_forward(a.fch.data(), a.ln2.data(), w.fc_w, w.fc_b, BT, C, 4 * C);
   cpu::gelu_forward(a.fch_gelu.data(), a.fch.data(), int64_t(BT) * 4 * C);
   cpu::linear_forward(x_out, a.fch_gelu.data(), w.fc_proj_w, w.fc_proj_b, BT, 4 * C, C);
+  drop_hidden(dropout, layer, DropoutSite::kMlpOutput, x_out, B, TC);
   cpu::residual_forward(x_out, a.residual2.data(), x_out, int64_t(BT) * C);
 }
 
 template <typename Real>
 void block_backward(const GPTConfig& config, const Real* weights, Real* grads, const Real* x_in,
-                    const BlockActivations<Real>& a, BlockScratch<Real>& s, Real* dresidual, int B, int T) {
+                    const BlockActivations<Real>& a, BlockScratch<Real>& s, Real* dresidual, int B, int T,
+                    const Dropout& dropout, int layer) {
+  check_layer(config, dropout, layer);
   const int C = config.hidden, NH = config.heads, BT = B * T;
+  const int64_t TC = int64_t(T) * C;
   const BlockParams<const Real*> w = block_params(weights, C);
   const BlockParams<Real*> g = block_params(grads, C);
-  // dresidual = dL/d(out) = dL/d(r2) through the skip connection, and dL/d(MLP output).
+  // dresidual = dL/d(out) = dL/d(r2) through the skip connection, and dL/d(dropped MLP output). The MLP
+  // output's gradient, mask * dresidual / (1-p), borrows d_ln2, which is free until fc's backward below.
+  const Real* d_mlp_out = hidden_gradient(dropout, layer, DropoutSite::kMlpOutput,
+                                          static_cast<const Real*>(dresidual), s.d_ln2.data(), B, TC);
   zero(s.d_fch_gelu);
-  cpu::linear_backward(s.d_fch_gelu.data(), g.fc_proj_w, g.fc_proj_b, dresidual, a.fch_gelu.data(),
+  cpu::linear_backward(s.d_fch_gelu.data(), g.fc_proj_w, g.fc_proj_b, d_mlp_out, a.fch_gelu.data(),
                        w.fc_proj_w, BT, 4 * C, C);
   zero(s.d_fch);
   cpu::gelu_backward(s.d_fch.data(), a.fch.data(), s.d_fch_gelu.data(), int64_t(BT) * 4 * C);
@@ -125,12 +196,20 @@ void block_backward(const GPTConfig& config, const Real* weights, Real* grads, c
   // LayerNorm 2's input gradient joins the skip path: dresidual becomes dL/d(r2).
   cpu::layernorm_backward(dresidual, g.ln2_w, g.ln2_b, s.d_ln2.data(), a.residual2.data(), w.ln2_w,
                           a.ln2_mean.data(), a.ln2_rstd.data(), BT, C);
-  // dL/d(r2) is also dL/d(attention projection output).
+  // dL/d(r2) is also dL/d(dropped attention projection output); the projection's own gradient borrows d_ln1,
+  // which is free until qkv's backward.
+  const Real* d_attn_out = hidden_gradient(dropout, layer, DropoutSite::kAttentionOutput,
+                                           static_cast<const Real*>(dresidual), s.d_ln1.data(), B, TC);
   zero(s.d_atty);
-  cpu::linear_backward(s.d_atty.data(), g.attn_proj_w, g.attn_proj_b, dresidual, a.atty.data(), w.attn_proj_w,
-                       BT, C, C);
+  cpu::linear_backward(s.d_atty.data(), g.attn_proj_w, g.attn_proj_b, d_attn_out, a.atty.data(),
+                       w.attn_proj_w, BT, C, C);
+  const bool attention_on = dropout.active() && dropout.attention > 0;
+  const std::vector<uint64_t> att_keys =
+      attention_on ? dropout.keys(layer, DropoutSite::kAttentionProbs, B) : std::vector<uint64_t>{};
+  const cpu::AttentionDropout att_dropout{dropout.attention, att_keys.data()};
   zero(s.d_qkv);
-  cpu::attention_backward(s.d_qkv.data(), s.d_atty.data(), a.qkv.data(), a.att.data(), B, T, C, NH);
+  cpu::attention_backward(s.d_qkv.data(), s.d_atty.data(), a.qkv.data(), a.att.data(), B, T, C, NH,
+                          attention_on ? &att_dropout : nullptr);
   zero(s.d_ln1);
   cpu::linear_backward(s.d_ln1.data(), g.qkv_w, g.qkv_b, s.d_qkv.data(), a.ln1.data(), w.qkv_w, BT, C, 3 * C);
   // LayerNorm 1's input gradient joins the skip path: dresidual becomes dL/d(x_in).
@@ -168,21 +247,23 @@ void head_backward(const GPTConfig& config, const Real* lnf_w, const Real* wte, 
                           BT, C);
 }
 
-#define GPT_INSTANTIATE_LAYERS(Real)                                                                         \
-  template struct BlockActivations<Real>;                                                                    \
-  template struct BlockScratch<Real>;                                                                        \
-  template struct HeadActivations<Real>;                                                                     \
-  template void embed_forward<Real>(const GPTConfig&, const Real*, const Real*, const int32_t*, int, int,    \
-                                    Real*);                                                                  \
-  template void embed_backward<Real>(const GPTConfig&, Real*, Real*, const int32_t*, const Real*, int, int); \
-  template void block_forward<Real>(const GPTConfig&, const Real*, const Real*, Real*,                       \
-                                    BlockActivations<Real>&, int, int);                                      \
-  template void block_backward<Real>(const GPTConfig&, const Real*, Real*, const Real*,                      \
-                                     const BlockActivations<Real>&, BlockScratch<Real>&, Real*, int, int);   \
-  template Real head_forward<Real>(const GPTConfig&, const Real*, const Real*, const Real*, const Real*,     \
-                                   const int32_t*, HeadActivations<Real>&, int, int);                        \
-  template void head_backward<Real>(const GPTConfig&, const Real*, const Real*, Real*, Real*, Real*,         \
-                                    const Real*, const int32_t*, HeadActivations<Real>&, Real, Real*, int,   \
+#define GPT_INSTANTIATE_LAYERS(Real)                                                                        \
+  template struct BlockActivations<Real>;                                                                   \
+  template struct BlockScratch<Real>;                                                                       \
+  template struct HeadActivations<Real>;                                                                    \
+  template void embed_forward<Real>(const GPTConfig&, const Real*, const Real*, const int32_t*, int, int,   \
+                                    Real*, const Dropout&);                                                 \
+  template void embed_backward<Real>(const GPTConfig&, Real*, Real*, const int32_t*, const Real*, int, int, \
+                                     const Dropout&);                                                       \
+  template void block_forward<Real>(const GPTConfig&, const Real*, const Real*, Real*,                      \
+                                    BlockActivations<Real>&, int, int, const Dropout&, int);                \
+  template void block_backward<Real>(const GPTConfig&, const Real*, Real*, const Real*,                     \
+                                     const BlockActivations<Real>&, BlockScratch<Real>&, Real*, int, int,   \
+                                     const Dropout&, int);                                                  \
+  template Real head_forward<Real>(const GPTConfig&, const Real*, const Real*, const Real*, const Real*,    \
+                                   const int32_t*, HeadActivations<Real>&, int, int);                       \
+  template void head_backward<Real>(const GPTConfig&, const Real*, const Real*, Real*, Real*, Real*,        \
+                                    const Real*, const int32_t*, HeadActivations<Real>&, Real, Real*, int,  \
                                     int);
 
 GPT_INSTANTIATE_LAYERS(float)

@@ -6,6 +6,9 @@
 //   ln1 = LN(x);  qkv = ln1 Wqkv^T + bqkv;  atty = causal_attention(qkv);  r2 = x + atty Wo^T + bo
 //   ln2 = LN(r2); h = ln2 Wfc^T + bfc;  g = gelu(h);  out = r2 + g Wp^T + bp
 // Head: lnf = LN(x_L);  logits = lnf wte^T  (wte tied to the output layer);  loss = cross_entropy(logits).
+//
+// Dropout (Megatron's placement): x0 = drop(wte[tok] + wpe[t]); in a block, atty = drop(A) V, and
+// r2 = x + drop(atty Wo^T + bo), out = r2 + drop(g Wp^T + bp). The head has none.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +18,37 @@
 #include "model/config.h"
 
 namespace gpt {
+
+// Where a dropout mask is drawn; the value is part of the mask's key, so it must never change.
+enum class DropoutSite : uint64_t {
+  kEmbedding = 0,        // the embedding output x0 (drawn with layer kEmbeddingLayer)
+  kAttentionProbs = 1,   // the attention probabilities A [NH,T,T] of each sequence
+  kAttentionOutput = 2,  // the attention projection's output, before the first residual add
+  kMlpOutput = 3,        // the MLP's output, before the second residual add
+};
+// The layer index of the embedding's mask: it precedes block 0.
+inline constexpr int kEmbeddingLayer = -1;
+
+// Dropout of one micro-batch. The mask of element e of sequence b at (layer, site) is kept when
+// random::uniform32(dropout_key(seed, windows[b], layer, site), e) >= p, with e = t*C + c for [T,C]
+// activations and h*T*T + i*T + j for attention probabilities; kept values are scaled by 1/(1-p). Keying by
+// the sequence's global window index, not its slot in the micro-batch, makes the masks independent of how
+// the global batch is split over ranks and micro-steps; recomputation replays them. The default (and any
+// Dropout without windows, or with both probabilities 0) is exactly the path without dropout.
+struct Dropout {
+  double hidden = 0;  // embedding output, attention-projection output, MLP output (Megatron's hidden dropout)
+  double attention = 0;  // attention probabilities
+  uint64_t seed = 0;
+  const int64_t* windows = nullptr;  // [B]: global stream index of each sequence of the micro-batch (loader)
+
+  bool active() const { return windows != nullptr && (hidden > 0 || attention > 0); }
+  // keys[b] = dropout_key(seed, windows[b], layer, site) for b < B.
+  std::vector<uint64_t> keys(int layer, DropoutSite site, int B) const;
+};
+
+// derive_key chain of (seed, a domain tag that keeps these streams apart from initialization's, window,
+// layer, site).
+uint64_t dropout_key(uint64_t seed, int64_t window, int layer, DropoutSite site);
 
 // What one block's backward needs from its forward (the block input is kept by the caller).
 template <typename Real>
@@ -35,7 +69,7 @@ struct BlockActivations {
 template <typename Real>
 struct BlockScratch {
   std::vector<Real> d_fch_gelu, d_fch;     // [BT,4C]
-  std::vector<Real> d_ln2, d_atty, d_ln1;  // [BT,C]
+  std::vector<Real> d_ln2, d_atty, d_ln1;  // [BT,C]; d_ln2 and d_ln1 also hold masked dropout gradients
   std::vector<Real> d_qkv;                 // [BT,3C]
 
   void resize(const GPTConfig& config, int B, int T);
@@ -54,25 +88,28 @@ struct HeadActivations {
   size_t bytes() const;
 };
 
-// x0[b,t,:] = wte[tokens[b,t]] + wpe[t].
+// x0[b,t,:] = drop(wte[tokens[b,t]] + wpe[t]) (hidden dropout, site kEmbedding).
 template <typename Real>
 void embed_forward(const GPTConfig& config, const Real* wte, const Real* wpe, const int32_t* tokens, int B,
-                   int T, Real* x0);
-// Accumulates into dwte and dwpe (either may be null) from dx0.
+                   int T, Real* x0, const Dropout& dropout = Dropout{});
+// Accumulates into dwte and dwpe (either may be null) from dx0; dropout must be the forward's.
 template <typename Real>
 void embed_backward(const GPTConfig& config, Real* dwte, Real* dwpe, const int32_t* tokens, const Real* dx0,
-                    int B, int T);
+                    int B, int T, const Dropout& dropout = Dropout{});
 
-// weights: the block's unit (block_params layout). Writes x_out and the activations.
+// weights: the block's unit (block_params layout). Writes x_out and the activations. With active dropout,
+// layer (0 .. L-1) is part of the masks' key and must be given.
 template <typename Real>
 void block_forward(const GPTConfig& config, const Real* weights, const Real* x_in, Real* x_out,
-                   BlockActivations<Real>& acts, int B, int T);
+                   BlockActivations<Real>& acts, int B, int T, const Dropout& dropout = Dropout{},
+                   int layer = -1);
 
 // dresidual holds dL/d(x_out) on entry and dL/d(x_in) on return; grads (block_params layout) accumulate.
+// dropout and layer must be the forward's.
 template <typename Real>
 void block_backward(const GPTConfig& config, const Real* weights, Real* grads, const Real* x_in,
                     const BlockActivations<Real>& acts, BlockScratch<Real>& scratch, Real* dresidual, int B,
-                    int T);
+                    int T, const Dropout& dropout = Dropout{}, int layer = -1);
 
 // Final LayerNorm and tied output projection: leaves logits [BT,Vp] in acts.probs. With targets, turns them
 // into probabilities and per-token losses and returns the mean loss over the B*T tokens; without, returns 0.

@@ -33,16 +33,41 @@ void GPT2<Real>::zero_grad() {
 }
 
 template <typename Real>
+void GPT2<Real>::set_dropout(double hidden, double attention, uint64_t seed) {
+  hidden_dropout_ = hidden;
+  attention_dropout_ = attention;
+  dropout_seed_ = seed;
+}
+
+template <typename Real>
+Dropout GPT2<Real>::dropout() const {
+  return Dropout{hidden_dropout_, attention_dropout_, dropout_seed_,
+                 windows_.empty() ? nullptr : windows_.data()};
+}
+
+template <typename Real>
 Real GPT2<Real>::forward(const int32_t* inputs, const int32_t* targets) {
+  return forward(inputs, targets, nullptr);
+}
+
+template <typename Real>
+Real GPT2<Real>::forward(const int32_t* inputs, const int32_t* targets, const int64_t* windows) {
   const int T = config_.seq_len, L = config_.num_layers;
   const size_t BT = size_t(B_) * T;
   inputs_.assign(inputs, inputs + BT);
   if (targets) targets_.assign(targets, targets + BT);
+  // Kept for the backward, which must replay this forward's masks.
+  if (windows) {
+    windows_.assign(windows, windows + B_);
+  } else {
+    windows_.clear();
+  }
+  const Dropout drop = dropout();
   embed_forward(config_, unit_params(ParamTable::kWte), unit_params(ParamTable::kWpe), inputs, B_, T,
-                residual(0));
+                residual(0), drop);
   for (int l = 0; l < L; ++l) {
     block_forward(config_, unit_params(ParamTable::block_unit(l)), residual(l), residual(l + 1), blocks_[l],
-                  B_, T);
+                  B_, T, drop, l);
   }
   const Real* lnf = unit_params(table_.final_norm_unit());
   return head_forward(config_, lnf, lnf + config_.hidden, unit_params(ParamTable::kWte), residual(L), targets,
@@ -53,6 +78,7 @@ template <typename Real>
 void GPT2<Real>::backward(Real loss_multiplier) {
   const int T = config_.seq_len, L = config_.num_layers, C = config_.hidden;
   const Real dloss = loss_multiplier / static_cast<Real>(B_ * T);
+  const Dropout drop = dropout();
   const Real* lnf = unit_params(table_.final_norm_unit());
   Real* dlnf = unit_grads(table_.final_norm_unit());
   head_backward(config_, lnf, unit_params(ParamTable::kWte), dlnf, dlnf + C, unit_grads(ParamTable::kWte),
@@ -60,10 +86,10 @@ void GPT2<Real>::backward(Real loss_multiplier) {
   for (int l = L - 1; l >= 0; --l) {
     const int unit = ParamTable::block_unit(l);
     block_backward(config_, unit_params(unit), unit_grads(unit), residual(l), blocks_[l], scratch_,
-                   dresidual_.data(), B_, T);
+                   dresidual_.data(), B_, T, drop, l);
   }
   embed_backward(config_, unit_grads(ParamTable::kWte), unit_grads(ParamTable::kWpe), inputs_.data(),
-                 dresidual_.data(), B_, T);
+                 dresidual_.data(), B_, T, drop);
 }
 
 template <typename Real>

@@ -28,15 +28,25 @@ class GPT2 {
   void init(uint64_t seed);
   void zero_grad();
 
+  // Dropout probabilities and seed of the forwards that name their sequences' windows (below); 0 and 0, the
+  // default, turn dropout off. See Dropout in layers.h for the masks.
+  void set_dropout(double hidden, double attention, uint64_t seed);
+
   // inputs and targets are [B, T]. Returns the mean loss over the B*T tokens (0 without targets, which leaves
-  // only the logits, see logits()).
+  // only the logits, see logits()). Never drops out (evaluation, gradient checks).
   Real forward(const int32_t* inputs, const int32_t* targets);
+  // The training forward: as above, with set_dropout's dropout and masks keyed by windows [B], the global
+  // stream index of each sequence (from the loader). windows = null is the forward without dropout.
+  Real forward(const int32_t* inputs, const int32_t* targets, const int64_t* windows);
   // Accumulates d(objective)/d(params) into grads, where objective = mean loss * loss_multiplier (use 1/k for
-  // k accumulated micro-batches, times a loss scale). Needs the preceding forward with targets.
+  // k accumulated micro-batches, times a loss scale). Needs the preceding forward with targets, whose dropout
+  // masks it replays.
   void backward(Real loss_multiplier = Real(1));
 
   // [B*T, Vp] logits after a forward without targets (probabilities after one with targets).
   const Real* logits() const { return head_.probs.data(); }
+  // [B*T] per-token losses after a forward with targets.
+  const Real* token_losses() const { return head_.losses.data(); }
   size_t activation_bytes() const;
 
  private:
@@ -49,6 +59,11 @@ class GPT2 {
   HeadActivations<Real> head_;
   std::vector<Real> dresidual_;
   std::vector<int32_t> inputs_, targets_;
+  double hidden_dropout_ = 0, attention_dropout_ = 0;
+  uint64_t dropout_seed_ = 0;
+  std::vector<int64_t> windows_;  // the last forward's; empty when it had no dropout
+
+  Dropout dropout() const;
 
   Real* residual(int layer) {
     return residual_.data() + size_t(layer) * B_ * config_.seq_len * config_.hidden;

@@ -37,6 +37,12 @@ GPT_RANDOM_HD inline double uniform(uint64_t key, uint64_t counter) {
   return static_cast<double>(bits(key, counter) >> 11) * 0x1.0p-53;
 }
 
+// Uniform in [0, 1) with 24 random bits, exact as a float: the draw of the dropout masks. uniform32(k, c) >=
+// p exactly when (bits(k, c) >> 40) >= ceil(p * 2^24), which lets the mask loops compare integers.
+GPT_RANDOM_HD inline float uniform32(uint64_t key, uint64_t counter) {
+  return static_cast<float>(bits(key, counter) >> 40) * 0x1.0p-24f;
+}
+
 // Standard normal by Box-Muller over two uniforms drawn at counters 2i and 2i+1.
 GPT_RANDOM_HD inline double normal(uint64_t key, uint64_t index) {
   const double u1 = 1.0 - uniform(key, 2 * index);  // (0, 1]: log is finite

@@ -1,0 +1,45 @@
+// Dropout forward and backward, CPU: both apply y = mask * x / (1-p) with the mask regenerated from the
+// counter-based generator (see dropout.h). Threads split each sequence's elements; every element's result is
+// a function of (key, e, x) alone, so the thread count cannot change it.
+#include "kernels/cpu/dropout.h"
+
+#include <algorithm>
+
+#include "kernels/cpu/internal.h"
+
+namespace gpt::cpu {
+
+bool dropout_keep(uint64_t key, int64_t e, double p) {
+  return p <= 0 || (random::bits(key, uint64_t(e)) >> 40) >= detail::dropout_threshold(p);
+}
+
+template <typename Real>
+void dropout_forward(Real* out, const Real* inp, const uint64_t* keys, double p, int B, int64_t n) {
+  if (p <= 0) {
+    if (out != inp) std::copy(inp, inp + int64_t(B) * n, out);
+    return;
+  }
+  const uint64_t threshold = detail::dropout_threshold(p);
+  const Real scale = detail::dropout_scale<Real>(p);
+#pragma omp parallel
+  {
+    const detail::Range r = detail::thread_range(n);
+    for (int b = 0; b < B; ++b) {
+      const int64_t off = int64_t(b) * n + r.begin;
+      detail::dropout_span(out + off, inp + off, keys[b], uint64_t(r.begin), r.end - r.begin, threshold,
+                           scale);
+    }
+  }
+}
+
+template <typename Real>
+void dropout_backward(Real* dinp, const Real* dout, const uint64_t* keys, double p, int B, int64_t n) {
+  dropout_forward(dinp, dout, keys, p, B, n);
+}
+
+template void dropout_forward<float>(float*, const float*, const uint64_t*, double, int, int64_t);
+template void dropout_forward<double>(double*, const double*, const uint64_t*, double, int, int64_t);
+template void dropout_backward<float>(float*, const float*, const uint64_t*, double, int, int64_t);
+template void dropout_backward<double>(double*, const double*, const uint64_t*, double, int, int64_t);
+
+}  // namespace gpt::cpu
