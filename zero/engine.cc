@@ -8,60 +8,13 @@
 #include <stdexcept>
 
 #include "model/init.h"
-#include "tensor/half.h"
 #include "zero/gather.h"
 #include "zero/optimizer.h"
 #include "zero/reduce.h"
+#include "zero/wire.h"
 
 namespace gpt {
-namespace {
-
-size_t compute_bytes(Precision precision) {
-  return precision == Precision::kFp32 ? 4 : 2;
-}
-
-DType compute_dtype(Precision precision) {
-  switch (precision) {
-    case Precision::kFp16:
-      return DType::kF16;
-    case Precision::kBf16:
-      return DType::kBF16;
-    case Precision::kFp32:
-      break;
-  }
-  return DType::kF32;
-}
-
-// Rounds n fp32 values to the compute dtype at dst.
-void to_compute(Precision precision, const float* src, void* dst, int64_t n) {
-  switch (precision) {
-    case Precision::kFp16:
-      f32_to_f16(src, static_cast<uint16_t*>(dst), n);
-      break;
-    case Precision::kBf16:
-      f32_to_bf16(src, static_cast<uint16_t*>(dst), n);
-      break;
-    case Precision::kFp32:
-      std::memcpy(dst, src, size_t(n) * sizeof(float));
-      break;
-  }
-}
-
-void from_compute(Precision precision, const void* src, float* dst, int64_t n) {
-  switch (precision) {
-    case Precision::kFp16:
-      f16_to_f32(static_cast<const uint16_t*>(src), dst, n);
-      break;
-    case Precision::kBf16:
-      bf16_to_f32(static_cast<const uint16_t*>(src), dst, n);
-      break;
-    case Precision::kFp32:
-      std::memcpy(dst, src, size_t(n) * sizeof(float));
-      break;
-  }
-}
-
-}  // namespace
+namespace {}  // namespace
 
 const char* precision_name(Precision precision) {
   switch (precision) {
@@ -99,7 +52,7 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
 
   const int shard_index = partition_.num_shards() == 1 ? 0 : dp.rank();
   const int64_t S = partition_.shard_total(), P = partition_.padded_total();
-  const size_t cb = compute_bytes(config.precision);
+  const size_t cb = wire_bytes(config.precision);
   master_ = static_cast<float*>(arena_.allocate("fp32 master weights", "master", S * sizeof(float)));
   adam_m_ = static_cast<float*>(arena_.allocate("Adam first moment", "moments", S * sizeof(float)));
   adam_v_ = static_cast<float*>(arena_.allocate("Adam second moment", "moments", S * sizeof(float)));
@@ -149,18 +102,18 @@ ZeroEngine::~ZeroEngine() = default;
 
 void ZeroEngine::refresh_compute_weights() {
   const int64_t S = partition_.shard_total();
-  const size_t cb = compute_bytes(config_.precision);
+  const size_t cb = wire_bytes(config_.precision);
   if (config_.stage == 3) {
-    to_compute(config_.precision, master_, compute_, S);
+    to_wire(config_.precision, master_, compute_, S);
     return;
   }
   if (config_.stage == 0) {
-    to_compute(config_.precision, master_, compute_, S);  // the whole padded vector
+    to_wire(config_.precision, master_, compute_, S);  // the whole padded vector
   } else {
     // Stages 1 and 2: round this rank's updated shard, then all-gather every rank's, unit by unit, into the
     // full compute weights (padded layout).
     std::vector<uint8_t> shard(S * cb);
-    to_compute(config_.precision, master_, shard.data(), S);
+    to_wire(config_.precision, master_, shard.data(), S);
     for (const UnitPartition& u : partition_.units()) {
       dp_.all_gather(shard.data() + u.shard_offset * cb,
                      static_cast<uint8_t*>(compute_) + u.padded_offset * cb, u.shard * cb,
@@ -168,7 +121,7 @@ void ZeroEngine::refresh_compute_weights() {
           .wait();
     }
   }
-  if (compute_fp32_) from_compute(config_.precision, compute_, compute_fp32_, partition_.padded_total());
+  if (compute_fp32_) from_wire(config_.precision, compute_, compute_fp32_, partition_.padded_total());
 }
 
 const float* ZeroEngine::acquire(int unit) {
@@ -189,7 +142,10 @@ float* ZeroEngine::unit_gradient(int unit) {
 }
 
 void ZeroEngine::gradient_ready(int unit) {
-  if (reducer_) reducer_->add(unit, unit == ParamTable::kWte ? wte_grad_ : unit_grad_);
+  float* grad = !reducer_ ? grad_ + partition_.unit(unit).padded_offset
+                          : (unit == ParamTable::kWte ? wte_grad_ : unit_grad_);
+  if (gradient_hook_) gradient_hook_(unit, grad, partition_.unit(unit).numel);
+  if (reducer_) reducer_->add(unit, grad);
 }
 
 double ZeroEngine::forward(const MicroBatch& mb, bool training, comm::Phase phase) {
@@ -257,14 +213,13 @@ void ZeroEngine::backward(const MicroBatch& mb, float loss_multiplier) {
 
 void ZeroEngine::reduce_at_boundary() {
   const int64_t P = partition_.padded_total();
-  const DType wire = compute_dtype(config_.precision);
+  const DType wire = wire_dtype(config_.precision);
   const size_t wb = dtype_size(wire);
   std::vector<uint8_t> wire_grads(P * wb);
-  to_compute(config_.precision, grad_, wire_grads.data(), P);
-  const float mean = 1.0f / float(dp_.size());
+  to_wire(config_.precision, grad_, wire_grads.data(), P, 1.0f / float(dp_.size()));  // pre-divided: the mean
   if (config_.stage == 0) {
-    dp_.all_reduce(wire_grads.data(), wire, P, mean, comm::Phase::kGradReduce).wait();
-    from_compute(config_.precision, wire_grads.data(), grad_, P);
+    dp_.all_reduce(wire_grads.data(), wire, P, 1.0f, comm::Phase::kGradReduce).wait();
+    from_wire(config_.precision, wire_grads.data(), grad_, P);
     return;
   }
   // Stage 1: one reduce-scatter of the whole padded vector, rank-major by unit like the stage-2/3 buckets.
@@ -278,7 +233,7 @@ void ZeroEngine::reduce_at_boundary() {
     }
   }
   std::vector<float> shard(S);
-  dp_.reduce_scatter(send.data(), wire, shard.data(), S, mean, comm::Phase::kGradReduce).wait();
+  dp_.reduce_scatter(send.data(), wire, shard.data(), S, 1.0f, comm::Phase::kGradReduce).wait();
   // Keep the reduced shard at the front of grad_ (the rank's shard layout), which the optimizer reads.
   std::copy(shard.begin(), shard.end(), grad_);
 }
@@ -372,7 +327,7 @@ std::vector<float> ZeroEngine::gather_master() {
 
 std::vector<ZeroEngine::MemoryLine> ZeroEngine::memory() const {
   const double P = double(partition_.padded_total()), W = dp_.size();
-  const double cb = double(compute_bytes(config_.precision));
+  const double cb = double(wire_bytes(config_.precision));
   const int s = config_.stage;
   auto usage = [&](const std::string& category) -> size_t {
     for (const auto& c : arena_.usage_by_category()) {

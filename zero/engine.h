@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,6 +74,12 @@ class ZeroEngine {
   int64_t applied_steps() const { return applied_steps_; }
   const LossScaler& loss_scaler() const { return scaler_; }
 
+  // A test hook that sees (and may change) each unit's local gradient on this rank before it is reduced:
+  // at stages 2 and 3 the unit's gradient of one micro-step, at stages 0 and 1 the accumulating full
+  // gradient.
+  using GradientHook = std::function<void(int unit, float* grad, int64_t numel)>;
+  void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
+
   // This rank's fp32 master shard (flat shard layout; the whole padded vector at stage 0).
   const float* master_shard() const { return master_; }
   // The full fp32 master weights in the model layout, gathered from every rank (for tests and export).
@@ -102,6 +109,7 @@ class ZeroEngine {
   EventLog events_;
   LossScaler scaler_;
   int64_t applied_steps_ = 0;
+  GradientHook gradient_hook_;
 
   // Model state (arena blocks).
   float* master_ = nullptr;  // shard_total

@@ -5,22 +5,9 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "tensor/half.h"
+#include "zero/wire.h"
 
 namespace gpt {
-namespace {
-
-size_t bytes_per_element(Precision precision) {
-  return precision == Precision::kFp32 ? 4 : 2;
-}
-
-// Widens n gathered compute-dtype elements to fp32 (the CPU computes in fp32 on fp16/bf16-rounded weights).
-void widen(Precision precision, const void* wire, float* out, int64_t n) {
-  if (precision == Precision::kFp16) f16_to_f32(static_cast<const uint16_t*>(wire), out, n);
-  if (precision == Precision::kBf16) bf16_to_f32(static_cast<const uint16_t*>(wire), out, n);
-}
-
-}  // namespace
 
 WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
                                comm::Communicator& dp, Precision precision, bool overlap, Arena& arena,
@@ -29,7 +16,7 @@ WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std
       names_(unit_names),
       dp_(dp),
       precision_(precision),
-      element_bytes_(bytes_per_element(precision)),
+      element_bytes_(wire_bytes(precision)),
       overlap_(overlap),
       arena_(arena),
       events_(events) {}
@@ -103,7 +90,8 @@ const float* WeightGatherer::acquire(int unit) {
   Slot* slot = slot_of(unit);
   slot->request.wait();
   events_.add(EngineEvent::Kind::kWaitGather, names_[unit], phase_ == comm::Phase::kParamGatherBwd);
-  widen(precision_, slot->wire, slot->weights, partition_.unit(unit).numel);
+  if (precision_ != Precision::kFp32)
+    from_wire(precision_, slot->wire, slot->weights, partition_.unit(unit).numel);
   slot->acquired = true;
   return slot->weights;
 }

@@ -5,39 +5,9 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "tensor/half.h"
+#include "zero/wire.h"
 
 namespace gpt {
-namespace {
-
-DType wire_dtype(Precision precision) {
-  switch (precision) {
-    case Precision::kFp16:
-      return DType::kF16;
-    case Precision::kBf16:
-      return DType::kBF16;
-    case Precision::kFp32:
-      break;
-  }
-  return DType::kF32;
-}
-
-// Writes n fp32 values into the wire dtype at dst.
-void narrow(Precision precision, const float* src, void* dst, int64_t n) {
-  switch (precision) {
-    case Precision::kFp16:
-      f32_to_f16(src, static_cast<uint16_t*>(dst), n);
-      break;
-    case Precision::kBf16:
-      f32_to_bf16(src, static_cast<uint16_t*>(dst), n);
-      break;
-    case Precision::kFp32:
-      std::memcpy(dst, src, size_t(n) * sizeof(float));
-      break;
-  }
-}
-
-}  // namespace
 
 std::vector<std::vector<int>> plan_buckets(const Partition& partition, const std::vector<int>& backward_order,
                                            int64_t bucket_size) {
@@ -95,7 +65,7 @@ void GradientReducer::add(int unit, const float* grad) {
   }
   ++next_;
   const int bucket = bucket_of_unit_[unit];
-  const size_t elem = dtype_size(wire_dtype(precision_));
+  const size_t elem = wire_bytes(precision_);
   if (units_in_current_ == 0) {
     current_send_bytes_ = size_t(bucket_shard_elements_[bucket]) * partition_.num_shards() * elem;
     current_send_ = arena_.allocate("gradient bucket (send)", "buffers", current_send_bytes_);
@@ -110,7 +80,8 @@ void GradientReducer::add(int unit, const float* grad) {
     const int64_t first = std::min<int64_t>(int64_t(p) * u.shard, u.numel);
     const int64_t real = std::min<int64_t>(u.shard, u.numel - first);
     uint8_t* dst = send + (size_t(p) * bucket_shard_elements_[bucket] + offset_in_rank_part) * elem;
-    narrow(precision_, grad + first, dst, real);  // the padding stays zero: arena blocks come zero-filled
+    // Pre-divided by W, so the sum is the mean; the padding stays zero (arena blocks come zero-filled).
+    to_wire(precision_, grad + first, dst, real, 1.0f / float(dp_.size()));
   }
   if (++units_in_current_ == units.size()) {
     units_in_current_ = 0;
@@ -126,9 +97,8 @@ void GradientReducer::post(int bucket) {
   p.recv_bytes = size_t(bucket_shard_elements_[bucket]) * sizeof(float);
   p.recv = static_cast<float*>(arena_.allocate("gradient bucket (result)", "buffers", p.recv_bytes));
   current_send_ = nullptr;
-  p.request =
-      dp_.reduce_scatter(p.send, wire_dtype(precision_), p.recv, size_t(bucket_shard_elements_[bucket]),
-                         1.0f / float(dp_.size()), comm::Phase::kGradReduce);
+  p.request = dp_.reduce_scatter(p.send, wire_dtype(precision_), p.recv,
+                                 size_t(bucket_shard_elements_[bucket]), 1.0f, comm::Phase::kGradReduce);
   std::string label = "bucket " + std::to_string(bucket) + ": " + names_[buckets_[bucket].front()];
   if (buckets_[bucket].size() > 1) label += ".." + names_[buckets_[bucket].back()];
   events_.add(EngineEvent::Kind::kPostReduce, label, true);
