@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "comm/wire_reduce.h"
 
@@ -58,9 +59,14 @@ Task ring_reduce_scatter(Op& op, const char* send, DType dtype, float* out, std:
   const int left = wrap(r - 1, w), right = wrap(r + 1, w);
   size_t longest = 0;
   for (int j = 0; j < w; ++j) longest = std::max(longest, length(offsets, j));
-  std::vector<char> staging(4 * longest * elem);
-  char* received[2] = {staging.data(), staging.data() + longest * elem};
-  char* outgoing[2] = {staging.data() + 2 * longest * elem, staging.data() + 3 * longest * elem};
+  // Uninitialized (every byte is received or computed before it is read); with two ranks only one receive
+  // buffer is used and nothing is forwarded, with three one outgoing buffer.
+  const size_t buffer = longest * elem;
+  const int receive_buffers = std::min(w - 1, 2), send_buffers = std::min(w - 2, 2);
+  std::unique_ptr<char[]> staging(new char[(receive_buffers + send_buffers) * buffer]);
+  char* received[2] = {staging.get(), staging.get() + (receive_buffers - 1) * buffer};
+  char* outgoing[2] = {staging.get() + receive_buffers * buffer,
+                       staging.get() + (receive_buffers + std::max(send_buffers, 1) - 1) * buffer};
   Msg receive[2], sending[2];
 
   receive[0] = op.irecv(left, received[0], length(offsets, wrap(r - 2, w)) * elem);
@@ -108,9 +114,10 @@ Task all_reduce_body(Op& op, void* data, DType dtype, size_t count, float scale)
     elements[j] = std::min(count, j * chunk);
     bytes[j] = elements[j] * elem;
   }
-  std::vector<float> sum(length(elements, r));
-  co_await ring_reduce_scatter(op, static_cast<const char*>(data), dtype, sum.data(), elements, scale);
-  narrow_to_wire(sum.data(), static_cast<char*>(data) + bytes[r], dtype, sum.size());
+  const size_t mine = length(elements, r);
+  std::unique_ptr<float[]> sum(new float[mine]);
+  co_await ring_reduce_scatter(op, static_cast<const char*>(data), dtype, sum.get(), elements, scale);
+  narrow_to_wire(sum.get(), static_cast<char*>(data) + bytes[r], dtype, mine);
   co_await ring_all_gather(op, static_cast<char*>(data), bytes);
 }
 

@@ -29,7 +29,7 @@ struct EngineOptions {
   size_t broadcast_segment_bytes = size_t(1) << 20;
   int spin_polls = 64;
   int yield_polls = 64;
-  int max_sleep_us = 100;
+  int max_sleep_us = 1000;
 };
 
 class Engine {

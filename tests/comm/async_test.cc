@@ -153,6 +153,7 @@ TEST_CASE("async: many operations in flight on one communicator complete in orde
   reduce.wait();
   CHECK(all_right);
   CHECK(decode(sums.data(), 4095, DType::kF16) == float(comm.size()));
+  CHECK(session().comm_thread_cpu_seconds() > 0.0);
 }
 
 TEST_CASE("async: two caller threads issue on their own communicators at the same time") {

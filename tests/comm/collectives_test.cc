@@ -36,8 +36,8 @@ void check_reduced(const float* got, size_t n, size_t first_global, int chunk, D
     worst = std::max(worst, error / bound);
     if (error > bound) ++bound_violations;
   }
-  INFO("world rank ", world().rank(), ", dtype ", dtype_name(dtype), ", ", n, " elements, worst error/bound ",
-       worst);
+  INFO("world rank ", world().rank(), ", dtype ", std::string(dtype_name(dtype)), ", ", n,
+       " elements, worst error/bound ", worst);
   CHECK(exact_mismatches == 0);
   CHECK(bound_violations == 0);
 }

@@ -1,0 +1,157 @@
+// bench/comm: bandwidth of our MPI collectives (ring all-gather, ring reduce-scatter, all-reduce) for a few
+// sizes, next to MPICH's own MPI_Allgather / MPI_Reduce_scatter_block / MPI_Allreduce measured in the same
+// run as a yardstick, and the CPU time of our communication thread per second of wall time (busy, and idle
+// while the caller computes). Run under `mpiexec -n 2` or `-n 4`; rank 0 prints. Never passes or fails.
+//   mpiexec -n 4 bazel-bin/bench/comm [--max-mib 64] [--max-sleep-us 100]
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "comm/mpi_communicator.h"
+
+namespace {
+
+using gpt::DType;
+using gpt::comm::Communicator;
+using gpt::comm::MpiSession;
+using gpt::comm::Phase;
+using Clock = std::chrono::steady_clock;
+
+struct Timing {
+  double seconds_per_op = 0;
+  double comm_cpu_per_wall = 0;  // our communication thread's CPU seconds per wall second
+};
+
+// Runs op `iterations` times after one warm-up, between barriers; times rank 0's view of the whole loop.
+Timing time_op(MpiSession& session, Communicator& world, int iterations, const std::function<void()>& op) {
+  op();
+  world.barrier().wait();
+  const double cpu0 = session.comm_thread_cpu_seconds();
+  const auto start = Clock::now();
+  for (int i = 0; i < iterations; ++i) op();
+  world.barrier().wait();
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+  return Timing{wall / iterations, (session.comm_thread_cpu_seconds() - cpu0) / wall};
+}
+
+int iterations_for(size_t bytes) {
+  return int(std::clamp<size_t>((size_t(256) << 20) / std::max<size_t>(bytes, 1), 3, 200));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MpiSession session(argc, argv);
+  gpt::comm::MpiOptions options;
+  size_t max_mib = 64;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (!std::strcmp(argv[i], "--max-mib")) max_mib = std::strtoull(argv[i + 1], nullptr, 10);
+    if (!std::strcmp(argv[i], "--max-sleep-us")) options.max_sleep_us = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--ranks-per-node")) options.ranks_per_node = std::atoi(argv[i + 1]);
+  }
+  auto world = session.world(options);
+  const int w = world->size();
+  int thread_level = 0;
+  MPI_Query_thread(&thread_level);
+  // MPICH's collectives run on this thread beside our communication thread only with MPI_THREAD_MULTIPLE
+  // (and only while ours is idle, between our timed loops).
+  const bool yardstick = thread_level == MPI_THREAD_MULTIPLE;
+  const bool print = world->rank() == 0;
+  if (print) {
+    std::printf(
+        "bench/comm: %d ranks, %s, backoff cap %d us; GB/s = bytes of the full buffer / time; "
+        "bus GB/s scales by (W-1)/W (2(W-1)/W for all-reduce); cpu = comm thread CPU s per wall s\n",
+        w, world->topology().describe().c_str(), options.max_sleep_us);
+    std::printf("%-15s %10s %10s %9s %9s %6s %12s\n", "op", "bytes", "ms", "GB/s", "bus GB/s", "cpu",
+                "MPICH GB/s");
+  }
+
+  for (size_t bytes = size_t(64) << 10; bytes <= (max_mib << 20); bytes *= 8) {
+    const size_t total = bytes / (4 * w) * (4 * w);  // divisible into W fp16 chunks and fp32 ints
+    const int iterations = iterations_for(total);
+    std::vector<uint8_t> full(total), part(total / w);
+    std::vector<uint16_t> halves(total / 2, 0x3c00);
+    std::vector<float> shard(total / 2 / w), floats(total / 4, 1.0f), floats_out(total / 4 / w);
+
+    struct Row {
+      const char* name;
+      double bus_factor;
+      std::function<void()> ours, mpich;
+    };
+    const Row rows[] = {
+        {"all_gather", double(w - 1) / w,
+         [&] { world->all_gather(part.data(), full.data(), total / w, Phase::kParamGatherFwd).wait(); },
+         [&] {
+           MPI_Allgather(part.data(), int(total / w), MPI_BYTE, full.data(), int(total / w), MPI_BYTE,
+                         MPI_COMM_WORLD);
+         }},
+        {"reduce_scatter", double(w - 1) / w,
+         [&] {
+           world
+               ->reduce_scatter(halves.data(), DType::kF16, shard.data(), total / 2 / w, 1.0f / w,
+                                Phase::kGradReduce)
+               .wait();
+         },
+         // MPICH has no fp16 sum: its fp32 reduce-scatter of the same number of bytes is the yardstick.
+         [&] {
+           MPI_Reduce_scatter_block(floats.data(), floats_out.data(), int(total / 4 / w), MPI_FLOAT, MPI_SUM,
+                                    MPI_COMM_WORLD);
+         }},
+        {"all_reduce", 2.0 * (w - 1) / w,
+         [&] { world->all_reduce(halves.data(), DType::kF16, total / 2, 1.0f, Phase::kGradReduce).wait(); },
+         [&] {
+           MPI_Allreduce(MPI_IN_PLACE, floats.data(), int(total / 4), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+         }},
+    };
+    for (const Row& row : rows) {
+      const Timing ours = time_op(session, *world, iterations, row.ours);
+      double mpich_gbs = NAN;
+      if (yardstick) {
+        row.mpich();
+        MPI_Barrier(MPI_COMM_WORLD);
+        const auto start = Clock::now();
+        for (int i = 0; i < iterations; ++i) row.mpich();
+        MPI_Barrier(MPI_COMM_WORLD);
+        mpich_gbs = total / (std::chrono::duration<double>(Clock::now() - start).count() / iterations) / 1e9;
+      }
+      if (print) {
+        const double gbs = total / ours.seconds_per_op / 1e9;
+        std::printf("%-15s %10zu %10.3f %9.3f %9.3f %5.0f%% %12.3f\n", row.name, total,
+                    1e3 * ours.seconds_per_op, gbs, gbs * row.bus_factor, 100 * ours.comm_cpu_per_wall,
+                    mpich_gbs);
+      }
+    }
+  }
+
+  // Rank 0's communication thread while an all-gather waits 200 ms for a late peer (the last rank), and while
+  // nothing at all is in flight: what the backoff leaves to the compute threads.
+  std::vector<uint8_t> part(1 << 20), full((1 << 20) * w);
+  world->barrier().wait();
+  double cpu0 = session.comm_thread_cpu_seconds();
+  auto start = Clock::now();
+  if (w > 1 && world->rank() == w - 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  world->all_gather(part.data(), full.data(), part.size(), Phase::kParamGatherFwd).wait();
+  const double waiting = (session.comm_thread_cpu_seconds() - cpu0) /
+                         std::chrono::duration<double>(Clock::now() - start).count();
+  cpu0 = session.comm_thread_cpu_seconds();
+  start = Clock::now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double idle = (session.comm_thread_cpu_seconds() - cpu0) /
+                      std::chrono::duration<double>(Clock::now() - start).count();
+  world->barrier().wait();
+  if (print) {
+    std::printf(
+        "comm thread cpu on rank 0: %.1f%% while a gather waits 200 ms for a late peer, %.2f%% with "
+        "nothing in flight\n",
+        100 * waiting, 100 * idle);
+  }
+  return 0;
+}
