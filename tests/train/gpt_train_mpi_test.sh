@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# gpt_train under mpiexec: a 4-rank ZeRO-3 fp16 run on 2 simulated nodes writes a metrics file with every
+# field; bad settings (--ranks-per-node that does not divide the world, a stage outside 0-3, batch sizes that
+# break global = micro x accumulation x world, in flags or JSON) stop every rank with the same one line and
+# exit code 2, without hanging.
+# Arg: path of gpt_train.
+set -uo pipefail
+TRAIN=$1
+TMP=${TEST_TMPDIR:-$(mktemp -d)}
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+run_mpi() {  # ranks args...
+  local n=$1
+  shift
+  timeout --signal=KILL 120 mpiexec -n "$n" "$TRAIN" "$@"
+}
+# Every one of N ranks must print the same single line containing the fragment; exit code 2.
+expect_all_ranks_error() {  # name ranks fragment args...
+  local name=$1 n=$2 fragment=$3
+  shift 3
+  run_mpi "$n" "$@" >/dev/null 2>"$TMP/err"
+  local rc=$?
+  [[ $rc == 2 ]] || fail "$name: exit code $rc, expected 2"
+  [[ $(grep -c . "$TMP/err") == "$n" ]] || fail "$name: expected $n lines (one per rank), got: $(cat "$TMP/err")"
+  [[ $(sort -u "$TMP/err" | wc -l) == 1 ]] || fail "$name: ranks printed different lines: $(cat "$TMP/err")"
+  grep -qF -- "$fragment" "$TMP/err" || fail "$name: stderr lacks '$fragment': $(cat "$TMP/err")"
+}
+
+le32() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))\\x$(printf %02x $((($1 >> 16) & 255)))\\x$(printf %02x $((($1 >> 24) & 255)))"; }
+{ le32 20240520; le32 1; le32 4000; head -c 1012 /dev/zero; head -c 8000 /dev/urandom | tr '\200-\377' '\000-\177' | tr '\100-\177' '\000-\077'; } >"$TMP/data.bin"
+MODEL=(--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --vocab-size 16384 --threads 1
+  --data-path "$TMP/data.bin")
+
+cat >"$TMP/ds.json" <<'JSON'
+{ "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
+  "fp16": { "enabled": true, "initial_scale_power": 12 },
+  "zero_optimization": { "stage": 3, "reduce_bucket_size": 20000, "overlap_comm": true } }
+JSON
+out=$(run_mpi 4 "${MODEL[@]}" --deepspeed_config "$TMP/ds.json" --ranks-per-node 2 --train-iters 3 \
+  --metrics-file "$TMP/metrics.jsonl" 2>&1) || fail "4-rank run failed: $out"
+grep -qF "2 nodes x 2 ranks per node (simulated)), ZeRO stage 3, fp16" <<<"$out" || fail "banner: $out"
+grep -q "micro 2 x accumulation 2 x 4 ranks = global 16" <<<"$out" || fail "batch banner: $out"
+grep -q "compute weights .* ZeRO formula 2P/W" <<<"$out" || fail "memory table: $out"
+[[ $(wc -l <"$TMP/metrics.jsonl") == 3 ]] || fail "metrics lines: $(cat "$TMP/metrics.jsonl")"
+for key in '"step":3' '"loss":' '"lr":' '"loss_scale":4096' '"grad_norm":' '"skipped":false' '"skipped_total":0' \
+  '"ms":' '"tokens_per_s":' '"mfu":' '"bytes_intra_node":' '"bytes_inter_node":' '"bytes_by_phase":{"param_gather_fwd":{"intra":' \
+  '"grad_reduce":{"intra":' '"comm_wait_ms":{"param_gather_fwd":'; do
+  tail -1 "$TMP/metrics.jsonl" | grep -qF -- "$key" || fail "metrics lack $key: $(tail -1 "$TMP/metrics.jsonl")"
+done
+
+expect_all_ranks_error "ranks per node" 4 "--ranks-per-node 3 does not divide the world size 4" \
+  "${MODEL[@]}" --ranks-per-node 3
+expect_all_ranks_error "stage" 4 "--zero-stage is 4; ZeRO stages are 0, 1, 2 and 3" "${MODEL[@]}" --zero-stage 4
+expect_all_ranks_error "batch rule" 4 "global batch 10 is not divisible by micro-batch 3 x world size 4" \
+  "${MODEL[@]}" --micro-batch-size 3 --global-batch-size 10
+echo '{"train_batch_size": 32, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2}' >"$TMP/bad.json"
+expect_all_ranks_error "JSON batch rule" 4 "global batch 32 != micro-batch 2 x accumulation steps 2 x world size 4" \
+  "${MODEL[@]}" --deepspeed_config "$TMP/bad.json"
+echo '{"zero_optimization": {"stage": 7}}' >"$TMP/stage.json"
+expect_all_ranks_error "JSON stage" 2 "zero_optimization.stage must be an integer in [0, 3], got 7" \
+  "${MODEL[@]}" --deepspeed_config "$TMP/stage.json"
+echo '{"fp16": {"enabled": true,}}' >"$TMP/syntax.json"
+expect_all_ranks_error "malformed JSON" 2 "$TMP/syntax.json: malformed JSON at line 1" \
+  "${MODEL[@]}" --deepspeed_config "$TMP/syntax.json"
+
+if ((failures)); then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "all gpt_train MPI checks passed"
