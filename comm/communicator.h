@@ -90,7 +90,8 @@ class Communicator {
   // completion recv (fp32) holds chunk rank() (elements [rank*count, (rank+1)*count)) summed over all ranks
   // and multiplied by scale (1/size() for the mean). Partial sums travel in dtype; every addition is done in
   // fp32 (a received partial is widened, added to the local chunk in fp32, and rounded once to dtype before
-  // it is sent on).
+  // it is sent on). With dtype f32, recv may be send + rank() * count (in place); otherwise the buffers must
+  // not overlap.
   virtual Request reduce_scatter(const void* send, DType dtype, float* recv, size_t count, float scale,
                                  Phase phase) = 0;
 

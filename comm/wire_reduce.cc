@@ -27,7 +27,8 @@ void check_reducible(DType dtype) {
 // `count` wire elements starting at element `first` of `wire`, widened into out.
 void widen(const void* wire, size_t first, size_t count, DType dtype, float* out) {
   if (dtype == DType::kF32) {
-    std::copy_n(static_cast<const float*>(wire) + first, count, out);
+    const float* in = static_cast<const float*>(wire) + first;
+    if (in != out) std::copy_n(in, count, out);
   } else if (dtype == DType::kF16) {
     f16_to_f32(static_cast<const uint16_t*>(wire) + first, out, static_cast<int64_t>(count));
   } else {
@@ -65,12 +66,14 @@ void add_to_wire(const void* partial, const void* own, void* out, DType dtype, s
 
 void add_final(const void* partial, const void* own, float* out, float scale, DType dtype, size_t n) {
   check_reducible(dtype);
-  float b[kBlock];
+  // Both inputs are widened before out is written, so out may be own itself (an fp32 reduce-scatter in
+  // place).
+  float a[kBlock], b[kBlock];
   for (size_t i = 0; i < n; i += kBlock) {
     const size_t m = std::min(kBlock, n - i);
-    widen(partial, i, m, dtype, out + i);
+    widen(partial, i, m, dtype, a);
     widen(own, i, m, dtype, b);
-    for (size_t j = 0; j < m; ++j) out[i + j] = (out[i + j] + b[j]) * scale;
+    for (size_t j = 0; j < m; ++j) out[i + j] = (a[j] + b[j]) * scale;
   }
 }
 

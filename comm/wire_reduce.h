@@ -15,10 +15,10 @@ bool is_reducible(DType dtype);
 // out[i] = to_wire(from_wire(partial[i]) + from_wire(own[i])); out may alias partial.
 void add_to_wire(const void* partial, const void* own, void* out, DType dtype, size_t n);
 
-// out[i] = (from_wire(partial[i]) + from_wire(own[i])) * scale, in fp32.
+// out[i] = (from_wire(partial[i]) + from_wire(own[i])) * scale, in fp32; out may alias own.
 void add_final(const void* partial, const void* own, float* out, float scale, DType dtype, size_t n);
 
-// out[i] = from_wire(in[i]) * scale.
+// out[i] = from_wire(in[i]) * scale; out may alias in.
 void widen_scaled(const void* in, float* out, float scale, DType dtype, size_t n);
 
 // out[i] = to_wire(in[i]) (round to nearest even for fp16/bf16).

@@ -82,6 +82,18 @@ TEST_CASE("reduce_scatter: the replayed ring bit for bit, and float64 within the
   }
 }
 
+TEST_CASE("reduce_scatter: fp32 in place, the result over this rank's own chunk") {
+  Communicator& comm = world();
+  const int w = comm.size(), r = comm.rank();
+  const size_t count = 3001;
+  std::vector<float> data(w * count);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = input_value(r, i, DType::kF32, 31);
+  comm.reduce_scatter(data.data(), DType::kF32, data.data() + r * count, count, 0.25f, Phase::kGradReduce)
+      .wait();
+  check_reduced(data.data() + r * count, count, r * count, r, DType::kF32, 31, 0.25f,
+                /*rounded_to_wire=*/false);
+}
+
 TEST_CASE("all_reduce: same bits on every rank, uneven and empty chunks") {
   Communicator& comm = world();
   const int w = comm.size(), r = comm.rank();
