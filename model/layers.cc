@@ -62,6 +62,24 @@ const Real* hidden_gradient(const Dropout& dropout, int layer, DropoutSite site,
   return buffer;
 }
 
+// The attention kernel's dropout at a layer, owning the per-sequence keys: null when attention dropout is
+// off.
+class AttentionMasks {
+ public:
+  AttentionMasks(const Dropout& dropout, int layer, int B) {
+    if (dropout.active() && dropout.attention > 0)
+      keys_ = dropout.keys(layer, DropoutSite::kAttentionProbs, B);
+    spec_ = {dropout.attention, keys_.data()};
+  }
+  AttentionMasks(const AttentionMasks&) = delete;
+  AttentionMasks& operator=(const AttentionMasks&) = delete;
+  const cpu::AttentionDropout* get() const { return keys_.empty() ? nullptr : &spec_; }
+
+ private:
+  std::vector<uint64_t> keys_;
+  cpu::AttentionDropout spec_;
+};
+
 }  // namespace
 
 uint64_t dropout_key(uint64_t seed, int64_t window, int layer, DropoutSite site) {
@@ -153,12 +171,8 @@ void block_forward(const GPTConfig& config, const Real* weights, const Real* x_i
   const BlockParams<const Real*> w = block_params(weights, C);
   cpu::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), x_in, w.ln1_w, w.ln1_b, BT, C);
   cpu::linear_forward(a.qkv.data(), a.ln1.data(), w.qkv_w, w.qkv_b, BT, C, 3 * C);
-  const bool attention_on = dropout.active() && dropout.attention > 0;
-  const std::vector<uint64_t> att_keys =
-      attention_on ? dropout.keys(layer, DropoutSite::kAttentionProbs, B) : std::vector<uint64_t>{};
-  const cpu::AttentionDropout att_dropout{dropout.attention, att_keys.data()};
-  cpu::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, NH,
-                         attention_on ? &att_dropout : nullptr);
+  const AttentionMasks attention_masks(dropout, layer, B);
+  cpu::attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, NH, attention_masks.get());
   // The attention projection lands in x_out first (dropped there), then becomes the residual sum
   // r2 = x + drop(proj).
   cpu::linear_forward(x_out, a.atty.data(), w.attn_proj_w, w.attn_proj_b, BT, C, C);
@@ -203,13 +217,10 @@ void block_backward(const GPTConfig& config, const Real* weights, Real* grads, c
   zero(s.d_atty);
   cpu::linear_backward(s.d_atty.data(), g.attn_proj_w, g.attn_proj_b, d_attn_out, a.atty.data(),
                        w.attn_proj_w, BT, C, C);
-  const bool attention_on = dropout.active() && dropout.attention > 0;
-  const std::vector<uint64_t> att_keys =
-      attention_on ? dropout.keys(layer, DropoutSite::kAttentionProbs, B) : std::vector<uint64_t>{};
-  const cpu::AttentionDropout att_dropout{dropout.attention, att_keys.data()};
+  const AttentionMasks attention_masks(dropout, layer, B);
   zero(s.d_qkv);
   cpu::attention_backward(s.d_qkv.data(), s.d_atty.data(), a.qkv.data(), a.att.data(), B, T, C, NH,
-                          attention_on ? &att_dropout : nullptr);
+                          attention_masks.get());
   zero(s.d_ln1);
   cpu::linear_backward(s.d_ln1.data(), g.qkv_w, g.qkv_b, s.d_qkv.data(), a.ln1.data(), w.qkv_w, BT, C, 3 * C);
   // LayerNorm 1's input gradient joins the skip path: dresidual becomes dL/d(x_in).
