@@ -29,6 +29,9 @@ std::unique_ptr<Group> make_group(MPI_Comm comm, std::vector<int> world_ranks, c
   return group;
 }
 
+// An MPI_Testall that finds nothing to do returns in about a microsecond.
+constexpr auto kBusyPoll = std::chrono::microseconds(20);
+
 double seconds_of(clockid_t clock) {
   timespec now{};
   if (clock_gettime(clock, &now) != 0) return 0.0;
@@ -221,7 +224,11 @@ void Engine::loop() {
     }
     const uint64_t seen = submitted_;
     lock.unlock();
-    const bool advanced = progress();
+    // A large message moves in fragments, each copied inside some MPI_Test call, and no request completes
+    // until the last one: a poll that took long did work, so it counts as progress and keeps the backoff
+    // from sleeping between fragments (measured: 2-3x slower 32 MB reductions without this).
+    const auto poll_start = std::chrono::steady_clock::now();
+    const bool advanced = progress() || std::chrono::steady_clock::now() - poll_start > kBusyPoll;
     if (advanced) {
       idle = 0;
       lock.lock();

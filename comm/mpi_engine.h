@@ -6,7 +6,8 @@
 // Why not spin: ranks share two cores with the compute threads, so the loop polls a few times, then yields,
 // then sleeps with a capped exponential backoff (on a condition variable, so a new operation wakes it at
 // once), and sleeps without a timeout when there is nothing in flight. Its timer slack is set to 1 us so
-// that the short sleeps are short.
+// that the short sleeps are short. Any completed message resets the backoff, and so does a poll that took
+// long (over 20 us): that one copied a fragment of a large message, which completes no request by itself.
 #pragma once
 
 #include <pthread.h>
