@@ -164,12 +164,12 @@ TEST_CASE("barrier: no rank leaves before the last one arrives") {
   }
   comm.barrier().wait();
   const auto start = std::chrono::steady_clock::now();
-  if (comm.rank() == comm.size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  if (comm.rank() == comm.size() - 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   comm.barrier().wait();
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   INFO("world rank ", comm.rank());
-  CHECK(ms >= 50.0);
+  CHECK(ms >= 100.0);  // not 200: ranks leave the first barrier at slightly different times
 }
 
 TEST_CASE("Request: a default one is complete; waiting twice is fine; done() turns true") {
