@@ -1,0 +1,240 @@
+// Bulk block quantizers on the CPU (see quantize.h for the wire format, quantize_block.h for the math).
+//
+// Each block is one task: an integer max over its magnitudes (its absmax and non-finite flag at once), its
+// scale, then one pass that quantizes (or dequantizes) it. A block of up to 4096 fp32 values stays in L1
+// between the two passes. Blocks are independent, so OpenMP splits the flat list of (slice, block) pairs and
+// the bytes cannot depend on the thread count. This file is compiled with -ffp-contract=off (see BUILD).
+#include "kernels/quant/quantize.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/quant/quantize_block.h"
+#include "tensor/half.h"
+
+namespace gpt::quant {
+namespace {
+
+// Below this many values a call runs on the calling thread: waking the team would cost more than the work.
+constexpr int64_t kParallelMinValues = int64_t{1} << 16;
+
+void check_arguments(const char* function, int64_t slice_len, int64_t count, int bits, int64_t block) {
+  std::string problem;
+  if (bits != 4 && bits != 8) problem = "bits is " + std::to_string(bits) + "; it must be 4 or 8";
+  if (!valid_block_size(block))
+    problem = "block size is " + std::to_string(block) + "; it must be a positive multiple of 8";
+  if (slice_len < 0 || count < 0)
+    problem = "negative length (" + std::to_string(slice_len) + " x " + std::to_string(count) + ")";
+  if (!problem.empty()) throw std::invalid_argument(std::string("gpt::quant::") + function + ": " + problem);
+}
+
+// Input readers: value i of a slice, widened exactly to fp32.
+struct ReadF32 {
+  const float* p;
+  float operator()(int64_t i) const { return p[i]; }
+  ReadF32 at(int64_t offset) const { return {p + offset}; }
+};
+struct ReadF16 {
+  const uint16_t* p;
+  float operator()(int64_t i) const { return f16_to_f32(p[i]); }
+  ReadF16 at(int64_t offset) const { return {p + offset}; }
+};
+struct ReadBF16 {
+  const uint16_t* p;
+  float operator()(int64_t i) const { return bf16_to_f32(p[i]); }
+  ReadBF16 at(int64_t offset) const { return {p + offset}; }
+};
+
+// Output writers: what becomes of dequantized value i.
+struct WriteF32 {
+  float* p;
+  void operator()(int64_t i, float v) const { p[i] = v; }
+  WriteF32 at(int64_t offset) const { return {p + offset}; }
+};
+struct WriteRoundedF16 {
+  float* p;
+  void operator()(int64_t i, float v) const { p[i] = round_to_f16(v); }
+  WriteRoundedF16 at(int64_t offset) const { return {p + offset}; }
+};
+struct WriteRoundedBF16 {
+  float* p;
+  void operator()(int64_t i, float v) const { p[i] = round_to_bf16(v); }
+  WriteRoundedBF16 at(int64_t offset) const { return {p + offset}; }
+};
+struct AddF32 {
+  float* p;
+  void operator()(int64_t i, float v) const { p[i] += v; }  // two roundings: contraction is off here
+  AddF32 at(int64_t offset) const { return {p + offset}; }
+};
+
+// Quantizes one block of len values; writes its codes and its scale (unaligned). Returns whether it was
+// finite.
+template <int kBits, class Read>
+bool quantize_block(Read x, int64_t len, uint8_t* codes, uint8_t* scale_slot) {
+  constexpr int qmax = qmax_of(kBits);
+  uint32_t absmax = 0;
+  for (int64_t i = 0; i < len; ++i) absmax = std::max(absmax, magnitude_bits(x(i)));
+  const float scale = block_scale(absmax, qmax);
+  std::memcpy(scale_slot, &scale, sizeof scale);
+  if (!block_is_finite(absmax)) {
+    std::memset(codes, 0, data_bytes(len, kBits));
+    return false;
+  }
+  if constexpr (kBits == 8) {
+    for (int64_t i = 0; i < len; ++i) codes[i] = static_cast<uint8_t>(quantize_value(x(i), scale, qmax));
+  } else {
+    const int64_t pairs = len / 2;
+    for (int64_t k = 0; k < pairs; ++k)
+      codes[k] = pack_int4(quantize_value(x(2 * k), scale, qmax), quantize_value(x(2 * k + 1), scale, qmax));
+    if (len % 2 != 0) codes[pairs] = pack_int4(quantize_value(x(len - 1), scale, qmax), 0);
+  }
+  return true;
+}
+
+template <int kBits, class Write>
+void dequantize_block(const uint8_t* codes, float scale, int64_t len, Write out) {
+  if constexpr (kBits == 8) {
+    for (int64_t i = 0; i < len; ++i) out(i, dequantize_value(static_cast<int8_t>(codes[i]), scale));
+  } else {
+    const int64_t pairs = len / 2;
+    for (int64_t k = 0; k < pairs; ++k) {
+      out(2 * k, dequantize_value(unpack_int4_low(codes[k]), scale));
+      out(2 * k + 1, dequantize_value(unpack_int4_high(codes[k]), scale));
+    }
+    if (len % 2 != 0) out(len - 1, dequantize_value(unpack_int4_low(codes[pairs]), scale));
+  }
+}
+
+template <int kBits, class Read>
+bool quantize_all(Read x, int64_t slice_len, int64_t count, int block, uint8_t* out) {
+  const int64_t blocks = block_count(slice_len, block);
+  const int64_t total = blocks * count;
+  const size_t slice_bytes = quantized_bytes(slice_len, kBits, block);
+  const size_t codes_bytes = data_bytes(slice_len, kBits);
+  bool finite = true;
+#pragma omp parallel for schedule(static) reduction(&& : finite) if (slice_len * count >= kParallelMinValues)
+  for (int64_t g = 0; g < total; ++g) {
+    const int64_t slice = g / blocks, b = g % blocks;
+    const int64_t first = b * block;
+    const int64_t len = std::min<int64_t>(block, slice_len - first);
+    uint8_t* base = out + static_cast<size_t>(slice) * slice_bytes;
+    const bool block_finite = quantize_block<kBits>(
+        x.at(slice * slice_len + first), len, base + data_bytes(first, kBits), base + codes_bytes + 4 * b);
+    finite = finite && block_finite;
+  }
+  return finite;
+}
+
+template <int kBits, class Write>
+void dequantize_all(const uint8_t* in, int64_t slice_len, int64_t count, int block, Write out) {
+  const int64_t blocks = block_count(slice_len, block);
+  const int64_t total = blocks * count;
+  const size_t slice_bytes = quantized_bytes(slice_len, kBits, block);
+  const size_t codes_bytes = data_bytes(slice_len, kBits);
+#pragma omp parallel for schedule(static) if (slice_len * count >= kParallelMinValues)
+  for (int64_t g = 0; g < total; ++g) {
+    const int64_t slice = g / blocks, b = g % blocks;
+    const int64_t first = b * block;
+    const int64_t len = std::min<int64_t>(block, slice_len - first);
+    const uint8_t* base = in + static_cast<size_t>(slice) * slice_bytes;
+    float scale;
+    std::memcpy(&scale, base + codes_bytes + 4 * b, sizeof scale);
+    dequantize_block<kBits>(base + data_bytes(first, kBits), scale, len, out.at(slice * slice_len + first));
+  }
+}
+
+template <class Read>
+bool quantize_bits(Read x, int64_t slice_len, int64_t count, int bits, int block, uint8_t* out) {
+  return bits == 8 ? quantize_all<8>(x, slice_len, count, block, out)
+                   : quantize_all<4>(x, slice_len, count, block, out);
+}
+
+template <class Write>
+void dequantize_bits(const uint8_t* in, int64_t slice_len, int64_t count, int bits, int block, Write out) {
+  if (bits == 8) {
+    dequantize_all<8>(in, slice_len, count, block, out);
+  } else {
+    dequantize_all<4>(in, slice_len, count, block, out);
+  }
+}
+
+}  // namespace
+
+bool valid_block_size(int64_t block) {
+  return block > 0 && block % 8 == 0 && block <= (int64_t{1} << 30);
+}
+
+int64_t block_count(int64_t n, int block) {
+  return (n + block - 1) / block;
+}
+
+size_t data_bytes(int64_t n, int bits) {
+  return static_cast<size_t>(bits == 8 ? n : (n + 1) / 2);
+}
+
+size_t quantized_bytes(int64_t n, int bits, int block) {
+  return data_bytes(n, bits) + sizeof(float) * static_cast<size_t>(block_count(n, block));
+}
+
+bool quantize_slices(const float* x, int64_t slice_len, int64_t count, int bits, int block, uint8_t* out) {
+  check_arguments("quantize_slices", slice_len, count, bits, block);
+  return quantize_bits(ReadF32{x}, slice_len, count, bits, block, out);
+}
+
+bool quantize_slices(const void* x, DType dtype, int64_t slice_len, int64_t count, int bits, int block,
+                     uint8_t* out) {
+  check_arguments("quantize_slices", slice_len, count, bits, block);
+  switch (dtype) {
+    case DType::kF32:
+      return quantize_bits(ReadF32{static_cast<const float*>(x)}, slice_len, count, bits, block, out);
+    case DType::kF16:
+      return quantize_bits(ReadF16{static_cast<const uint16_t*>(x)}, slice_len, count, bits, block, out);
+    case DType::kBF16:
+      return quantize_bits(ReadBF16{static_cast<const uint16_t*>(x)}, slice_len, count, bits, block, out);
+    default:
+      throw std::invalid_argument(std::string("gpt::quant::quantize_slices: cannot quantize dtype ") +
+                                  dtype_name(dtype) + "; pass f32, f16 or bf16");
+  }
+}
+
+void dequantize_slices(const uint8_t* in, int64_t slice_len, int64_t count, int bits, int block, float* out,
+                       DType round_to) {
+  check_arguments("dequantize_slices", slice_len, count, bits, block);
+  switch (round_to) {
+    case DType::kF32:
+      return dequantize_bits(in, slice_len, count, bits, block, WriteF32{out});
+    case DType::kF16:
+      return dequantize_bits(in, slice_len, count, bits, block, WriteRoundedF16{out});
+    case DType::kBF16:
+      return dequantize_bits(in, slice_len, count, bits, block, WriteRoundedBF16{out});
+    default:
+      throw std::invalid_argument(std::string("gpt::quant::dequantize_slices: cannot round to dtype ") +
+                                  dtype_name(round_to) + "; pass f32, f16 or bf16");
+  }
+}
+
+void dequantize_add_slices(const uint8_t* in, int64_t slice_len, int64_t count, int bits, int block,
+                           float* acc) {
+  check_arguments("dequantize_add_slices", slice_len, count, bits, block);
+  dequantize_bits(in, slice_len, count, bits, block, AddF32{acc});
+}
+
+bool quantize_slice(const float* x, int64_t n, int bits, int block, uint8_t* out) {
+  return quantize_slices(x, n, 1, bits, block, out);
+}
+
+bool quantize_slice(const void* x, DType dtype, int64_t n, int bits, int block, uint8_t* out) {
+  return quantize_slices(x, dtype, n, 1, bits, block, out);
+}
+
+void dequantize_slice(const uint8_t* in, int64_t n, int bits, int block, float* out, DType round_to) {
+  dequantize_slices(in, n, 1, bits, block, out, round_to);
+}
+
+void dequantize_add(const uint8_t* in, int64_t n, int bits, int block, float* acc) {
+  dequantize_add_slices(in, n, 1, bits, block, acc);
+}
+
+}  // namespace gpt::quant
