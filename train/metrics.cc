@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <vector>
 
 #include "train/flags.h"
 
@@ -18,28 +17,9 @@ StepTraffic::StepTraffic(comm::Communicator& world) : world_(world), baseline_(w
 
 comm::TrafficCounts StepTraffic::collect() {
   const comm::TrafficCounts mine = world_.meter().snapshot() - baseline_;
-  // Bytes as uint64 and waits as double, packed side by side and all-gathered as raw bytes.
-  constexpr int kFields = comm::kNumPhases * 3;
-  std::vector<uint64_t> packed(kFields);
-  for (int p = 0; p < comm::kNumPhases; ++p) {
-    packed[3 * p] = mine.bytes[p][0];
-    packed[3 * p + 1] = mine.bytes[p][1];
-    std::memcpy(&packed[3 * p + 2], &mine.wait_ms[p], sizeof(double));
-  }
-  std::vector<uint64_t> all(size_t(kFields) * world_.size());
-  world_.all_gather(packed.data(), all.data(), kFields * sizeof(uint64_t), comm::Phase::kOther).wait();
-  baseline_ = world_.meter().snapshot();
-  comm::TrafficCounts total;
-  for (int r = 0; r < world_.size(); ++r) {
-    for (int p = 0; p < comm::kNumPhases; ++p) {
-      const uint64_t* f = &all[size_t(r) * kFields + 3 * p];
-      total.bytes[p][0] += f[0];
-      total.bytes[p][1] += f[1];
-      double wait = 0;
-      std::memcpy(&wait, &f[2], sizeof(double));
-      total.wait_ms[p] += wait / world_.size();
-    }
-  }
+  comm::TrafficCounts total = comm::sum_over_ranks(world_, mine);
+  baseline_ = world_.meter().snapshot();  // after the sum's own messages, which belong to no step
+  for (double& wait : total.wait_ms) wait /= world_.size();  // the mean over ranks
   return total;
 }
 

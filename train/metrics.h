@@ -11,9 +11,9 @@
 
 namespace gpt {
 
-// The traffic of one step over all ranks. Each rank's counts since the previous call are gathered (as raw
-// integers, so the sums are exact) and added; wait_ms becomes the mean over ranks. The gather's own bytes are
-// excluded: the next step is measured from a snapshot taken after it.
+// The traffic of one step over all ranks: each rank's counts since the previous call, summed exactly over
+// ranks (comm::sum_over_ranks), with wait_ms as the mean over ranks. The summing's own bytes belong to no
+// step: the next one is measured from a snapshot taken after it.
 class StepTraffic {
  public:
   explicit StepTraffic(comm::Communicator& world);

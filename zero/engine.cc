@@ -35,6 +35,7 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
       B_(micro_batch),
       T_(model.seq_len),
       dp_(dp),
+      seed_(seed),
       table_(make_param_table(model)),
       partition_(table_, dp.size(), config.stage == 0 ? 1 : dp.size()),
       events_(config.record_events),
@@ -155,15 +156,16 @@ double ZeroEngine::forward(const MicroBatch& mb, bool training, comm::Phase phas
   const float* wte = acquire(ParamTable::kWte);
   const float* wpe = acquire(ParamTable::kWpe);
   events_.add(EngineEvent::Kind::kComputeBegin, "wte+wpe", false);
-  embed_forward(model_, wte, wpe, mb.inputs, B_, T_, residual_.data());
+  const Dropout dropout = dropout_for(mb, training);
+  embed_forward(model_, wte, wpe, mb.inputs, B_, T_, residual_.data(), dropout);
   release(ParamTable::kWpe);
   for (int l = 0; l < L; ++l) {
     const int unit = ParamTable::block_unit(l);
     const float* weights = acquire(unit);
     events_.add(EngineEvent::Kind::kComputeBegin, unit_names_[unit], false);
     BlockActivations<float>& acts = blocks_[config_.checkpoint_activations || !training ? 0 : l];
-    block_forward(model_, weights, residual_.data() + l * BTC, residual_.data() + (l + 1) * BTC, acts, B_,
-                  T_);
+    block_forward(model_, weights, residual_.data() + l * BTC, residual_.data() + (l + 1) * BTC, acts, B_, T_,
+                  dropout, l);
     release(unit);
   }
   const int lnf_unit = table_.final_norm_unit();
@@ -176,8 +178,14 @@ double ZeroEngine::forward(const MicroBatch& mb, bool training, comm::Phase phas
   return loss;
 }
 
+Dropout ZeroEngine::dropout_for(const MicroBatch& mb, bool training) const {
+  if (!training) return Dropout{};
+  return Dropout{config_.hidden_dropout, config_.attention_dropout, seed_, mb.windows};
+}
+
 void ZeroEngine::backward(const MicroBatch& mb, float loss_multiplier) {
   const int L = model_.num_layers, C = model_.hidden;
+  const Dropout dropout = dropout_for(mb, true);
   const size_t BTC = size_t(B_) * T_ * C;
   if (gatherer_) gatherer_->begin_pass(backward_schedule_, comm::Phase::kParamGatherBwd, compute_);
   const int lnf_unit = table_.final_norm_unit();
@@ -198,15 +206,17 @@ void ZeroEngine::backward(const MicroBatch& mb, float loss_multiplier) {
     BlockActivations<float>& acts = blocks_[config_.checkpoint_activations ? 0 : l];
     if (config_.checkpoint_activations) {
       // Recompute this block's forward from its saved input, with the weights of this same gather.
-      block_forward(model_, weights, x_in, recompute_out_.data(), acts, B_, T_);
+      block_forward(model_, weights, x_in, recompute_out_.data(), acts, B_, T_, dropout, l);
     }
     events_.add(EngineEvent::Kind::kComputeBegin, unit_names_[unit], true);
-    block_backward(model_, weights, unit_gradient(unit), x_in, acts, scratch_, dresidual_.data(), B_, T_);
+    block_backward(model_, weights, unit_gradient(unit), x_in, acts, scratch_, dresidual_.data(), B_, T_,
+                   dropout, l);
     release(unit);
     gradient_ready(unit);
   }
   // The embedding's backward needs no weights: it scatters into wte's open gradient and into wpe's.
-  embed_backward(model_, dwte, unit_gradient(ParamTable::kWpe), mb.inputs, dresidual_.data(), B_, T_);
+  embed_backward(model_, dwte, unit_gradient(ParamTable::kWpe), mb.inputs, dresidual_.data(), B_, T_,
+                 dropout);
   gradient_ready(ParamTable::kWpe);
   gradient_ready(ParamTable::kWte);
 }

@@ -87,6 +87,8 @@ class ZeroEngine {
 
  private:
   double forward(const MicroBatch& mb, bool training, comm::Phase phase);
+  // The dropout of a training micro-batch (masks keyed by seed and window), or none for evaluation.
+  Dropout dropout_for(const MicroBatch& mb, bool training) const;
   void backward(const MicroBatch& mb, float loss_multiplier);
   const float* acquire(int unit);
   void release(int unit);
@@ -101,6 +103,7 @@ class ZeroEngine {
   ZeroConfig config_;
   int B_, T_;
   comm::Communicator& dp_;
+  uint64_t seed_;
   ParamTable table_;
   Partition partition_;
   std::vector<std::string> unit_names_;

@@ -232,19 +232,6 @@ void check_ring(const gpt::comm::TrafficCounts& t, Phase phase, int64_t E, int b
   CHECK(t.at(phase, Link::kIntraNode) == total - inter);
 }
 
-// This rank's step counts summed over all ranks, exactly (bytes as raw integers).
-gpt::comm::TrafficCounts sum_over_ranks(const gpt::comm::TrafficCounts& mine) {
-  std::vector<uint64_t> all(size_t(world().size()) * gpt::comm::kNumPhases * 2);
-  world().all_gather(mine.bytes.data(), all.data(), sizeof(mine.bytes), Phase::kOther).wait();
-  gpt::comm::TrafficCounts total;
-  for (int r = 0; r < world().size(); ++r) {
-    for (int p = 0; p < gpt::comm::kNumPhases; ++p) {
-      for (int l = 0; l < 2; ++l) total.bytes[p][l] += all[(size_t(r) * gpt::comm::kNumPhases + p) * 2 + l];
-    }
-  }
-  return total;
-}
-
 }  // namespace
 
 TEST_CASE("traffic per step equals the closed forms; the PMPI witness agrees with the meter") {
@@ -256,7 +243,7 @@ TEST_CASE("traffic per step equals the closed forms; the PMPI witness agrees wit
     spec.steps = 2;
     spec.accumulation = accumulation;
     const RunResult r = gpt::testing::run(world(), model, spec);
-    const gpt::comm::TrafficCounts t = sum_over_ranks(r.traffic.back());
+    const gpt::comm::TrafficCounts t = gpt::comm::sum_over_ranks(world(), r.traffic.back());
     check_ring(t, Phase::kParamGatherFwd, f.P, 2, accumulation, W, N);
     check_ring(t, Phase::kParamGatherBwd, f.P - f.P_wpe, 2, accumulation, W, N);
     check_ring(t, Phase::kGradReduce, f.P, 2, accumulation, W, N);
@@ -264,7 +251,7 @@ TEST_CASE("traffic per step equals the closed forms; the PMPI witness agrees wit
   RunSpec stage0 = spec_for(0, Precision::kFp16, 0.1);
   stage0.steps = 2;
   const RunResult r0 = gpt::testing::run(world(), model, stage0);
-  const gpt::comm::TrafficCounts t0 = sum_over_ranks(r0.traffic.back());
+  const gpt::comm::TrafficCounts t0 = gpt::comm::sum_over_ranks(world(), r0.traffic.back());
   check_ring(t0, Phase::kGradReduce, f.P, 2, 2, W, N);  // one all-reduce = reduce-scatter + all-gather
   CHECK(t0.at(Phase::kParamGatherFwd) == 0);
   CHECK(t0.at(Phase::kParamGatherBwd) == 0);
