@@ -7,9 +7,8 @@
 //   [scales: ceil(n/B) fp32, native byte order]
 // in one contiguous buffer of quantized_bytes(n, bits, B) bytes, with no padding: the scales start right
 // after the data and need not be 4-byte aligned. Blocks start at the slice's start and never span two slices;
-// the last block of a slice is short when B does not divide n. Many slices ("W consecutive slices of
-// slice_len values") quantize to W such buffers back to back, slice i at byte i * quantized_bytes(slice_len,
-// bits, B).
+// the last block of a slice is short when B does not divide n. W consecutive slices of slice_len values
+// quantize to W such buffers back to back: slice i starts at byte i * quantized_bytes(slice_len, bits, B).
 //
 // Every function parallelizes over blocks with OpenMP (gpt::cpu::set_num_threads sets the count); each block
 // is computed by one thread with the same instructions whatever the count, so results never depend on it.

@@ -16,17 +16,17 @@
 //  * Subnormal scales (a < qmax * 2^-126). A subnormal s has few significant bits, so the nearest one can be
 //    far below a / qmax (int8, a = 190 * 2^-149: s = 2^-149, and 190 would clip to 127). There s is rounded
 //    up instead, s = ceil(a / (qmax * 2^-149)) * 2^-149, computed exactly in integers; then a / s <= qmax.
-//  * a = FLT_MAX with int8: 127 * RN(a / 127) overflows to inf. Whenever qmax * s overflows, s is lowered by
-//  one
-//    ulp (a / s then exceeds qmax by one part in 2^23, and still rounds to qmax), so finite in, finite out.
+//  * a = FLT_MAX with int8: 127 * RN(a / 127) overflows to inf. Whenever qmax * s overflows, s is lowered
+//    by one ulp (a / s then exceeds qmax by one part in 2^23 and still rounds to qmax): finite in, finite
+//    out.
 //
 // Why host and device agree bit for bit. IEEE 754 division and multiplication are correctly rounded, rounding
 // an fp32 value to an integer is exact, and the clamp and the integer conversion are exact; so every result
 // is a function of the input bits alone, provided that
 //  1. x / s is a true division, never a multiplication by 1/s: no -ffast-math or -freciprocal-math on the
-//  host,
-//     and no --use_fast_math / -prec-div=false for nvcc (the device path calls __fdiv_rn explicitly);
-//  2. subnormals are honoured: no FTZ/DAZ (the host's default MXCSR; nvcc's default -ftz=false);
+//     host; the device path calls __fdiv_rn, __fmul_rn and __fadd_rn, which stay IEEE under any nvcc flags;
+//  2. subnormals are honoured: no FTZ/DAZ, i.e. the host's default MXCSR and nvcc's default -ftz=false
+//     (--use_fast_math turns FTZ on: the PTX then reads div.rn.ftz.f32, and subnormal blocks would differ);
 //  3. rounding is round-half-even: the host's default rounding mode, which nothing in this program changes
 //     (std::nearbyint follows it, and unlike roundeven it vectorizes); on the device rintf is always RNE;
 //  4. a product is never fused with a following addition. GCC contracts a * b + c into an FMA even with
@@ -37,10 +37,8 @@
 //     never contracted. A division and a rounding have nothing to be contracted with.
 #pragma once
 
-#include <cstdint>
-#if !defined(__CUDA_ARCH__)
 #include <cmath>
-#endif
+#include <cstdint>
 
 #include "tensor/half.h"
 #include "tensor/host_device.h"
