@@ -5,7 +5,10 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "train/flags.h"
@@ -91,59 +94,62 @@ DeepSpeedConfig parse_deepspeed_config(const std::string& text, const std::strin
   if (!root.is_object()) throw UsageError(path + ": the config must be a JSON object { ... }");
   Reader r(config, path);
   constexpr int64_t kBig = int64_t(1) << 50;
-  for (const auto& [name, value] : root.items()) {
-    if (name == "train_batch_size") {
-      config.train_batch_size = r.integer(root, name, name, 1, kBig);
-    } else if (name == "train_micro_batch_size_per_gpu") {
-      config.train_micro_batch_size_per_gpu = r.integer(root, name, name, 1, kBig);
-    } else if (name == "gradient_accumulation_steps") {
-      config.gradient_accumulation_steps = r.integer(root, name, name, 1, kBig);
-    } else if (name == "gradient_clipping") {
-      config.gradient_clipping = r.number(root, name, name, 0, 1e12);
-    } else if (name == "fp16") {
-      const json& fp16 = r.object(root, name, name);
-      for (const auto& [key, v] : fp16.items()) {
-        const std::string path_key = "fp16." + key;
-        if (key == "enabled")
-          config.fp16_enabled = r.boolean(fp16, key, path_key);
-        else if (key == "loss_scale")
-          config.loss_scale = r.number(fp16, key, path_key, 0, 1e30);
-        else if (key == "initial_scale_power")
-          config.initial_scale_power = r.integer(fp16, key, path_key, 0, 64);
-        else if (key == "loss_scale_window")
-          config.loss_scale_window = r.integer(fp16, key, path_key, 1, kBig);
-        else if (key == "hysteresis")
-          config.hysteresis = r.integer(fp16, key, path_key, 1, kBig);
-        else if (key == "min_loss_scale")
-          config.min_loss_scale = r.number(fp16, key, path_key, 1e-30, 1e30);
-        else
-          r.unknown(path_key);
+
+  // Every key we read, by its path: a reader that checks the value's type and range and stores it.
+  using ReadKey = std::function<void(const json& parent, const std::string& name, const std::string& key)>;
+  auto integer = [&](std::optional<int64_t>& field, int64_t min, int64_t max) -> ReadKey {
+    return [&, min, max](const json& o, const std::string& n, const std::string& k) {
+      field = r.integer(o, n, k, min, max);
+    };
+  };
+  auto number = [&](std::optional<double>& field, double min, double max) -> ReadKey {
+    return [&, min, max](const json& o, const std::string& n, const std::string& k) {
+      field = r.number(o, n, k, min, max);
+    };
+  };
+  auto boolean = [&](std::optional<bool>& field) -> ReadKey {
+    return [&](const json& o, const std::string& n, const std::string& k) { field = r.boolean(o, n, k); };
+  };
+  const std::map<std::string, ReadKey> keys = {
+      {"train_batch_size", integer(config.train_batch_size, 1, kBig)},
+      {"train_micro_batch_size_per_gpu", integer(config.train_micro_batch_size_per_gpu, 1, kBig)},
+      {"gradient_accumulation_steps", integer(config.gradient_accumulation_steps, 1, kBig)},
+      {"gradient_clipping", number(config.gradient_clipping, 0, 1e12)},
+      {"fp16.enabled", boolean(config.fp16_enabled)},
+      {"fp16.loss_scale", number(config.loss_scale, 0, 1e30)},
+      {"fp16.initial_scale_power", integer(config.initial_scale_power, 0, 64)},
+      {"fp16.loss_scale_window", integer(config.loss_scale_window, 1, kBig)},
+      {"fp16.hysteresis", integer(config.hysteresis, 1, kBig)},
+      {"fp16.min_loss_scale", number(config.min_loss_scale, 1e-30, 1e30)},
+      {"bf16.enabled", boolean(config.bf16_enabled)},
+      {"bfloat16.enabled", boolean(config.bf16_enabled)},
+      {"zero_optimization.stage", integer(config.zero_stage, 0, 3)},
+      {"zero_optimization.reduce_bucket_size", integer(config.reduce_bucket_size, 1, kBig)},
+      {"zero_optimization.overlap_comm", boolean(config.overlap_comm)},
+      {"zero_optimization.zero_quantized_weights", boolean(config.zero_quantized_weights)},
+      {"zero_optimization.zero_quantized_gradients", boolean(config.zero_quantized_gradients)},
+      {"zero_optimization.zero_hpz_partition_size", integer(config.zero_hpz_partition_size, 1, 1 << 20)},
+      // Block sizes are checked ("a positive multiple of 8") with the rest of ZeRO++'s settings.
+      {"zero_optimization.zeropp_weight_block_size", integer(config.zeropp_weight_block_size, -kBig, kBig)},
+      {"zero_optimization.zeropp_gradient_block_size",
+       integer(config.zeropp_gradient_block_size, -kBig, kBig)},
+  };
+  const std::set<std::string> sections = {"fp16", "bf16", "bfloat16", "zero_optimization"};
+
+  std::function<void(const json&, const std::string&)> walk = [&](const json& object,
+                                                                  const std::string& prefix) {
+    for (const auto& [name, value] : object.items()) {
+      const std::string key = prefix.empty() ? name : prefix + "." + name;
+      if (auto it = keys.find(key); it != keys.end()) {
+        it->second(object, name, key);
+      } else if (prefix.empty() && sections.count(name)) {
+        walk(r.object(object, name, key), key);
+      } else {
+        r.unknown(key);
       }
-    } else if (name == "bf16" || name == "bfloat16") {
-      const json& bf16 = r.object(root, name, name);
-      for (const auto& [key, v] : bf16.items()) {
-        if (key == "enabled")
-          config.bf16_enabled = r.boolean(bf16, key, name + "." + key);
-        else
-          r.unknown(name + "." + key);
-      }
-    } else if (name == "zero_optimization") {
-      const json& zero = r.object(root, name, name);
-      for (const auto& [key, v] : zero.items()) {
-        const std::string path_key = "zero_optimization." + key;
-        if (key == "stage")
-          config.zero_stage = r.integer(zero, key, path_key, 0, 3);
-        else if (key == "reduce_bucket_size")
-          config.reduce_bucket_size = r.integer(zero, key, path_key, 1, kBig);
-        else if (key == "overlap_comm")
-          config.overlap_comm = r.boolean(zero, key, path_key);
-        else
-          r.unknown(path_key);
-      }
-    } else {
-      r.unknown(name);
     }
-  }
+  };
+  walk(root, "");
   return config;
 }
 

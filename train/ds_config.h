@@ -35,6 +35,12 @@ struct DeepSpeedConfig {
   std::optional<int64_t> zero_stage;
   std::optional<int64_t> reduce_bucket_size;
   std::optional<bool> overlap_comm;
+  // ZeRO++
+  std::optional<bool> zero_quantized_weights;
+  std::optional<int64_t> zero_hpz_partition_size;
+  std::optional<bool> zero_quantized_gradients;
+  std::optional<int64_t> zeropp_weight_block_size;
+  std::optional<int64_t> zeropp_gradient_block_size;
 
   std::vector<std::string> warnings;  // "unknown key zero_optimization.foo (ignored)"
 };

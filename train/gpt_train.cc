@@ -15,6 +15,7 @@
 #include "train/metrics.h"
 #include "train/options.h"
 #include "zero/engine.h"
+#include "zero/traffic_model.h"
 
 namespace gpt {
 namespace {
@@ -37,7 +38,31 @@ void print_banner(const TrainOptions& o, const comm::Communicator& world, const 
   std::printf("  dropout hidden %g, attention %g; activation checkpointing %s; %d threads per rank\n",
               o.zero.hidden_dropout, o.zero.attention_dropout, o.zero.checkpoint_activations ? "on" : "off",
               cpu::num_threads());
+  if (o.zero.stage == 3) {
+    const ZeroConfig& z = o.zero;
+    std::printf(
+        "  ZeRO++: qwZ %s, hpZ %s, qgZ %s\n",
+        z.quantized_weights ? ("on (int8, block " + std::to_string(z.weight_block) + ")").c_str() : "off",
+        z.hpz_partition_size > 1 ? ("on (h = " + std::to_string(z.hpz_partition_size) + ")").c_str() : "off",
+        z.quantized_gradients ? ("on (int4, block " + std::to_string(z.gradient_block) + ")").c_str()
+                              : "off");
+  }
+  TrafficModelInput model_input;
+  model_input.partition = &engine.partition();
+  model_input.zero = o.zero;
+  model_input.ranks_per_node = world.topology().ranks_per_node;
+  model_input.accumulation_steps = o.accumulation_steps;
+  const comm::TrafficCounts expected = expected_step_traffic(model_input);
+  std::printf("  expected bytes per step (closed forms, all ranks):");
+  for (comm::Phase phase :
+       {comm::Phase::kParamGatherFwd, comm::Phase::kParamGatherBwd, comm::Phase::kGradReduce}) {
+    std::printf(" %s intra %.2f MB inter %.2f MB;", comm::phase_name(phase),
+                expected.at(phase, comm::Link::kIntraNode) / 1e6,
+                expected.at(phase, comm::Link::kInterNode) / 1e6);
+  }
+  std::printf("\n");
   for (const std::string& note : o.notes) std::printf("  note: %s\n", note.c_str());
+  for (const std::string& note : engine.notes()) std::printf("  note: %s\n", note.c_str());
   std::fputs(engine.memory_table().c_str(), stdout);
   std::fflush(stdout);
 }
@@ -45,6 +70,9 @@ void print_banner(const TrainOptions& o, const comm::Communicator& world, const 
 int train(const TrainOptions& o, comm::Communicator& world) {
   const bool rank0 = world.rank() == 0;
   if (o.threads > 0) cpu::set_num_threads(o.threads);
+  if (std::string problem = ZeroEngine::check_zeropp(o.zero, world.topology()); !problem.empty()) {
+    throw UsageError(problem);
+  }
   const GPTConfig& config = o.model;
   const int B = o.micro_batch, T = config.seq_len;
 
@@ -100,6 +128,10 @@ int train(const TrainOptions& o, comm::Communicator& world) {
         s.traffic.total(comm::Link::kIntraNode) / 1e6, s.traffic.total(comm::Link::kInterNode) / 1e6);
     std::fflush(stdout);
     if (metrics) metrics->write(s);
+    if (step == 1) {
+      // Gather buffers, bucket buffers and hpZ secondaries exist only once a step has run.
+      std::printf("after step 1, %s", engine.memory_table().c_str());
+    }
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 // Flags + DeepSpeed JSON -> TrainOptions; see options.h.
 #include "train/options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -159,6 +160,14 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
   // DeepSpeed turns overlap_comm on by default for stage 3 only.
   o.zero.overlap_comm = ds.overlap_comm.value_or(o.zero.stage == 3);
   o.zero.checkpoint_activations = checkpoint;
+  o.zero.quantized_weights = ds.zero_quantized_weights.value_or(false);
+  o.zero.hpz_partition_size = int(ds.zero_hpz_partition_size.value_or(1));
+  o.zero.quantized_gradients = ds.zero_quantized_gradients.value_or(false);
+  auto block = [](std::optional<int64_t> v, int fallback) {
+    return v ? int(std::clamp<int64_t>(*v, -(int64_t(1) << 30), int64_t(1) << 30)) : fallback;
+  };
+  o.zero.weight_block = block(ds.zeropp_weight_block_size, o.zero.weight_block);
+  o.zero.gradient_block = block(ds.zeropp_gradient_block_size, o.zero.gradient_block);
   o.zero.adam.beta1 = 0.9;
   o.zero.adam.beta2 = 0.999;
   o.zero.adam.eps = 1e-8;

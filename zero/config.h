@@ -26,6 +26,13 @@ struct ZeroConfig {
   double hidden_dropout = 0;            // Megatron's --hidden-dropout (embedding and residual branches)
   double attention_dropout = 0;         // Megatron's --attention-dropout (attention probabilities)
   bool record_events = false;           // keep an event log of posts and computes (tests)
+
+  // ZeRO++ (stage 3 only), with DeepSpeed's key names.
+  bool quantized_weights = false;  // zero_quantized_weights (qwZ): int8 blocks on every weight gather
+  int hpz_partition_size = 1;      // zero_hpz_partition_size (hpZ): a node-local secondary copy over h ranks
+  bool quantized_gradients = false;  // zero_quantized_gradients (qgZ): int4 hierarchical all-to-all reduction
+  int weight_block = 2048;           // zeropp_weight_block_size: elements per qwZ scale
+  int gradient_block = 512;          // zeropp_gradient_block_size: elements per qgZ scale
 };
 
 }  // namespace gpt

@@ -42,6 +42,9 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
       scaler_(config.loss_scaler,
               config.precision == Precision::kFp16 && config.loss_scaler.loss_scale == 0) {
   if (config.stage < 0 || config.stage > 3) throw std::invalid_argument("ZeRO stage must be 0, 1, 2 or 3");
+  if (std::string problem = check_zeropp(config, dp.topology()); !problem.empty()) {
+    throw std::invalid_argument(problem);
+  }
   const int L = model.num_layers, U = int(table_.units.size());
   for (const UnitInfo& u : table_.units) unit_names_.push_back(u.name);
   // Forward: wte, wpe, blocks, ln_f. Backward gathers what backward computes with: ln_f and wte for the head,
@@ -78,8 +81,11 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
                                                  config.overlap_comm, grad_, arena_, events_);
   }
   if (sharded_weights) {
-    gatherer_ = std::make_unique<WeightGatherer>(partition_, unit_names_, dp_, config.precision,
-                                                 config.overlap_comm, arena_, events_);
+    create_zeropp_groups();
+    gatherer_ = std::make_unique<WeightGatherer>(partition_, unit_names_, dp_, hpz_group_.get(), config_,
+                                                 arena_, events_);
+    if (node_group_)
+      reducer_->use_quantized_gradients(node_group_.get(), cross_group_.get(), config.gradient_block);
   }
 
   // Each rank initializes only what it owns: the initializer is a pure function of (seed, flat index).
@@ -100,6 +106,49 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
 }
 
 ZeroEngine::~ZeroEngine() = default;
+
+std::string ZeroEngine::check_zeropp(const ZeroConfig& config, const comm::Topology& topology) {
+  const bool any = config.quantized_weights || config.quantized_gradients || config.hpz_partition_size > 1;
+  if (any && config.stage != 3) {
+    return "ZeRO++ (zero_quantized_weights, zero_hpz_partition_size, zero_quantized_gradients) needs ZeRO "
+           "stage 3, "
+           "but the stage is " +
+           std::to_string(config.stage) + "; set zero_optimization.stage to 3";
+  }
+  const int h = config.hpz_partition_size, L = topology.ranks_per_node;
+  if (h < 1 || L % h != 0) {
+    return "zero_hpz_partition_size " + std::to_string(h) + " does not divide the " + std::to_string(L) +
+           " ranks per node; choose a divisor of the ranks per node (1 turns hpZ off)";
+  }
+  for (auto [key, block] : {std::pair{"zeropp_weight_block_size", config.weight_block},
+                            std::pair{"zeropp_gradient_block_size", config.gradient_block}}) {
+    if (block <= 0 || block % 8 != 0) {
+      return std::string(key) + " is " + std::to_string(block) +
+             "; a quantization block must be a positive multiple of 8 (defaults 2048 and 512)";
+    }
+  }
+  return "";
+}
+
+void ZeroEngine::create_zeropp_groups() {
+  // Every rank creates the same sequence of subgroups, each with its own members' list.
+  const comm::Topology& t = dp_.topology();
+  const int rank = t.world_rank, L = t.ranks_per_node, N = t.num_nodes(), h = config_.hpz_partition_size;
+  if (h > 1) {
+    std::vector<int> members;
+    for (int i = rank / h * h; i < rank / h * h + h; ++i) members.push_back(i);
+    hpz_group_ = dp_.subgroup(members);
+  }
+  if (config_.quantized_gradients && N >= 2) {
+    std::vector<int> node, cross;
+    for (int i = t.node() * L; i < t.node() * L + L; ++i) node.push_back(i);
+    for (int n = 0; n < N; ++n) cross.push_back(n * L + t.local_rank());
+    node_group_ = dp_.subgroup(node);
+    cross_group_ = dp_.subgroup(cross);
+  } else if (config_.quantized_gradients) {
+    notes_.push_back("qgZ: all ranks are on one node, so gradients use the plain ring reduce-scatter");
+  }
+}
 
 void ZeroEngine::refresh_compute_weights() {
   const int64_t S = partition_.shard_total();
@@ -277,7 +326,10 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
   if (!reducer_) reduce_at_boundary();
 
   // One small fp32 all-reduce per step: the loss sum, the squared gradient norm and the overflow flag.
-  float totals[3] = {float(loss_sum), float(local_sum_of_squares()), local_overflow() ? 1.0f : 0.0f};
+  // qgZ never puts a gradient on the wire unquantized, so each rank also reports its local non-finite values.
+  const bool local_nonfinite = reducer_ && !reducer_->take_local_finite();
+  float totals[3] = {float(loss_sum), float(local_sum_of_squares()),
+                     local_overflow() || local_nonfinite ? 1.0f : 0.0f};
   dp_.all_reduce(totals, DType::kF32, 3, 1.0f, comm::Phase::kOther).wait();
   result.loss = totals[0] / (double(k) * dp_.size());
   result.skipped = totals[2] > 0 || !std::isfinite(totals[1]);
@@ -304,6 +356,7 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
                      applied_steps_, grad_scale);
   }
   refresh_compute_weights();
+  if (gatherer_) gatherer_->drop_secondaries();  // hpZ copies never outlive a weight change
   return result;
 }
 
@@ -311,6 +364,10 @@ double ZeroEngine::evaluate(const MicroBatch& micro_batch) {
   float loss = float(forward(micro_batch, false, comm::Phase::kEval));
   dp_.all_reduce(&loss, DType::kF32, 1, 1.0f / float(dp_.size()), comm::Phase::kEval).wait();
   return loss;
+}
+
+size_t ZeroEngine::hpz_secondary_bytes() const {
+  return gatherer_ ? gatherer_->secondary_bytes_held() : 0;
 }
 
 std::vector<float> ZeroEngine::gather_master() {
@@ -352,6 +409,13 @@ std::vector<ZeroEngine::MemoryLine> ZeroEngine::memory() const {
   lines.push_back({"master", usage("master"), s >= 1 ? "4P/W" : "4P", s >= 1 ? 4 * P / W : 4 * P});
   lines.push_back({"moments", usage("moments"), s >= 1 ? "8P/W" : "8P", s >= 1 ? 8 * P / W : 8 * P});
   lines.push_back({"gradients", usage("gradients"), s >= 2 ? "4P/W" : "4P", s >= 2 ? 4 * P / W : 4 * P});
+  if (config_.hpz_partition_size > 1) {
+    // The formula: P/h elements of what the wire carries (1 byte plus scales with qwZ).
+    const double h = config_.hpz_partition_size;
+    const std::string bytes = config_.quantized_weights ? "(1+4/B)" : c;
+    const double per = config_.quantized_weights ? 1.0 + 4.0 / config_.weight_block : cb;
+    lines.push_back({"hpz secondary", usage("hpz secondary"), bytes + "P/h", per * P / h});
+  }
   lines.push_back({"buffers", usage("buffers"), "", 0});
   size_t activations = residual_.size() * sizeof(float) + dresidual_.size() * sizeof(float) +
                        recompute_out_.size() * sizeof(float) + scratch_.bytes() + head_.bytes();

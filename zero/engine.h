@@ -73,6 +73,12 @@ class ZeroEngine {
   std::string memory_table() const;
   int64_t applied_steps() const { return applied_steps_; }
   const LossScaler& loss_scaler() const { return scaler_; }
+  // Bytes of hpZ secondaries this rank holds now.
+  size_t hpz_secondary_bytes() const;
+  // Lines for the start-up banner (for example that qgZ fell back to the ring on a single node).
+  const std::vector<std::string>& notes() const { return notes_; }
+  // Empty when the ZeRO++ settings fit the stage and topology; otherwise one line naming the key and the fix.
+  static std::string check_zeropp(const ZeroConfig& config, const comm::Topology& topology);
 
   // A test hook that sees (and may change) each unit's local gradient on this rank before it is reduced:
   // at stages 2 and 3 the unit's gradient of one micro-step, at stages 0 and 1 the accumulating full
@@ -95,6 +101,7 @@ class ZeroEngine {
   float* unit_gradient(int unit);  // where a unit's backward accumulates
   void gradient_ready(int unit);   // hands it to the reducer (stages 2, 3)
   void reduce_at_boundary();       // stages 0, 1
+  void create_zeropp_groups();     // hpZ group; qgZ's node and cross-node groups
   void refresh_compute_weights();  // after the master changed
   bool local_overflow() const;
   double local_sum_of_squares() const;
@@ -124,6 +131,8 @@ class ZeroEngine {
   float* unit_grad_ = nullptr;     // stages 2, 3: one unit's gradient during backward
   float* wte_grad_ = nullptr;      // stages 2, 3: wte's gradient, open from the head to the embedding
 
+  std::vector<std::string> notes_;
+  std::unique_ptr<comm::Communicator> hpz_group_, node_group_, cross_group_;
   std::unique_ptr<WeightGatherer> gatherer_;
   std::unique_ptr<GradientReducer> reducer_;
 

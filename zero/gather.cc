@@ -1,32 +1,65 @@
-// WeightGatherer: scheduled all-gathers of compute-weight shards with one-ahead prefetch; see gather.h.
+// WeightGatherer: scheduled all-gathers of compute-weight shards with one-ahead prefetch, qwZ and hpZ; see
+// gather.h.
 #include "zero/gather.h"
 
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
+#include "kernels/quant/quantize.h"
 #include "zero/wire.h"
 
 namespace gpt {
+namespace {
+
+constexpr int kWeightBits = 8;
+
+}  // namespace
 
 WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
-                               comm::Communicator& dp, Precision precision, bool overlap, Arena& arena,
-                               EventLog& events)
+                               comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config,
+                               Arena& arena, EventLog& events)
     : partition_(partition),
       names_(unit_names),
       dp_(dp),
-      precision_(precision),
-      element_bytes_(wire_bytes(precision)),
-      overlap_(overlap),
+      hpz_(hpz),
+      config_(config),
+      element_bytes_(wire_bytes(config.precision)),
       arena_(arena),
-      events_(events) {}
+      events_(events),
+      secondaries_(partition.units().size(), nullptr) {}
 
 WeightGatherer::~WeightGatherer() {
   for (Slot& slot : slots_) slot.request.wait();
-  for (auto& [buffer, bytes] : free_buffers_) arena_.release(buffer);
   for (Slot& slot : slots_) {
+    arena_.release(slot.send);
     arena_.release(slot.wire);
     if (slot.weights != slot.wire) arena_.release(slot.weights);
+  }
+  for (auto& [buffer, bytes] : free_buffers_) arena_.release(buffer);
+  drop_secondaries();
+}
+
+size_t WeightGatherer::shard_wire_bytes(int unit) const {
+  const int64_t s = partition_.unit(unit).shard;
+  return config_.quantized_weights ? quant::quantized_bytes(s, kWeightBits, config_.weight_block)
+                                   : size_t(s) * element_bytes_;
+}
+
+size_t WeightGatherer::secondary_bytes(int unit) const {
+  return hpz_ ? shard_wire_bytes(unit) * size_t(dp_.size() / hpz_->size()) : 0;
+}
+
+size_t WeightGatherer::secondary_bytes_held() const {
+  size_t total = 0;
+  for (size_t u = 0; u < secondaries_.size(); ++u) total += secondaries_[u] ? secondary_bytes(int(u)) : 0;
+  return total;
+}
+
+void WeightGatherer::drop_secondaries() {
+  for (void*& secondary : secondaries_) {
+    arena_.release(secondary);
+    secondary = nullptr;
   }
 }
 
@@ -38,19 +71,19 @@ void WeightGatherer::begin_pass(std::vector<int> schedule, comm::Phase phase, co
   shard_ = static_cast<const uint8_t*>(shard);
 }
 
-void* WeightGatherer::take_buffer(size_t bytes, const char* name) {
+void* WeightGatherer::take_buffer(size_t bytes, const char* name, const char* category) {
   auto best = free_buffers_.end();
   for (auto it = free_buffers_.begin(); it != free_buffers_.end(); ++it) {
     if (it->second >= bytes && (best == free_buffers_.end() || it->second < best->second)) best = it;
   }
-  if (best == free_buffers_.end()) return arena_.allocate(name, "buffers", bytes);
+  if (best == free_buffers_.end()) return arena_.allocate(name, category, bytes);
   void* buffer = best->first;
   free_buffers_.erase(best);
   return buffer;
 }
 
 void WeightGatherer::give_buffer(void* buffer, size_t bytes) {
-  free_buffers_.emplace_back(buffer, bytes);
+  if (buffer) free_buffers_.emplace_back(buffer, bytes);
 }
 
 WeightGatherer::Slot* WeightGatherer::slot_of(int unit) {
@@ -63,21 +96,47 @@ WeightGatherer::Slot* WeightGatherer::slot_of(int unit) {
 void WeightGatherer::post(size_t index) {
   const int unit = schedule_[index];
   const UnitPartition& u = partition_.unit(unit);
+  const size_t per_rank = shard_wire_bytes(unit);
   Slot slot;
   slot.unit = unit;
-  slot.wire_bytes = size_t(u.padded) * element_bytes_;
+  slot.wire_bytes = per_rank * size_t(dp_.size());
   slot.wire = take_buffer(slot.wire_bytes, "gathered unit");
-  if (precision_ == Precision::kFp32) {
+  if (config_.precision == Precision::kFp32 && !config_.quantized_weights) {
     slot.weights = static_cast<float*>(slot.wire);
   } else {
-    slot.weight_bytes = size_t(u.numel) * sizeof(float);
-    slot.weights = static_cast<float*>(take_buffer(slot.weight_bytes, "widened unit"));
+    slot.weight_bytes = size_t(u.padded) * sizeof(float);
+    slot.weights = static_cast<float*>(take_buffer(slot.weight_bytes, "gathered unit in fp32"));
   }
-  const uint8_t* own = shard_ + size_t(u.shard_offset) * element_bytes_;
-  slot.request = dp_.all_gather(own, slot.wire, size_t(u.shard) * element_bytes_, phase_);
-  slot.posted = true;
+  slot.from_secondary = secondaries_[unit] != nullptr;
+  if (slot.from_secondary) {
+    // hpZ: the h ranks of this node's group hold consecutive runs of W/h shards; a ring among them rebuilds
+    // the rank-major buffer of all W shards without leaving the node.
+    slot.request = hpz_->all_gather(secondaries_[unit], slot.wire, secondary_bytes(unit), phase_);
+  } else {
+    const uint8_t* own = shard_ + size_t(u.shard_offset) * element_bytes_;
+    if (config_.quantized_weights) {
+      slot.send_bytes = per_rank;
+      slot.send = take_buffer(per_rank, "quantized shard");
+      quant::quantize_slice(own, wire_dtype(config_.precision), u.shard, kWeightBits, config_.weight_block,
+                            static_cast<uint8_t*>(slot.send));
+      slot.request = dp_.all_gather(slot.send, slot.wire, per_rank, phase_);
+    } else {
+      slot.request = dp_.all_gather(own, slot.wire, per_rank, phase_);
+    }
+  }
   events_.add(EngineEvent::Kind::kPostGather, names_[unit], phase_ == comm::Phase::kParamGatherBwd);
   slots_.push_back(std::move(slot));
+}
+
+void WeightGatherer::decode(const Slot& slot) {
+  const UnitPartition& u = partition_.unit(slot.unit);
+  if (config_.quantized_weights) {
+    // Every shard, this rank's own included, becomes dequant(quant(shard)) rounded to the compute dtype.
+    quant::dequantize_slices(static_cast<const uint8_t*>(slot.wire), u.shard, dp_.size(), kWeightBits,
+                             config_.weight_block, slot.weights, wire_dtype(config_.precision));
+  } else if (slot.weights != slot.wire) {
+    from_wire(config_.precision, slot.wire, slot.weights, u.numel);
+  }
 }
 
 const float* WeightGatherer::acquire(int unit) {
@@ -85,13 +144,14 @@ const float* WeightGatherer::acquire(int unit) {
     throw std::logic_error("WeightGatherer: unit " + names_[unit] + " acquired out of schedule");
   }
   if (!slot_of(unit)) post(next_);
-  if (overlap_ && next_ + 1 < schedule_.size() && !slot_of(schedule_[next_ + 1])) post(next_ + 1);
+  if (config_.overlap_comm && next_ + 1 < schedule_.size() && !slot_of(schedule_[next_ + 1])) post(next_ + 1);
   ++next_;
   Slot* slot = slot_of(unit);
   slot->request.wait();
   events_.add(EngineEvent::Kind::kWaitGather, names_[unit], phase_ == comm::Phase::kParamGatherBwd);
-  if (precision_ != Precision::kFp32)
-    from_wire(precision_, slot->wire, slot->weights, partition_.unit(unit).numel);
+  give_buffer(slot->send, slot->send_bytes);
+  slot->send = nullptr;
+  decode(*slot);
   slot->acquired = true;
   return slot->weights;
 }
@@ -101,6 +161,13 @@ void WeightGatherer::release(int unit) {
     if (it->unit != unit) continue;
     if (!it->acquired)
       throw std::logic_error("WeightGatherer: " + names_[unit] + " released before acquired");
+    if (hpz_ && !it->from_secondary && !secondaries_[unit]) {
+      // Keep this rank's slice of the group's share: the bytes of shards [j W/h, (j+1) W/h), j = rank mod h,
+      // exactly as they arrived.
+      const size_t bytes = secondary_bytes(unit);
+      secondaries_[unit] = arena_.allocate("hpZ secondary " + names_[unit], "hpz secondary", bytes);
+      std::memcpy(secondaries_[unit], static_cast<uint8_t*>(it->wire) + size_t(hpz_->rank()) * bytes, bytes);
+    }
     give_buffer(it->wire, it->wire_bytes);
     if (it->weights != it->wire) give_buffer(it->weights, it->weight_bytes);
     slots_.erase(it);

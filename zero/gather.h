@@ -1,7 +1,15 @@
-// Stage 3's weight gathering. Each unit's compute-weight shards are all-gathered over the data-parallel group
-// right before the unit computes and released right after. The gathers of a forward or backward pass follow a
-// fixed schedule; with overlap_comm the next unit's gather is posted before the current unit's compute
-// starts, so communication and computation overlap.
+// Stage 3's weight gathering, with ZeRO++'s qwZ and hpZ. Each unit's compute-weight shards are all-gathered
+// right before the unit computes and released right after; the gathers of a pass follow a fixed schedule, and
+// with overlap_comm the next unit's gather is posted before the current unit's compute starts.
+//
+// qwZ: each rank sends its shard as int8 blocks plus fp32 scales (kernels/quant) and every rank dequantizes
+// all W shards on arrival, its own included, so all ranks compute with identical weights
+// dequant(quant(shard)). hpZ: when a unit gathered from the primary shards is released, this rank keeps slice
+// (rank mod h) of what arrived (P_u/h elements, or with qwZ the int8 blocks and scales of W/h shards exactly
+// as they arrived); every later gather of the unit before the next optimizer step is a ring over the h
+// consecutive ranks of this node's hpZ group, which rebuilds the same bytes, so forward, recomputation and
+// backward use bit-identical weights. Secondaries are dropped after each optimizer step and on checkpoint
+// load.
 #pragma once
 
 #include <cstdint>
@@ -19,41 +27,54 @@ namespace gpt {
 
 class WeightGatherer {
  public:
+  // hpz: the hpZ group (h consecutive ranks of one node), or null when hpZ is off.
   WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
-                 comm::Communicator& dp, Precision precision, bool overlap, Arena& arena, EventLog& events);
+                 comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config, Arena& arena,
+                 EventLog& events);
   ~WeightGatherer();
 
   // Starts a pass: the units to gather, in order, all in one phase. `shard` is this rank's compute-weight
-  // shard (dtype of the precision), which the optimizer updates between passes.
+  // shard (dtype of the precision), which the optimizer updates between steps.
   void begin_pass(std::vector<int> schedule, comm::Phase phase, const void* shard);
-  // The full weights of the next scheduled unit, widened to fp32 (model layout, numel elements). Waits for
-  // its gather and, with overlap, posts the following one.
+  // The full weights of the next scheduled unit in fp32 (model layout, numel elements). Waits for its gather
+  // and, with overlap, posts the following one.
   const float* acquire(int unit);
-  // The unit's weights are no longer needed.
+  // The unit's weights are no longer needed (hpZ keeps this rank's secondary slice of a primary gather).
   void release(int unit);
   // Everything acquired has been released and no gather is in flight.
   bool idle() const;
+  // Forgets every hpZ secondary: the weights changed (optimizer step, checkpoint load).
+  void drop_secondaries();
+
+  // Bytes one rank sends for unit u on a primary gather (the shard, raw or quantized) and P_u/h's share that
+  // a secondary holds (W/h of those).
+  size_t shard_wire_bytes(int unit) const;
+  size_t secondary_bytes(int unit) const;
+  size_t secondary_bytes_held() const;  // sum over the units that hold one now
 
  private:
   struct Slot {
     int unit = -1;
+    bool from_secondary = false;
     comm::Request request;
-    void* wire = nullptr;      // P_u elements in the compute dtype, as gathered
-    float* weights = nullptr;  // n_u fp32 (aliases wire in fp32 mode)
-    size_t wire_bytes = 0, weight_bytes = 0;
-    bool posted = false, acquired = false;
+    void* send = nullptr;      // qwZ: this rank's quantized shard, alive until the gather completes
+    void* wire = nullptr;      // what arrives: W shards, raw or quantized, rank-major
+    float* weights = nullptr;  // P_u fp32 (aliases wire in fp32 mode without qwZ)
+    size_t send_bytes = 0, wire_bytes = 0, weight_bytes = 0;
+    bool acquired = false;
   };
   void post(size_t index);
   Slot* slot_of(int unit);
-  void* take_buffer(size_t bytes, const char* name);
+  void decode(const Slot& slot);
+  void* take_buffer(size_t bytes, const char* name, const char* category = "buffers");
   void give_buffer(void* buffer, size_t bytes);
 
   const Partition& partition_;
   const std::vector<std::string>& names_;
   comm::Communicator& dp_;
-  Precision precision_;
+  comm::Communicator* hpz_;
+  ZeroConfig config_;
   size_t element_bytes_;
-  bool overlap_;
   Arena& arena_;
   EventLog& events_;
 
@@ -63,6 +84,7 @@ class WeightGatherer {
   const uint8_t* shard_ = nullptr;
   std::vector<Slot> slots_;  // posted or acquired, not yet released
   std::vector<std::pair<void*, size_t>> free_buffers_;
+  std::vector<void*> secondaries_;  // per unit: this rank's hpZ slice, or null
 };
 
 }  // namespace gpt

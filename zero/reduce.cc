@@ -59,13 +59,27 @@ GradientReducer::~GradientReducer() {
   arena_.release(current_send_);
 }
 
+void GradientReducer::use_quantized_gradients(comm::Communicator* node, comm::Communicator* cross,
+                                              int block) {
+  qgz_node_ = node;
+  qgz_cross_ = cross;
+  qgz_block_ = block;
+}
+
+bool GradientReducer::take_local_finite() {
+  const bool finite = local_finite_;
+  local_finite_ = true;
+  return finite;
+}
+
 void GradientReducer::add(int unit, const float* grad) {
   if (next_ >= backward_order_.size() || backward_order_[next_] != unit) {
     throw std::logic_error("GradientReducer: unit " + names_[unit] + " arrived out of backward order");
   }
   ++next_;
   const int bucket = bucket_of_unit_[unit];
-  const size_t elem = wire_bytes(precision_);
+  // qgZ quantizes the fp32 gradients itself; the ring sends them in the wire dtype.
+  const size_t elem = qgz_node_ ? sizeof(float) : wire_bytes(precision_);
   if (units_in_current_ == 0) {
     current_send_bytes_ = size_t(bucket_shard_elements_[bucket]) * partition_.num_shards() * elem;
     current_send_ = arena_.allocate("gradient bucket (send)", "buffers", current_send_bytes_);
@@ -80,8 +94,13 @@ void GradientReducer::add(int unit, const float* grad) {
     const int64_t first = std::min<int64_t>(int64_t(p) * u.shard, u.numel);
     const int64_t real = std::min<int64_t>(u.shard, u.numel - first);
     uint8_t* dst = send + (size_t(p) * bucket_shard_elements_[bucket] + offset_in_rank_part) * elem;
-    // Pre-divided by W, so the sum is the mean; the padding stays zero (arena blocks come zero-filled).
-    to_wire(precision_, grad + first, dst, real, 1.0f / float(dp_.size()));
+    // The padding stays zero (arena blocks come zero-filled).
+    if (qgz_node_) {
+      std::memcpy(dst, grad + first, size_t(real) * sizeof(float));  // qgZ divides by W at the end
+    } else {
+      to_wire(precision_, grad + first, dst, real,
+              1.0f / float(dp_.size()));  // pre-divided: the sum is the mean
+    }
   }
   if (++units_in_current_ == units.size()) {
     units_in_current_ = 0;
@@ -97,8 +116,16 @@ void GradientReducer::post(int bucket) {
   p.recv_bytes = size_t(bucket_shard_elements_[bucket]) * sizeof(float);
   p.recv = static_cast<float*>(arena_.allocate("gradient bucket (result)", "buffers", p.recv_bytes));
   current_send_ = nullptr;
-  p.request = dp_.reduce_scatter(p.send, wire_dtype(precision_), p.recv,
-                                 size_t(bucket_shard_elements_[bucket]), 1.0f, comm::Phase::kGradReduce);
+  const int64_t chunk = bucket_shard_elements_[bucket];
+  if (qgz_node_) {
+    bool finite = true;
+    qgz_start(*qgz_node_, *qgz_cross_, static_cast<const float*>(p.send), chunk, qgz_block_, p.qgz, &finite,
+              comm::Phase::kGradReduce);
+    local_finite_ = local_finite_ && finite;
+  } else {
+    p.request = dp_.reduce_scatter(p.send, wire_dtype(precision_), p.recv, size_t(chunk), 1.0f,
+                                   comm::Phase::kGradReduce);
+  }
   std::string label = "bucket " + std::to_string(bucket) + ": " + names_[buckets_[bucket].front()];
   if (buckets_[bucket].size() > 1) label += ".." + names_[buckets_[bucket].back()];
   events_.add(EngineEvent::Kind::kPostReduce, label, true);
@@ -111,7 +138,11 @@ void GradientReducer::post(int bucket) {
 void GradientReducer::complete_oldest() {
   Pending p = std::move(pending_.front());
   pending_.pop_front();
-  p.request.wait();
+  if (qgz_node_) {
+    qgz_finish(*qgz_node_, *qgz_cross_, qgz_block_, p.qgz, p.recv, comm::Phase::kGradReduce);
+  } else {
+    p.request.wait();
+  }
   events_.add(EngineEvent::Kind::kWaitReduce, "bucket " + std::to_string(p.bucket), true);
   int64_t offset = 0;
   for (int unit : buckets_[p.bucket]) {

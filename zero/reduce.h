@@ -5,6 +5,9 @@
 // reduce_bucket_size elements; a larger unit is a bucket of its own. Finished reductions are added in fp32
 // into the rank's gradient shard. With overlap_comm a bucket's reduction runs while backward goes on (at most
 // two in flight); without, each bucket is reduced and waited for as soon as it closes.
+//
+// With qgZ (on two or more nodes) a bucket's rank-major fp32 gradients go through the int4 hierarchical
+// all-to-all of qgz.h instead of the ring; buckets, packing and accumulation are the same.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +20,7 @@
 #include "zero/config.h"
 #include "zero/events.h"
 #include "zero/partition.h"
+#include "zero/qgz.h"
 
 namespace gpt {
 
@@ -29,6 +33,8 @@ class GradientReducer {
   GradientReducer(const Partition& partition, const std::vector<std::string>& unit_names,
                   const std::vector<int>& backward_order, comm::Communicator& dp, Precision precision,
                   int64_t bucket_size, bool overlap, float* grad_shard, Arena& arena, EventLog& events);
+  // Turns on qgZ: node is this rank's node group, cross the group of ranks with its local index.
+  void use_quantized_gradients(comm::Communicator* node, comm::Communicator* cross, int block);
   ~GradientReducer();
 
   const std::vector<std::vector<int>>& buckets() const { return buckets_; }
@@ -39,6 +45,8 @@ class GradientReducer {
   // Waits for every reduction of this micro-step. Each finished reduction is added into grad_shard (fp32, the
   // rank's flat shard layout, given at construction).
   void finish();
+  // Whether every local gradient quantized by qgZ since the last call was finite (then resets).
+  bool take_local_finite();
 
  private:
   struct Pending {
@@ -47,6 +55,7 @@ class GradientReducer {
     void* send;
     float* recv;
     size_t send_bytes, recv_bytes;
+    QgzExchange qgz;  // qgZ: stage 1 in flight
   };
   void post(int bucket);
   void complete_oldest();
@@ -68,6 +77,10 @@ class GradientReducer {
   void* current_send_ = nullptr;
   size_t current_send_bytes_ = 0;
   std::deque<Pending> pending_;
+  comm::Communicator* qgz_node_ = nullptr;
+  comm::Communicator* qgz_cross_ = nullptr;
+  int qgz_block_ = 0;
+  bool local_finite_ = true;
 };
 
 }  // namespace gpt
