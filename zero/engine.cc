@@ -366,8 +366,8 @@ double ZeroEngine::evaluate(const MicroBatch& micro_batch) {
   return loss;
 }
 
-size_t ZeroEngine::hpz_secondary_bytes() const {
-  return gatherer_ ? gatherer_->secondary_bytes_held() : 0;
+size_t ZeroEngine::hpz_secondary_peak_bytes() const {
+  return gatherer_ ? gatherer_->secondary_bytes_peak() : 0;
 }
 
 std::vector<float> ZeroEngine::gather_master() {

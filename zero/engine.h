@@ -73,8 +73,8 @@ class ZeroEngine {
   std::string memory_table() const;
   int64_t applied_steps() const { return applied_steps_; }
   const LossScaler& loss_scaler() const { return scaler_; }
-  // Bytes of hpZ secondaries this rank holds now.
-  size_t hpz_secondary_bytes() const;
+  // The most bytes of hpZ secondaries this rank has held at once (payload, without allocation rounding).
+  size_t hpz_secondary_peak_bytes() const;
   // Lines for the start-up banner (for example that qgZ fell back to the ring on a single node).
   const std::vector<std::string>& notes() const { return notes_; }
   // Empty when the ZeRO++ settings fit the stage and topology; otherwise one line naming the key and the fix.

@@ -167,6 +167,7 @@ void WeightGatherer::release(int unit) {
       const size_t bytes = secondary_bytes(unit);
       secondaries_[unit] = arena_.allocate("hpZ secondary " + names_[unit], "hpz secondary", bytes);
       std::memcpy(secondaries_[unit], static_cast<uint8_t*>(it->wire) + size_t(hpz_->rank()) * bytes, bytes);
+      secondary_peak_ = std::max(secondary_peak_, secondary_bytes_held());
     }
     give_buffer(it->wire, it->wire_bytes);
     if (it->weights != it->wire) give_buffer(it->weights, it->weight_bytes);

@@ -50,7 +50,8 @@ class WeightGatherer {
   // a secondary holds (W/h of those).
   size_t shard_wire_bytes(int unit) const;
   size_t secondary_bytes(int unit) const;
-  size_t secondary_bytes_held() const;  // sum over the units that hold one now
+  size_t secondary_bytes_held() const;                             // sum over the units that hold one now
+  size_t secondary_bytes_peak() const { return secondary_peak_; }  // the most held at once so far
 
  private:
   struct Slot {
@@ -85,6 +86,7 @@ class WeightGatherer {
   std::vector<Slot> slots_;  // posted or acquired, not yet released
   std::vector<std::pair<void*, size_t>> free_buffers_;
   std::vector<void*> secondaries_;  // per unit: this rank's hpZ slice, or null
+  size_t secondary_peak_ = 0;
 };
 
 }  // namespace gpt

@@ -69,6 +69,7 @@ RunResult run(comm::Communicator& group, const GPTConfig& model, const RunSpec& 
   for (const auto& line : engine.memory()) {
     if (line.state == "activations") result.activation_bytes = line.bytes;
   }
+  result.hpz_secondary_peak_bytes = engine.hpz_secondary_peak_bytes();
   result.master = engine.gather_master();
   return result;
 }

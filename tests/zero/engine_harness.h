@@ -29,8 +29,9 @@ struct RunResult {
   std::vector<ZeroEngine::StepResult> steps;
   std::vector<comm::TrafficCounts> traffic;  // this rank's counts per step
   size_t activation_bytes = 0;
-  std::vector<float> master;        // full model after the run (model layout)
-  std::vector<EngineEvent> events;  // of the last step
+  size_t hpz_secondary_peak_bytes = 0;  // the most hpZ secondary bytes held at once
+  std::vector<float> master;            // full model after the run (model layout)
+  std::vector<EngineEvent> events;      // of the last step
 };
 
 // Trains spec.steps steps on `group` (every rank of the group must call it). The data stream depends only on

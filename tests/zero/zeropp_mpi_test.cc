@@ -1,0 +1,381 @@
+// ZeRO++ under MPI on simulated nodes (2 x 2 and 2 x 4): qgZ's values against a float64 mean within the
+// quantization bound, qwZ's gathered weights against dequant(quant(shard)), hpZ's bit-identical weights and
+// losses, overflow with qgZ, and every configuration's bytes by phase against closed forms derived here from
+// the model's shape.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/common/random.h"
+#include "kernels/cpu/threads.h"
+#include "kernels/quant/quantize.h"
+#include "model/params.h"
+#include "tensor/arena.h"
+#include "tensor/half.h"
+#include "tests/comm/mpi_test_env.h"
+#include "tests/zero/engine_harness.h"
+#include "zero/gather.h"
+#include "zero/qgz.h"
+
+namespace {
+
+using gpt::Precision;
+using gpt::comm::Link;
+using gpt::comm::Phase;
+using gpt::testing::RunResult;
+using gpt::testing::RunSpec;
+
+gpt::comm::Communicator& world() {
+  return gpt::comm::testing::world();
+}
+const gpt::comm::Topology& topology() {
+  return world().topology();
+}
+
+struct OneThread {
+  OneThread() { gpt::cpu::set_num_threads(1); }
+} one_thread;
+
+// Groups every rank creates in the same order: its node, its cross-node peers, and hpZ groups of h.
+struct Groups {
+  std::unique_ptr<gpt::comm::Communicator> node, cross, hpz;
+};
+
+Groups make_groups(int h) {
+  const auto& t = topology();
+  const int L = t.ranks_per_node, N = t.num_nodes(), r = t.world_rank;
+  std::vector<int> node, cross, hpz;
+  for (int i = t.node() * L; i < (t.node() + 1) * L; ++i) node.push_back(i);
+  for (int n = 0; n < N; ++n) cross.push_back(n * L + t.local_rank());
+  for (int i = r / h * h; i < r / h * h + h; ++i) hpz.push_back(i);
+  Groups g;
+  g.node = world().subgroup(node);
+  g.cross = world().subgroup(cross);
+  g.hpz = world().subgroup(hpz);
+  return g;
+}
+
+// Rank `rank`'s input value at index i: a mix of scales, so blocks have different absmax.
+float input_value(int rank, int64_t i) {
+  const double u = gpt::random::uniform(gpt::random::derive_key(99, rank), uint64_t(i));
+  const double scale = (i / 97) % 3 == 0 ? 1e-3 : 1.0;
+  return float((u - 0.5) * scale * (1 + rank % 3));
+}
+
+std::vector<float> scales_of(const float* x, int64_t n, int block) {
+  std::vector<uint8_t> q(gpt::quant::quantized_bytes(n, 4, block));
+  gpt::quant::quantize_slice(x, n, 4, block, q.data());
+  const int64_t blocks = gpt::quant::block_count(n, block);
+  std::vector<float> s(blocks);
+  std::memcpy(s.data(), q.data() + gpt::quant::data_bytes(n, 4), blocks * sizeof(float));
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("qgZ: rank r gets the mean of slice r within the two quantization stages' bound") {
+  const auto& t = topology();
+  const int W = world().size(), L = t.ranks_per_node, N = t.num_nodes();
+  if (N < 2) {
+    MESSAGE("one node: qgZ falls back to the ring; nothing to check here");
+    return;
+  }
+  Groups g = make_groups(1);
+  const int block = 64;
+  const int64_t chunk = 1000;  // not a multiple of the block: a short last block per chunk
+  std::vector<float> input(size_t(W) * chunk);
+  for (int64_t i = 0; i < int64_t(input.size()); ++i) input[i] = input_value(t.world_rank, i);
+  gpt::QgzExchange exchange;
+  bool finite = false;
+  gpt::qgz_start(*g.node, *g.cross, input.data(), chunk, block, exchange, &finite, Phase::kGradReduce);
+  std::vector<float> out(chunk);
+  gpt::qgz_finish(*g.node, *g.cross, block, exchange, out.data(), Phase::kGradReduce);
+  CHECK(finite);
+
+  // The reference: float64 mean of every rank's chunk r; the bound from each stage's block scales.
+  const int r = t.world_rank, j = t.local_rank();
+  std::vector<double> mean(chunk, 0), abs_sum(chunk, 0), bound(chunk, 0);
+  std::vector<std::vector<float>> all(W, std::vector<float>(chunk));
+  for (int source = 0; source < W; ++source) {
+    for (int64_t i = 0; i < chunk; ++i) all[source][i] = input_value(source, int64_t(r) * chunk + i);
+    for (int64_t i = 0; i < chunk; ++i) {
+      mean[i] += double(all[source][i]) / W;
+      abs_sum[i] += std::fabs(double(all[source][i]));
+    }
+    const std::vector<float> s1 = scales_of(all[source].data(), chunk, block);
+    for (int64_t i = 0; i < chunk; ++i) bound[i] += s1[i / block] / 2 / W;
+  }
+  for (int n = 0; n < N; ++n) {
+    // Node n's partial sum of chunk r, as stage 1 forms it (sources in local order, fp32), and its scales.
+    std::vector<float> partial(chunk, 0.0f);
+    for (int source = n * L; source < (n + 1) * L; ++source) {
+      std::vector<uint8_t> q(gpt::quant::quantized_bytes(chunk, 4, block));
+      gpt::quant::quantize_slice(all[source].data(), chunk, 4, block, q.data());
+      gpt::quant::dequantize_add(q.data(), chunk, 4, block, partial.data());
+    }
+    const std::vector<float> s2 = scales_of(partial.data(), chunk, block);
+    for (int64_t i = 0; i < chunk; ++i) bound[i] += s2[i / block] / 2 / W;
+  }
+  int violations = 0;
+  double worst = 0;
+  for (int64_t i = 0; i < chunk; ++i) {
+    const double allowed = bound[i] + (L + N + 1) * std::ldexp(1.0, -23) * abs_sum[i] / W;
+    const double err = std::fabs(double(out[i]) - mean[i]);
+    worst = std::max(worst, err / allowed);
+    violations += err > allowed ? 1 : 0;
+  }
+  INFO("rank " << r << " (local " << j << "): worst error / bound " << worst);
+  CHECK(violations == 0);
+  CHECK(worst > 0.0);  // the quantization really is lossy here
+}
+
+TEST_CASE("qwZ: every rank gathers dequant(quant(shard)) bit for bit; with hpZ backward equals forward") {
+  const int W = world().size(), L = topology().ranks_per_node;
+  const gpt::GPTConfig model = gpt::testing::tiny_model();
+  const gpt::ParamTable table = gpt::make_param_table(model);
+  const gpt::Partition partition(table, W, W);
+  std::vector<std::string> names;
+  for (const auto& u : table.units) names.push_back(u.name);
+  // Each rank's fp16 compute shard: a pure function of (rank, index), so every rank can compute all of them.
+  auto shard_of = [&](int rank) {
+    std::vector<uint16_t> shard(partition.shard_total());
+    for (size_t i = 0; i < shard.size(); ++i)
+      shard[i] = gpt::f32_to_f16(input_value(rank + 100, int64_t(i)) * 0.05f);
+    return shard;
+  };
+  const std::vector<uint16_t> mine = shard_of(world().rank());
+  for (int h : {1, L}) {
+    Groups g = make_groups(h);
+    gpt::ZeroConfig config;
+    config.stage = 3;
+    config.precision = Precision::kFp16;
+    config.quantized_weights = true;
+    config.weight_block = 64;
+    config.overlap_comm = true;
+    gpt::Arena arena;
+    gpt::EventLog events(false);
+    gpt::WeightGatherer gatherer(partition, names, world(), h > 1 ? g.hpz.get() : nullptr, config, arena,
+                                 events);
+    std::vector<int> forward, backward;
+    for (int u = 0; u < int(names.size()); ++u) forward.push_back(u);
+    for (int u = int(names.size()) - 1; u >= 0; --u) backward.push_back(u);
+    std::vector<std::vector<float>> seen(names.size());
+    gatherer.begin_pass(forward, Phase::kParamGatherFwd, mine.data());
+    int mismatched_units = 0;
+    for (int u : forward) {
+      const gpt::UnitPartition& up = partition.unit(u);
+      const float* w = gatherer.acquire(u);
+      std::vector<float> expected(up.padded);
+      for (int p = 0; p < W; ++p) {
+        const std::vector<uint16_t> shard = shard_of(p);
+        std::vector<uint8_t> q(gpt::quant::quantized_bytes(up.shard, 8, 64));
+        gpt::quant::quantize_slice(shard.data() + up.shard_offset, gpt::DType::kF16, up.shard, 8, 64,
+                                   q.data());
+        gpt::quant::dequantize_slice(q.data(), up.shard, 8, 64, expected.data() + p * up.shard,
+                                     gpt::DType::kF16);
+      }
+      mismatched_units += std::memcmp(w, expected.data(), up.numel * sizeof(float)) != 0;
+      seen[u].assign(w, w + up.numel);
+      gatherer.release(u);
+    }
+    CHECK(mismatched_units == 0);
+    if (h > 1) {
+      const size_t held = gatherer.secondary_bytes_held();
+      size_t expected_held = 0;  // W/h quantized shards of every unit
+      for (int u : forward)
+        expected_held += W / h * gpt::quant::quantized_bytes(partition.unit(u).shard, 8, 64);
+      CHECK(held == expected_held);
+    }
+    gatherer.begin_pass(backward, Phase::kParamGatherBwd, mine.data());
+    int changed_units = 0;
+    for (int u : backward) {
+      const float* w = gatherer.acquire(u);
+      changed_units += std::memcmp(w, seen[u].data(), seen[u].size() * sizeof(float)) != 0;
+      gatherer.release(u);
+    }
+    CHECK(changed_units == 0);
+  }
+}
+
+namespace {
+
+RunSpec zeropp_spec(bool qwz, int h, bool qgz) {
+  RunSpec spec;
+  spec.zero.stage = 3;
+  spec.zero.precision = Precision::kFp16;
+  spec.zero.hidden_dropout = spec.zero.attention_dropout = 0.1;
+  spec.zero.reduce_bucket_size = 5000;
+  spec.zero.overlap_comm = true;
+  spec.zero.quantized_weights = qwz;
+  spec.zero.hpz_partition_size = h;
+  spec.zero.quantized_gradients = qgz;
+  spec.zero.weight_block = 256;
+  spec.zero.gradient_block = 128;
+  return spec;
+}
+
+}  // namespace
+
+TEST_CASE("hpZ alone: losses bitwise equal to ZeRO-3; the secondary holds P/h elements") {
+  const gpt::GPTConfig model = gpt::testing::tiny_model();
+  const int W = world().size(), L = topology().ranks_per_node;
+  for (int h = 2; h <= L; h *= 2) {
+    if (L % h) continue;
+    for (int accumulation : {1, 3}) {
+      for (bool checkpoint : {false, true}) {
+        RunSpec plain = zeropp_spec(false, 1, false), hpz = zeropp_spec(false, h, false);
+        plain.accumulation = hpz.accumulation = accumulation;
+        plain.zero.checkpoint_activations = hpz.zero.checkpoint_activations = checkpoint;
+        const RunResult a = gpt::testing::run(world(), model, plain);
+        const RunResult b = gpt::testing::run(world(), model, hpz);
+        int different = 0;
+        for (size_t s = 0; s < a.steps.size(); ++s) different += a.steps[s].loss != b.steps[s].loss;
+        INFO("h " << h << ", accumulation " << accumulation << ", checkpointing " << checkpoint);
+        CHECK(different == 0);
+        CHECK(a.master == b.master);
+        // P/h fp16 elements, P from the model's shape.
+        const gpt::ParamTable table = gpt::make_param_table(model);
+        int64_t P = 0;
+        for (const auto& u : table.units) P += (u.numel + 8 * W - 1) / (8 * W) * (8 * W);
+        CHECK(b.hpz_secondary_peak_bytes == size_t(P / h * 2));
+      }
+    }
+  }
+}
+
+TEST_CASE("an inf in one rank's gradient with qgZ on makes every rank skip the step") {
+  const gpt::GPTConfig model = gpt::testing::tiny_model();
+  RunSpec spec = zeropp_spec(true, topology().ranks_per_node, true);
+  spec.steps = 4;
+  spec.accumulation = 1;
+  int backward_count = 0;
+  const bool poisoner = world().rank() == world().size() - 1;
+  spec.hook = [&](int unit, float* grad, int64_t) {
+    if (unit != gpt::ParamTable::block_unit(1)) return;
+    if (++backward_count == 3 && poisoner) grad[1] = std::numeric_limits<float>::quiet_NaN();
+  };
+  const RunResult r = gpt::testing::run(world(), model, spec);
+  for (int s = 0; s < 4; ++s) CHECK(r.steps[s].skipped == (s == 2));
+}
+
+namespace {
+
+// Closed forms of issue 5, derived here from the model's shape (fp16, b = 2).
+struct Expected {
+  uint64_t intra[3] = {0, 0, 0}, inter[3] = {0, 0, 0};  // fwd gather, bwd gather, grad reduce
+};
+
+Expected closed_forms(const gpt::GPTConfig& m, const RunSpec& spec, int W, int L) {
+  const int N = W / L, k = spec.accumulation, h = spec.zero.hpz_partition_size;
+  const int64_t C = m.hidden, align = 8LL * W;
+  std::vector<int64_t> n = {int64_t(m.padded_vocab()) * C, int64_t(m.max_positions) * C};
+  for (int l = 0; l < m.num_layers; ++l) n.push_back(12 * C * C + 13 * C);
+  n.push_back(2 * C);
+  std::vector<int64_t> padded;
+  for (int64_t x : n) padded.push_back((x + align - 1) / align * align);
+  const int U = int(n.size());
+  auto quantized = [](int64_t s, int bits, int block) {
+    return uint64_t(bits == 8 ? s : s / 2) + 4 * uint64_t((s + block - 1) / block);
+  };
+  auto per_rank = [&](int u) {  // one rank's shard on the wire
+    const int64_t s = padded[u] / W;
+    return spec.zero.quantized_weights ? quantized(s, 8, spec.zero.weight_block) : uint64_t(s) * 2;
+  };
+  Expected e;
+  auto ring = [&](int phase, uint64_t c, int ranks, int nodes) {
+    const uint64_t total = uint64_t(ranks) * (ranks - 1) * c,
+                   inter = nodes >= 2 ? uint64_t(nodes) * (ranks - 1) * c : 0;
+    e.inter[phase] += inter;
+    e.intra[phase] += total - inter;
+  };
+  for (int m_step = 0; m_step < k; ++m_step) {
+    for (int u = 0; u < U; ++u) {
+      if (h > 1 && m_step > 0) {
+        for (int g = 0; g < W / h; ++g) ring(0, uint64_t(W / h) * per_rank(u), h, 1);
+      } else {
+        ring(0, per_rank(u), W, N);
+      }
+      if (u == 1) continue;  // wpe is not gathered for backward
+      if (h > 1) {
+        for (int g = 0; g < W / h; ++g) ring(1, uint64_t(W / h) * per_rank(u), h, 1);
+      } else {
+        ring(1, per_rank(u), W, N);
+      }
+    }
+    // Buckets: whole units in backward order, closed before a unit that would pass reduce_bucket_size.
+    std::vector<std::vector<int>> buckets;
+    int64_t filled = 0;
+    for (int u = U - 1; u >= 0; --u) {
+      if (buckets.empty() || filled + n[u] > spec.zero.reduce_bucket_size) buckets.emplace_back(), filled = 0;
+      buckets.back().push_back(u);
+      filled += n[u];
+    }
+    for (const auto& bucket : buckets) {
+      int64_t E = 0;
+      for (int u : bucket) E += padded[u];
+      if (spec.zero.quantized_gradients) {
+        const uint64_t q = quantized(E / W, 4, spec.zero.gradient_block);
+        e.intra[2] += uint64_t(W) * (L - 1) * N * q;
+        e.inter[2] += uint64_t(W) * (N - 1) * q;
+      } else {
+        ring(2, uint64_t(E / W) * 2, W, N);
+      }
+    }
+  }
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "traffic of ZeRO-3, qwZ, hpZ, qgZ and all three equals the closed forms; ZeRO++ crosses nodes 4x less") {
+  const int W = world().size(), L = topology().ranks_per_node, N = topology().num_nodes();
+  if (N < 2) {
+    MESSAGE("one node: the closed forms are for two or more nodes");
+    return;
+  }
+  const gpt::GPTConfig model = gpt::testing::tiny_model();
+  struct Config {
+    const char* name;
+    bool qwz;
+    int h;
+    bool qgz;
+  };
+  const Config configs[] = {{"zero3", false, 1, false},
+                            {"qwz", true, 1, false},
+                            {"hpz", false, L, false},
+                            {"qgz", false, 1, true},
+                            {"zeropp", true, L, true}};
+  for (int accumulation : {1, 2}) {
+    uint64_t zero3_inter = 0, zeropp_inter = 0;
+    for (const Config& c : configs) {
+      RunSpec spec = zeropp_spec(c.qwz, c.h, c.qgz);
+      spec.steps = 2;
+      spec.accumulation = accumulation;
+      const RunResult r = gpt::testing::run(world(), model, spec);
+      const gpt::comm::TrafficCounts t = gpt::comm::sum_over_ranks(world(), r.traffic.back());
+      const Expected e = closed_forms(model, spec, W, L);
+      const Phase phases[3] = {Phase::kParamGatherFwd, Phase::kParamGatherBwd, Phase::kGradReduce};
+      INFO(c.name << ", accumulation " << accumulation << ": " << t.describe());
+      for (int p = 0; p < 3; ++p) {
+        CHECK(t.at(phases[p], Link::kIntraNode) == e.intra[p]);
+        CHECK(t.at(phases[p], Link::kInterNode) == e.inter[p]);
+      }
+      uint64_t inter = 0;
+      for (Phase p : phases) inter += t.at(p, Link::kInterNode);
+      if (std::string(c.name) == "zero3") zero3_inter = inter;
+      if (std::string(c.name) == "zeropp") zeropp_inter = inter;
+    }
+    const double ratio = double(zeropp_inter) / double(zero3_inter);
+    if (world().rank() == 0) {
+      std::printf("%d nodes x %d: cross-node bytes per step, ZeRO++ / ZeRO-3 = %.4f (accumulation %d)\n", N,
+                  L, ratio, accumulation);
+    }
+    CHECK(ratio <= 0.25);
+  }
+}
