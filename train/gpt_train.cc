@@ -11,6 +11,7 @@
 #include "data/loader.h"
 #include "data/shard.h"
 #include "kernels/cpu/threads.h"
+#include "train/batches.h"
 #include "train/flags.h"
 #include "train/metrics.h"
 #include "train/options.h"
@@ -76,34 +77,19 @@ int train(const TrainOptions& o, comm::Communicator& world) {
   const GPTConfig& config = o.model;
   const int B = o.micro_batch, T = config.seq_len;
 
-  data::LoaderConfig loader_config;
-  loader_config.seq_len = T;
-  loader_config.micro_batch = B;
-  loader_config.accumulation_steps = o.accumulation_steps;
-  loader_config.world_size = world.size();
-  loader_config.rank = world.rank();
-  loader_config.seed = static_cast<uint64_t>(o.seed);
-  data::TrainLoader loader(data::expand_data_path(o.data_path), config.vocab, loader_config);
-
+  TrainBatches batches(o.data_path, config.vocab, T, B, o.accumulation_steps, world,
+                       static_cast<uint64_t>(o.seed));
   ZeroEngine engine(config, o.zero, B, world, static_cast<uint64_t>(o.seed));
   std::unique_ptr<MetricsFile> metrics;
   if (rank0 && !o.metrics_file.empty()) metrics = std::make_unique<MetricsFile>(o.metrics_file);
   const double sgemm_gflops = measure_sgemm_gflops(512);
-  if (rank0) print_banner(o, world, engine, loader);
+  if (rank0) print_banner(o, world, engine, batches.loader());
 
-  const int k = o.accumulation_steps;
-  std::vector<std::vector<int32_t>> inputs(k, std::vector<int32_t>(size_t(B) * T)), targets = inputs;
-  std::vector<std::vector<int64_t>> windows(k, std::vector<int64_t>(B));
   StepTraffic traffic(world);
   int64_t skipped_total = 0;
   for (int step = 1; step <= o.train_iters; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    std::vector<ZeroEngine::MicroBatch> micro_batches;
-    for (int m = 0; m < k; ++m) {
-      loader.load(step - 1, m, inputs[m].data(), targets[m].data(), windows[m].data());
-      micro_batches.push_back({inputs[m].data(), targets[m].data(), windows[m].data()});
-    }
-    const ZeroEngine::StepResult r = engine.train_step(micro_batches, o.lr);
+    const ZeroEngine::StepResult r = engine.train_step(batches.at(step - 1), o.lr);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     StepMetrics s;
