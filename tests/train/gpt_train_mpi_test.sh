@@ -66,6 +66,17 @@ echo '{"fp16": {"enabled": true,}}' >"$TMP/syntax.json"
 expect_all_ranks_error "malformed JSON" 2 "$TMP/syntax.json: malformed JSON at line 1" \
   "${MODEL[@]}" --deepspeed_config "$TMP/syntax.json"
 
+echo '{"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 3}}' >"$TMP/hpz.json"
+expect_all_ranks_error "hpZ size" 4 "zero_hpz_partition_size 3 does not divide the 2 ranks per node" \
+  "${MODEL[@]}" --deepspeed_config "$TMP/hpz.json" --ranks-per-node 2
+echo '{"zero_optimization": {"stage": 2, "zero_quantized_weights": true}}' >"$TMP/qwz.json"
+expect_all_ranks_error "ZeRO++ without stage 3" 4 "needs ZeRO stage 3, but the stage is 2" \
+  "${MODEL[@]}" --deepspeed_config "$TMP/qwz.json"
+echo '{"zero_optimization": {"stage": 3, "zero_quantized_gradients": true, "zeropp_gradient_block_size": 100}}' \
+  >"$TMP/block.json"
+expect_all_ranks_error "block size" 4 "zeropp_gradient_block_size is 100; a quantization block must be a positive multiple of 8" \
+  "${MODEL[@]}" --deepspeed_config "$TMP/block.json" --ranks-per-node 2
+
 if ((failures)); then
   echo "$failures check(s) failed" >&2
   exit 1
