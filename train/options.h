@@ -11,6 +11,17 @@
 
 namespace gpt {
 
+// gpt_train --plan: the cluster to plan for (nothing is trained and no model memory is allocated).
+struct PlanOptions {
+  bool enabled = false;
+  int nodes = 1;
+  int gpus_per_node = 1;
+  double gpu_memory_bytes = 32e9;          // --gpu-memory 32GB
+  double intra_node_bytes_per_s = 150e9;   // --intra-node-bandwidth 150GB/s
+  double inter_node_bytes_per_s = 12.5e9;  // --inter-node-bandwidth 100Gb/s
+  double gpu_tflops = 125;                 // --gpu-tflops: achievable dense fp16 TFLOP/s per GPU
+};
+
 struct TrainOptions {
   GPTConfig model;
   ZeroConfig zero;
@@ -26,6 +37,7 @@ struct TrainOptions {
   int ranks_per_node = 0;  // 0: detect real nodes
   int threads = 0;         // 0: all cores
   std::string metrics_file;
+  PlanOptions plan;
 
   std::vector<std::string> notes;  // banner lines: where settings came from, accepted-but-ignored keys
 };
