@@ -1,0 +1,133 @@
+// gpt_export: writes a single fp32 GPT-2 model file in llm.c's format (model/llmc_format.h) from a
+// checkpoint (--load DIR), from another model file (--model FILE: checks and rewrites it), or from the GPT-2
+// initialization of a shape and seed (--init-only), which is what gpt_train starts from with the same flags
+// and --seed. Exit code 2 on any error the user can fix, with one line on stderr.
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/init.h"
+#include "model/llmc_format.h"
+#include "model/params.h"
+#include "train/flags.h"
+
+namespace gpt {
+namespace {
+
+struct ExportOptions {
+  std::string output;
+  std::string load_dir;    // --load
+  std::string model_file;  // --model
+  bool init_only = false;
+  GPTConfig model;  // --init-only's shape
+  int64_t seed = 1234;
+};
+
+// ---- The checkpoint hook -------------------------------------------------------------------------------
+// Returns the fp32 master weights of the checkpoint in DIR (its `latest`) in the model layout of
+// model/params.h, and the model shape from its manifest (seq_len may stay = max_positions). This tool is one
+// process without MPI, so the reader must reassemble the per-rank master shards itself. Throw UsageError or
+// ModelFileError (one line: the file, the problem, the fix) for anything wrong with the checkpoint.
+LlmcModel load_checkpoint_weights(const std::string& dir) {
+  throw UsageError("--load " + dir +
+                   ": checkpoints not supported yet; export from a model file (--model FILE) or a fresh "
+                   "initialization (--init-only with the model flags and --seed)");
+}
+
+// Returns false when --help was printed.
+bool parse_options(int argc, const char* const* argv, ExportOptions& o) {
+  FlagParser flags("gpt_export",
+                   "Writes an fp32 GPT-2 model file in llm.c's format (version 3) from a checkpoint, a model "
+                   "file or a fresh initialization: gpt_export --output FILE (--load DIR | --model FILE | "
+                   "--init-only [model flags] [--seed N]).");
+  flags.group("Source (exactly one)");
+  flags.add_string("--load", &o.load_dir, "a gpt_train checkpoint directory (its latest checkpoint)");
+  flags.add_string("--model", &o.model_file, "an llm.c model file: checked strictly and written again");
+  flags.add_switch("--init-only", &o.init_only,
+                   "the GPT-2 initialization of the model flags and --seed (as gpt_train starts)");
+  flags.group("Model (with --init-only; defaults: GPT-2 124M)");
+  flags.add_int("--num-layers", &o.model.num_layers, "transformer blocks", 1, 1 << 16);
+  flags.add_int("--hidden-size", &o.model.hidden, "model width C", 1, 1 << 20);
+  flags.add_int("--num-attention-heads", &o.model.heads, "attention heads (must divide the hidden size)", 1,
+                1 << 16);
+  flags.add_int("--max-position-embeddings", &o.model.max_positions, "rows of the position table", 1,
+                1 << 20);
+  flags.add_int("--vocab-size", &o.model.vocab, "vocabulary (padded to a multiple of 128 in the file)", 2,
+                65536);
+  flags.add_int64("--seed", &o.seed, "initialization seed (gpt_train's --seed)", 0, INT64_MAX);
+  flags.group("Output");
+  flags.add_string("--output", &o.output, "the model file to write (via a temporary name and a rename)");
+  if (!flags.parse(argc, argv)) return false;
+
+  const int sources = int(!o.load_dir.empty()) + int(!o.model_file.empty()) + int(o.init_only);
+  if (sources != 1) {
+    throw UsageError(std::string(sources == 0 ? "no source given" : "more than one source given") +
+                     ": pass exactly one of --load DIR, --model FILE and --init-only");
+  }
+  if (o.output.empty()) throw UsageError("--output FILE is required: the model file to write");
+  if (!o.init_only) {
+    for (const char* flag : {"--num-layers", "--hidden-size", "--num-attention-heads",
+                             "--max-position-embeddings", "--vocab-size", "--seed"}) {
+      if (flags.given(flag)) {
+        throw UsageError(std::string(flag) +
+                         " applies to --init-only; with --load or --model the shape and "
+                         "weights come from the source");
+      }
+    }
+  }
+  o.model.seq_len = o.model.max_positions;  // the file has no training length
+  if (std::string problem = o.model.validate(); !problem.empty()) throw UsageError(problem);
+  return true;
+}
+
+LlmcModel initialize(const GPTConfig& config, uint64_t seed) {
+  LlmcModel model{config, {}};
+  const ParamTable table = make_param_table(config);
+  model.params.resize(static_cast<size_t>(table.total));
+  init_gpt2_params(config, table, seed, 0, table.total, model.params.data());
+  return model;
+}
+
+int run(int argc, const char* const* argv) {
+  ExportOptions o;
+  if (!parse_options(argc, argv, o)) return 0;
+  LlmcModel model;
+  std::string source;
+  if (!o.load_dir.empty()) {
+    model = load_checkpoint_weights(o.load_dir);
+    source = "checkpoint " + o.load_dir;
+  } else if (!o.model_file.empty()) {
+    model = read_llmc_model(o.model_file);
+    source = "model file " + o.model_file;
+  } else {
+    model = initialize(o.model, static_cast<uint64_t>(o.seed));
+    source = "GPT-2 initialization, seed " + std::to_string(o.seed);
+  }
+  write_llmc_model(o.output, model.config, model.params);
+  const GPTConfig& c = model.config;
+  std::printf(
+      "gpt_export: wrote %s: %lld parameters (L %d, C %d, NH %d, maxT %d, V %d, Vp %d), %.1f MB, from %s\n",
+      o.output.c_str(), static_cast<long long>(model.params.size()), c.num_layers, c.hidden, c.heads,
+      c.max_positions, c.vocab, c.padded_vocab(),
+      double(kLlmcHeaderBytes + 4 * int64_t(model.params.size())) / 1e6, source.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace gpt
+
+int main(int argc, char** argv) {
+  try {
+    return gpt::run(argc, argv);
+  } catch (const gpt::UsageError& e) {
+    std::fprintf(stderr, "gpt_export: %s\n", e.what());
+  } catch (const gpt::ModelFileError& e) {
+    std::fprintf(stderr, "gpt_export: %s\n", e.what());
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr,
+                 "gpt_export: out of memory holding the model; export on a machine with more memory\n");
+  }
+  return 2;
+}
