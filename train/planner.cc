@@ -1,0 +1,280 @@
+// The planner's numbers: memory per GPU, bytes per step and predicted time for each configuration; see
+// planner.h. The text and JSON are written in planner_report.cc.
+//
+// Memory is planned for a GPU backend, which differs from the CPU backend's arena in two places: activations
+// are kept in the compute dtype (2 bytes with fp16/bf16) where the CPU keeps fp32, and a gathered unit is
+// used in the compute dtype directly where the CPU widens it to fp32. Everything else is what the engine
+// allocates (zero/engine.cc, gather.cc, reduce.cc): fp32 master, Adam moments and gradient shards, the
+// compute-weight shard, hpZ secondaries as they arrived on the wire, fp32 unit and wte gradients, and the
+// gradient buckets in flight.
+#include "train/planner.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "kernels/quant/quantize.h"
+#include "model/params.h"
+#include "train/flags.h"
+#include "zero/engine.h"
+#include "zero/partition.h"
+#include "zero/reduce.h"
+#include "zero/traffic_model.h"
+#include "zero/wire.h"
+
+namespace gpt {
+namespace {
+
+constexpr int kWeightBits = 8, kGradientBits = 4;
+
+struct Combination {
+  const char* name;
+  bool qwz, hpz, qgz;
+};
+constexpr Combination kCombinations[] = {
+    {"zero3", false, false, false}, {"qwz", true, false, false},    {"hpz", false, true, false},
+    {"qgz", false, false, true},    {"qwz+hpz", true, true, false}, {"qwz+qgz", true, false, true},
+    {"hpz+qgz", false, true, true}, {"zeropp", true, true, true},
+};
+
+Partition make_partition(const ParamTable& table, const ZeroConfig& zero, int world) {
+  return Partition(table, world, zero.stage == 0 ? 1 : world);
+}
+
+// The `count` largest values of f over the items, added.
+template <typename T>
+double sum_of_largest(const std::vector<T>& items, size_t count, const std::function<double(const T&)>& f) {
+  std::vector<double> values;
+  for (const T& item : items) values.push_back(f(item));
+  std::sort(values.rbegin(), values.rend());
+  double sum = 0;
+  for (size_t i = 0; i < std::min(count, values.size()); ++i) sum += values[i];
+  return sum;
+}
+
+// What the GPU holds beyond the state shards while a micro-step runs (stages 2 and 3).
+std::vector<PlanMemoryLine> buffer_lines(const Partition& p, const ZeroConfig& z, int nodes) {
+  std::vector<PlanMemoryLine> lines;
+  if (z.stage < 2) return lines;  // the full gradient is the "gradients" line; reductions run in place
+  const double W = p.world_size(), cb = double(wire_bytes(z.precision));
+  const std::string dtype = precision_name(z.precision);
+  const std::vector<UnitPartition>& units = p.units();
+  if (z.stage == 3) {
+    // A gathered unit in the compute dtype; with qwZ also the int8 blocks it arrived as and this rank's
+    // quantized shard. With overlap_comm the next unit is prefetched while this one computes.
+    const size_t in_flight = z.overlap_comm ? 2 : 1;
+    const double bytes = sum_of_largest<UnitPartition>(units, in_flight, [&](const UnitPartition& u) {
+      double b = cb * double(u.padded);
+      if (z.quantized_weights) {
+        b += double(quant::quantized_bytes(u.shard, kWeightBits, z.weight_block)) * (W + 1);
+      }
+      return b;
+    });
+    lines.push_back({"gathered units", bytes,
+                     std::to_string(in_flight) + " x the largest unit in " + dtype +
+                         (z.quantized_weights ? " + its int8 wire copy" : "") +
+                         (z.overlap_comm ? " (one computing, one prefetched)" : "")});
+  }
+  int64_t largest = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (int(u) != ParamTable::kWte) largest = std::max(largest, units[u].numel);
+  }
+  lines.push_back({"unit gradient", 4.0 * double(largest), "fp32, the largest unit but wte"});
+  lines.push_back({"wte gradient", 4.0 * double(units[ParamTable::kWte].numel),
+                   "fp32, open from the head to the embedding (tied weights)"});
+
+  // Buckets: the send buffer of all W chunks in the compute dtype, the fp32 result chunk, and with qgZ the
+  // int4 send and receive buffers of its intra-node all-to-all. With overlap_comm two reductions are in
+  // flight while the next bucket fills.
+  std::vector<int> backward;
+  for (int u = int(units.size()) - 1; u >= 0; --u) backward.push_back(u);
+  std::vector<int64_t> chunks;
+  for (const std::vector<int>& bucket : plan_buckets(p, backward, z.reduce_bucket_size)) {
+    int64_t chunk = 0;
+    for (int u : bucket) chunk += p.unit(u).shard;
+    chunks.push_back(chunk);
+  }
+  const bool qgz = z.quantized_gradients && nodes >= 2;
+  const size_t alive = z.overlap_comm ? 3 : 1;
+  const double bytes = sum_of_largest<int64_t>(chunks, alive, [&](const int64_t& chunk) {
+    double b = W * double(chunk) * cb + 4.0 * double(chunk);
+    if (qgz) b += 2 * W * double(quant::quantized_bytes(chunk, kGradientBits, z.gradient_block));
+    return b;
+  });
+  lines.push_back({"gradient buckets", bytes,
+                   std::to_string(alive) + " x the largest bucket (max(reduce_bucket_size, unit)) in " +
+                       dtype + (qgz ? " + int4 all-to-all buffers" : "")});
+  return lines;
+}
+
+PlanTiming predict_time(const Plan& plan, const PlanVariant& v) {
+  const PlanOptions& c = plan.cluster;
+  PlanTiming t;
+  const double tokens_per_gpu = double(plan.micro_batch) * plan.accumulation_steps * plan.model.seq_len;
+  const double flops_per_s = c.gpu_tflops * 1e12;
+  // The forward is a third of 6N + 12LCT, the backward two thirds; recomputation repeats the forward.
+  const double base = plan.model.model_flops_per_token() * tokens_per_gpu;
+  t.compute_forward = base / 3 / flops_per_s;
+  t.compute_backward = (base * 2 / 3 + (v.zero.checkpoint_activations ? base / 3 : 0)) / flops_per_s;
+  // Send bytes: each GPU has its own intra-node link; a node's inter-node link carries what all its GPUs
+  // send across nodes. The two link classes work at the same time, so a phase takes the slower of the two.
+  const comm::Phase phases[3] = {comm::Phase::kParamGatherFwd, comm::Phase::kParamGatherBwd,
+                                 comm::Phase::kGradReduce};
+  for (int p = 0; p < 3; ++p) {
+    t.link[p][0] =
+        double(v.traffic.at(phases[p], comm::Link::kIntraNode)) / plan.world / c.intra_node_bytes_per_s;
+    t.link[p][1] =
+        double(v.traffic.at(phases[p], comm::Link::kInterNode)) / c.nodes / c.inter_node_bytes_per_s;
+    t.comm[p] = std::max(t.link[p][0], t.link[p][1]);
+  }
+  // Overlap hides stage 3's gathers behind the compute of their pass and (stages 2, 3) the bucket
+  // reductions behind the backward; what runs between passes (stages 0, 1 reduce at the boundary; stages
+  // 1, 2 gather after the optimizer step) is never hidden.
+  const bool gathers_overlap = v.zero.overlap_comm && v.zero.stage == 3;
+  const bool reduce_overlaps = v.zero.overlap_comm && v.zero.stage >= 2;
+  const double fwd = gathers_overlap ? t.comm[0] : 0, bwd = gathers_overlap ? t.comm[1] : 0;
+  const double reduce = reduce_overlaps ? t.comm[2] : 0;
+  const double serial = (t.comm[0] - fwd) + (t.comm[1] - bwd) + (t.comm[2] - reduce);
+  t.step = std::max(t.compute_forward, fwd) + std::max(t.compute_backward, bwd + reduce) + serial;
+  t.tokens_per_s = t.step > 0 ? double(plan.global_batch) * plan.model.seq_len / t.step : 0;
+  return t;
+}
+
+}  // namespace
+
+double PlanMemory::of(const std::string& state) const {
+  for (const PlanMemoryLine& line : states) {
+    if (line.state == state) return line.bytes;
+  }
+  return 0;
+}
+
+comm::TrafficCounts plan_step_traffic(const GPTConfig& model, const ZeroConfig& zero, int nodes,
+                                      int ranks_per_node, int accumulation_steps) {
+  const ParamTable table = make_param_table(model);
+  const Partition partition = make_partition(table, zero, nodes * ranks_per_node);
+  return expected_step_traffic(TrafficModelInput{&partition, zero, ranks_per_node, accumulation_steps});
+}
+
+int64_t activation_elements(const GPTConfig& model, int micro_batch, bool checkpoint_activations) {
+  const int64_t B = micro_batch, T = model.seq_len, C = model.hidden, L = model.num_layers;
+  const int64_t BT = B * T, BTC = BT * C;
+  // BlockActivations: ln1, atty, residual2, ln2 [BT,C]; qkv [BT,3C]; fch, fch_gelu [BT,4C]; four [BT]
+  // LayerNorm statistics; the attention probabilities [B,NH,T,T].
+  const int64_t block = 15 * BTC + 4 * BT + B * model.heads * T * T;
+  const int64_t scratch = 14 * BTC;  // BlockScratch: d_fch_gelu, d_fch, d_qkv, d_ln2, d_atty, d_ln1
+  const int64_t head = 2 * BTC + BT * model.padded_vocab() + 4 * BT;  // lnf, dlnf, logits, stats, losses
+  const int64_t residual_stream = (L + 1) * BTC;                      // every block's input, and the output
+  const int64_t residual_gradient = BTC;
+  const int64_t saved = checkpoint_activations ? block + BTC /* the recomputed block's output */ : L * block;
+  return residual_stream + saved + scratch + head + residual_gradient;
+}
+
+PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, int ranks_per_node,
+                       int micro_batch) {
+  const int world = nodes * ranks_per_node;
+  const ParamTable table = make_param_table(model);
+  const Partition p = make_partition(table, z, world);
+  const double P = double(p.padded_total()), S = double(p.shard_total());  // S = P at stage 0
+  const double cb = double(wire_bytes(z.precision));
+  const std::string c = cb == 2 ? "2" : "4";
+  PlanMemory m;
+  m.states.push_back({"compute weights", z.stage == 3 ? cb * S : cb * P, z.stage == 3 ? c + "P/W" : c + "P"});
+  m.states.push_back({"master", 4 * S, z.stage >= 1 ? "4P/W" : "4P"});
+  m.states.push_back({"moments", 8 * S, z.stage >= 1 ? "8P/W" : "8P"});
+  m.states.push_back({"gradients", z.stage >= 2 ? 4 * S : 4 * P, z.stage >= 2 ? "4P/W" : "4P"});
+  if (z.stage == 3 && z.hpz_partition_size > 1) {
+    // Each rank keeps W/h shards of every unit as they arrived: compute dtype, or int8 blocks with scales.
+    const int h = z.hpz_partition_size;
+    double bytes = 0;
+    for (const UnitPartition& u : p.units()) {
+      const double shard = z.quantized_weights
+                               ? double(quant::quantized_bytes(u.shard, kWeightBits, z.weight_block))
+                               : cb * double(u.shard);
+      bytes += shard * double(world / h);
+    }
+    m.states.push_back({"hpZ secondary", bytes, z.quantized_weights ? "(1+4/B)P/h" : c + "P/h"});
+  }
+  m.buffers = buffer_lines(p, z, nodes);
+  double buffers = 0;
+  for (const PlanMemoryLine& line : m.buffers) buffers += line.bytes;
+  m.states.push_back({"buffers", buffers, "below"});
+  m.activations_full = cb * double(activation_elements(model, micro_batch, false));
+  m.activations_checkpointed = cb * double(activation_elements(model, micro_batch, true));
+  m.states.push_back({"activations",
+                      z.checkpoint_activations ? m.activations_checkpointed : m.activations_full,
+                      std::string("one micro-batch, ") + c + " bytes per element" +
+                          (z.checkpoint_activations ? ", checkpointed" : "")});
+  for (const PlanMemoryLine& line : m.states) m.total += line.bytes;
+  return m;
+}
+
+Plan make_plan(const TrainOptions& o) {
+  const PlanOptions& c = o.plan;
+  if (c.nodes < 1 || c.gpus_per_node < 1) {
+    throw UsageError(
+        "--nodes and --gpus-per-node must be at least 1, for example --nodes 4 --gpus-per-node 16");
+  }
+  if (!(c.gpu_memory_bytes > 0 && c.intra_node_bytes_per_s > 0 && c.inter_node_bytes_per_s > 0 &&
+        c.gpu_tflops > 0)) {
+    throw UsageError(
+        "--gpu-memory, --intra-node-bandwidth, --inter-node-bandwidth and --gpu-tflops must be positive");
+  }
+  if (std::string problem = o.model.validate(); !problem.empty()) throw UsageError(problem);
+  if (o.micro_batch < 1 || o.accumulation_steps < 1) {
+    throw UsageError("the micro-batch and the accumulation steps must be at least 1");
+  }
+  Plan plan;
+  plan.model = o.model;
+  plan.cluster = c;
+  plan.world = c.nodes * c.gpus_per_node;
+  plan.micro_batch = o.micro_batch;
+  plan.accumulation_steps = o.accumulation_steps;
+  const int64_t batch = int64_t(o.micro_batch) * o.accumulation_steps * plan.world;
+  plan.global_batch = batch;
+  if (o.global_batch != 0 && o.global_batch != batch) {
+    plan.notes.push_back("the global batch " + std::to_string(o.global_batch) + " is not micro-batch x " +
+                         "accumulation x GPUs; planned with " + std::to_string(batch));
+  }
+  const ParamTable table = make_param_table(o.model);
+  plan.params = table.total;
+  plan.params_for_flops = o.model.params_without_positions();
+  plan.padded_params = Partition(table, plan.world, plan.world).padded_total();
+  plan.flops_per_token = o.model.model_flops_per_token() * (o.zero.checkpoint_activations ? 4.0 / 3 : 1.0);
+
+  const comm::Topology topology{plan.world, 0, c.gpus_per_node, false};
+  const int h = o.zero.hpz_partition_size > 1 ? o.zero.hpz_partition_size : c.gpus_per_node;
+  if (o.zero.stage != 3) {
+    PlanVariant v;
+    v.name = "stage " + std::to_string(o.zero.stage);
+    v.zero = o.zero;
+    v.configured = true;
+    v.problem = ZeroEngine::check_zeropp(o.zero, topology);
+    plan.variants.push_back(v);
+  }
+  for (const Combination& combo : kCombinations) {
+    PlanVariant v;
+    v.name = combo.name;
+    v.zero = o.zero;
+    v.zero.stage = 3;
+    v.zero.quantized_weights = combo.qwz;
+    v.zero.hpz_partition_size = combo.hpz ? h : 1;
+    v.zero.quantized_gradients = combo.qgz;
+    v.configured = o.zero.stage == 3 && o.zero.quantized_weights == combo.qwz &&
+                   (o.zero.hpz_partition_size > 1) == combo.hpz && o.zero.quantized_gradients == combo.qgz;
+    v.problem = ZeroEngine::check_zeropp(v.zero, topology);
+    if (v.problem.empty() && combo.hpz && h < 2) v.problem = "hpZ needs at least 2 GPUs per node";
+    plan.variants.push_back(v);
+  }
+  for (size_t i = 0; i < plan.variants.size(); ++i) {
+    PlanVariant& v = plan.variants[i];
+    if (v.configured) plan.configured = int(i);
+    v.memory = plan_memory(o.model, v.zero, c.nodes, c.gpus_per_node, o.micro_batch);
+    if (!v.problem.empty()) continue;
+    v.traffic = plan_step_traffic(o.model, v.zero, c.nodes, c.gpus_per_node, o.accumulation_steps);
+    v.timing = predict_time(plan, v);
+  }
+  if (c.nodes == 1) plan.notes.push_back("one node: qgZ falls back to the ring reduce-scatter");
+  return plan;
+}
+
+}  // namespace gpt

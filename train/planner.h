@@ -1,0 +1,92 @@
+// gpt_train --plan: what a configuration would cost on a GPU cluster, computed without MPI and without
+// allocating any model memory. Per-GPU memory by state class, the bytes of one optimizer step by phase and
+// link class for ZeRO-3 and every ZeRO++ combination (from zero/traffic_model.h, the closed forms the traffic
+// meter is tested against), and a predicted step time from a simple stated model of compute and links.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/traffic.h"
+#include "model/config.h"
+#include "train/options.h"
+#include "zero/config.h"
+
+namespace gpt {
+
+// One line of the per-GPU memory table.
+struct PlanMemoryLine {
+  std::string state;  // "compute weights", "master", ..., "buffers", "activations"
+  double bytes = 0;
+  std::string formula;  // ZeRO's formula ("4P/W") or how the bytes were counted
+};
+
+struct PlanMemory {
+  std::vector<PlanMemoryLine> states;   // in the order printed; their bytes sum to total
+  std::vector<PlanMemoryLine> buffers;  // what the "buffers" line is made of
+  double activations_full = 0;          // one micro-batch without activation checkpointing
+  double activations_checkpointed = 0;  // with it: block inputs plus one block's activations
+  double total = 0;
+  double of(const std::string& state) const;  // bytes of a state line, 0 when absent
+};
+
+// The predicted time of one optimizer step (seconds).
+struct PlanTiming {
+  double compute_forward = 0, compute_backward = 0;
+  std::array<double, 3> comm{};  // param_gather_fwd, param_gather_bwd, grad_reduce: max over link classes
+  std::array<std::array<double, 2>, 3> link{};  // [phase][intra, inter]
+  double step = 0;
+  double tokens_per_s = 0;
+};
+
+// ZeRO-3 with one combination of qwZ, hpZ and qgZ (or the configured stage when it is below 3).
+struct PlanVariant {
+  std::string name;  // "zero3", "qwz", "hpz", "qgz", "qwz+hpz", "qwz+qgz", "hpz+qgz", "zeropp" or "stage N"
+  ZeroConfig zero;
+  bool configured = false;
+  std::string problem;          // why this combination cannot run on the cluster as given; empty when it can
+  comm::TrafficCounts traffic;  // all ranks together, one optimizer step
+  PlanMemory memory;
+  PlanTiming timing;
+};
+
+struct Plan {
+  GPTConfig model;
+  PlanOptions cluster;
+  int world = 1;
+  int micro_batch = 1, accumulation_steps = 1;
+  int64_t global_batch = 1;
+  int64_t params = 0;            // every parameter, the position table included
+  int64_t params_for_flops = 0;  // N of 6N: without the position table (GPTConfig::params_without_positions)
+  int64_t padded_params = 0;     // P: each gather unit padded to a multiple of 8W
+  double flops_per_token = 0;    // 6N + 12 L C T, times 4/3 with activation checkpointing
+  std::vector<PlanVariant> variants;
+  int configured = 0;  // index into variants
+  std::vector<std::string> notes;
+};
+
+// The closed-form bytes of one optimizer step on nodes x ranks_per_node ranks, all ranks together, exactly as
+// the report uses them (the same call the MPI test compares with the meter).
+comm::TrafficCounts plan_step_traffic(const GPTConfig& model, const ZeroConfig& zero, int nodes,
+                                      int ranks_per_node, int accumulation_steps);
+
+// Activation elements of one micro-batch of B sequences, counted from the engine's buffers (model/layers.h):
+// block inputs, each block's saved activations (one block's with checkpointing), the backward scratch, the
+// head and the residual gradient.
+int64_t activation_elements(const GPTConfig& model, int micro_batch, bool checkpoint_activations);
+
+// The memory one GPU would hold for this configuration on nodes x ranks_per_node GPUs (the assumptions are
+// printed by plan_report and listed in planner.cc).
+PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& zero, int nodes, int ranks_per_node,
+                       int micro_batch);
+
+// Everything the report prints. Throws UsageError when the cluster or batch cannot be planned.
+Plan make_plan(const TrainOptions& options);
+
+// The human report, ending with one JSON line {"plan": {...}} that carries the same numbers.
+std::string plan_report(const TrainOptions& options);
+std::string plan_json(const Plan& plan);
+
+}  // namespace gpt

@@ -1,0 +1,278 @@
+// The planner's report: the text a user reads and one JSON line with the same numbers for scripts and
+// tests. Sizes are decimal (1 GB = 1e9 bytes), as --gpu-memory 32GB is.
+#include <cstdarg>
+#include <cstdio>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "train/planner.h"
+
+namespace gpt {
+namespace {
+
+using comm::Link;
+using comm::Phase;
+
+constexpr Phase kPhases[3] = {Phase::kParamGatherFwd, Phase::kParamGatherBwd, Phase::kGradReduce};
+
+std::string format(const char* pattern, ...) {
+  char text[512];
+  va_list args;
+  va_start(args, pattern);
+  std::vsnprintf(text, sizeof text, pattern, args);
+  va_end(args);
+  return text;
+}
+
+std::string size_text(double bytes) {
+  if (bytes >= 1e12) return format("%.2f TB", bytes / 1e12);
+  if (bytes >= 1e9) return format("%.2f GB", bytes / 1e9);
+  if (bytes >= 1e6) return format("%.1f MB", bytes / 1e6);
+  if (bytes >= 1e3) return format("%.1f KB", bytes / 1e3);
+  return format("%.0f B", bytes);
+}
+
+std::string ms_text(double seconds) {
+  return format(seconds * 1e3 >= 100 ? "%.0f ms" : "%.1f ms", seconds * 1e3);
+}
+
+// 18437959680 -> "18,437,959,680"
+std::string grouped(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string on_off(bool on) {
+  return on ? "on" : "off";
+}
+
+void configuration(std::ostream& out, const Plan& plan, const PlanVariant& v) {
+  const GPTConfig& m = plan.model;
+  const PlanOptions& c = plan.cluster;
+  const ZeroConfig& z = v.zero;
+  out << "Configuration\n";
+  out << format(
+      "  model       %d layers, hidden %d, %d heads (head size %d), sequence %d, vocabulary %d "
+      "(padded %d), %d positions\n",
+      m.num_layers, m.hidden, m.heads, m.head_size(), m.seq_len, m.vocab, m.padded_vocab(), m.max_positions);
+  out << "  parameters  " << format("%.2f B", plan.params / 1e9) << " (" << grouped(plan.params)
+      << "); N = " << grouped(plan.params_for_flops) << " without the position table (as 6N counts)"
+      << "; P = " << grouped(plan.padded_params) << " with every unit padded to 8W\n";
+  out << format(
+      "  cluster     %d nodes x %d GPUs = %d GPUs, %s and %g TFLOP/s each; intra-node %s/s per GPU, "
+      "inter-node %s/s (%g Gb/s) per node\n",
+      c.nodes, c.gpus_per_node, plan.world, size_text(c.gpu_memory_bytes).c_str(), c.gpu_tflops,
+      size_text(c.intra_node_bytes_per_s).c_str(), size_text(c.inter_node_bytes_per_s).c_str(),
+      c.inter_node_bytes_per_s * 8 / 1e9);
+  out << "  batch       micro-batch " << plan.micro_batch << " x accumulation " << plan.accumulation_steps
+      << " x " << plan.world << " GPUs = " << plan.global_batch
+      << " sequences = " << grouped(plan.global_batch * m.seq_len) << " tokens per step\n";
+  out << "  ZeRO        stage " << z.stage << ", " << precision_name(z.precision) << ", overlap_comm "
+      << on_off(z.overlap_comm) << ", reduce_bucket_size " << grouped(z.reduce_bucket_size)
+      << ", activation checkpointing " << on_off(z.checkpoint_activations) << "\n";
+  out << "  ZeRO++      qwZ " << on_off(z.quantized_weights);
+  if (z.quantized_weights) out << " (int8, block " << z.weight_block << ")";
+  out << ", hpZ "
+      << (z.hpz_partition_size > 1 ? "on (h = " + std::to_string(z.hpz_partition_size) + ")" : "off");
+  out << ", qgZ " << on_off(z.quantized_gradients);
+  if (z.quantized_gradients) out << " (int4, block " << z.gradient_block << ")";
+  out << ": the configuration named \"" << v.name << "\" below\n";
+  if (!v.problem.empty()) out << "  PROBLEM     " << v.problem << "\n";
+}
+
+void memory(std::ostream& out, const Plan& plan, const PlanVariant& v) {
+  const PlanMemory& m = v.memory;
+  out << "\nMemory per GPU, " << v.name << " (P padded parameters, W = " << plan.world << " GPUs";
+  if (v.zero.hpz_partition_size > 1) out << ", h = " << v.zero.hpz_partition_size;
+  if (v.zero.quantized_weights) out << ", B = qwZ block " << v.zero.weight_block;
+  out << ")\n";
+  for (const PlanMemoryLine& line : m.states) {
+    out << format("  %-18s %10s  %s\n", line.state.c_str(), size_text(line.bytes).c_str(),
+                  line.formula == "below" ? "" : line.formula.c_str());
+    if (line.state != "buffers") continue;
+    for (const PlanMemoryLine& part : m.buffers) {
+      out << format("    %-16s %10s  %s\n", part.state.c_str(), size_text(part.bytes).c_str(),
+                    part.formula.c_str());
+    }
+  }
+  out << format("  %-18s %10s  without checkpointing; %s with it\n", "(activations", "",
+                (size_text(m.activations_full) + ")").c_str(), size_text(m.activations_checkpointed).c_str());
+  const double margin = plan.cluster.gpu_memory_bytes - m.total;
+  out << format("  %-18s %10s  of %s: %s\n", "total", size_text(m.total).c_str(),
+                size_text(plan.cluster.gpu_memory_bytes).c_str(),
+                margin >= 0 ? ("fits, " + size_text(margin) + " to spare").c_str()
+                            : ("DOES NOT FIT, " + size_text(-margin) + " over").c_str());
+}
+
+void traffic(std::ostream& out, const Plan& plan) {
+  out << "\nBytes per optimizer step (" << plan.accumulation_steps
+      << " micro-step(s)) by phase, from zero/traffic_model.h (the closed forms the traffic meter is tested "
+         "against);\n  all GPUs: every byte a GPU hands to the transport, added over GPUs; per GPU: that / "
+      << plan.world << "\n";
+  out << format("    %-9s %-17s %11s %11s %11s %11s\n", "", "phase", "intra, all", "inter, all", "intra/GPU",
+                "inter/GPU");
+  for (const PlanVariant& v : plan.variants) {
+    const std::string mark = v.configured ? "* " : "  ";
+    if (!v.problem.empty()) {
+      out << "  " << mark << v.name << ": not planned: " << v.problem << "\n";
+      continue;
+    }
+    uint64_t intra = 0, inter = 0;
+    for (int p = 0; p < 3; ++p) {
+      const uint64_t a = v.traffic.at(kPhases[p], Link::kIntraNode),
+                     e = v.traffic.at(kPhases[p], Link::kInterNode);
+      intra += a;
+      inter += e;
+      out << format("  %s%-9s %-17s %11s %11s %11s %11s\n", mark.c_str(), p == 0 ? v.name.c_str() : "",
+                    comm::phase_name(kPhases[p]), size_text(double(a)).c_str(), size_text(double(e)).c_str(),
+                    size_text(double(a) / plan.world).c_str(), size_text(double(e) / plan.world).c_str());
+    }
+    out << format("    %-9s %-17s %11s %11s %11s %11s\n", "", "total", size_text(double(intra)).c_str(),
+                  size_text(double(inter)).c_str(), size_text(double(intra) / plan.world).c_str(),
+                  size_text(double(inter) / plan.world).c_str());
+  }
+}
+
+void timing(std::ostream& out, const Plan& plan) {
+  const PlanOptions& c = plan.cluster;
+  const ZeroConfig& z = plan.variants[plan.configured].zero;
+  const double tokens_per_gpu = double(plan.micro_batch) * plan.accumulation_steps * plan.model.seq_len;
+  out << "\nPredicted step time (the model below)\n";
+  out << format("    %-9s %9s %11s %11s %11s %9s %11s %8s %10s\n", "", "compute", "gather fwd", "gather bwd",
+                "reduce", "step", "tokens/s", "vs zero3", "memory");
+  double zero3 = 0;
+  for (const PlanVariant& v : plan.variants) {
+    if (v.name == "zero3") zero3 = v.timing.tokens_per_s;
+  }
+  for (const PlanVariant& v : plan.variants) {
+    if (!v.problem.empty()) continue;
+    const PlanTiming& t = v.timing;
+    const bool fits = v.memory.total <= c.gpu_memory_bytes;
+    out << format("  %s%-9s %9s %11s %11s %11s %9s %11.0f %7.2fx %10s%s\n", v.configured ? "* " : "  ",
+                  v.name.c_str(), ms_text(t.compute_forward + t.compute_backward).c_str(),
+                  ms_text(t.comm[0]).c_str(), ms_text(t.comm[1]).c_str(), ms_text(t.comm[2]).c_str(),
+                  ms_text(t.step).c_str(), t.tokens_per_s, zero3 > 0 ? t.tokens_per_s / zero3 : 0.0,
+                  size_text(v.memory.total).c_str(), fits ? "" : " (does not fit)");
+  }
+  out << "  * the configuration given\n";
+  out << "\nThe model\n";
+  out << format(
+      "  compute     = FLOPs per token x tokens per GPU per step / (%g TFLOP/s), FLOPs per token = "
+      "(6N + 12 L C T)%s = %.3g; tokens per GPU per step = B k T = %.0f\n",
+      c.gpu_tflops, z.checkpoint_activations ? " x 4/3 (recomputation repeats the forward)" : "",
+      plan.flops_per_token, tokens_per_gpu);
+  out << "                forward = 1/3 of 6N + 12 L C T, backward = 2/3"
+      << (z.checkpoint_activations ? " + 1/3 for the recomputation\n" : "\n");
+  out << format(
+      "  comm(phase) = max(intra-node bytes per GPU / %s/s, inter-node bytes per node / %s/s): every "
+      "GPU has its own\n                intra-node link, a node's %d GPUs share its inter-node link "
+      "(inter bytes per node = all GPUs' / %d nodes),\n                both link classes run at once; "
+      "bytes are what GPUs send (full-duplex links)\n",
+      size_text(c.intra_node_bytes_per_s).c_str(), size_text(c.inter_node_bytes_per_s).c_str(),
+      c.gpus_per_node, c.nodes);
+  if (z.overlap_comm) {
+    out << "  step        = max(compute fwd, comm(gather fwd)) + max(compute bwd, comm(gather bwd) + "
+           "comm(reduce))  (overlap_comm: stage 3's gathers hide behind their pass, the bucket reductions "
+           "behind the backward; a backward's gathers and reductions share the links)\n";
+  } else {
+    out << "  step        = compute + comm(gather fwd) + comm(gather bwd) + comm(reduce)  (overlap_comm off: "
+           "nothing overlaps)\n";
+  }
+  out << "  not modelled: the optimizer step, the first gather of a pass, per-message latency, compute below "
+         "--gpu-tflops\n";
+  out << "  memory: activations in the compute dtype (a GPU backend's 2 bytes per element with fp16/bf16; "
+         "the "
+         "CPU backend keeps fp32); gathered units used in the compute dtype; other buffers as the engine "
+         "allocates them\n";
+}
+
+nlohmann::json memory_json(const PlanMemory& m, double gpu_memory) {
+  nlohmann::json j;
+  for (const PlanMemoryLine& line : m.states) j[line.state] = line.bytes;
+  for (const PlanMemoryLine& line : m.buffers) j["buffer parts"][line.state] = line.bytes;
+  j["activations without checkpointing"] = m.activations_full;
+  j["activations with checkpointing"] = m.activations_checkpointed;
+  j["total"] = m.total;
+  j["fits"] = m.total <= gpu_memory;
+  j["margin"] = gpu_memory - m.total;
+  return j;
+}
+
+}  // namespace
+
+std::string plan_json(const Plan& plan) {
+  const GPTConfig& m = plan.model;
+  const PlanOptions& c = plan.cluster;
+  nlohmann::json j;
+  j["model"] = {{"layers", m.num_layers},
+                {"hidden", m.hidden},
+                {"heads", m.heads},
+                {"seq_len", m.seq_len},
+                {"vocab", m.vocab},
+                {"padded_vocab", m.padded_vocab()},
+                {"max_positions", m.max_positions},
+                {"params", plan.params},
+                {"params_for_flops", plan.params_for_flops},
+                {"padded_params", plan.padded_params},
+                {"flops_per_token", plan.flops_per_token}};
+  j["cluster"] = {{"nodes", c.nodes},
+                  {"gpus_per_node", c.gpus_per_node},
+                  {"world", plan.world},
+                  {"gpu_memory_bytes", c.gpu_memory_bytes},
+                  {"intra_node_bytes_per_s", c.intra_node_bytes_per_s},
+                  {"inter_node_bytes_per_s", c.inter_node_bytes_per_s},
+                  {"gpu_tflops", c.gpu_tflops}};
+  j["batch"] = {{"micro_batch", plan.micro_batch},
+                {"accumulation_steps", plan.accumulation_steps},
+                {"global_batch", plan.global_batch},
+                {"tokens_per_step", plan.global_batch * m.seq_len}};
+  j["configured"] = plan.variants[plan.configured].name;
+  j["memory"] = memory_json(plan.variants[plan.configured].memory, c.gpu_memory_bytes);
+  for (const PlanVariant& v : plan.variants) {
+    nlohmann::json jv = {{"name", v.name}, {"configured", v.configured}};
+    jv["zero"] = {{"stage", v.zero.stage},
+                  {"qwz", v.zero.quantized_weights},
+                  {"hpz", v.zero.hpz_partition_size},
+                  {"qgz", v.zero.quantized_gradients}};
+    if (!v.problem.empty()) jv["problem"] = v.problem;
+    for (Phase p : kPhases) {
+      jv["bytes"][comm::phase_name(p)] = {{"intra", v.traffic.at(p, Link::kIntraNode)},
+                                          {"inter", v.traffic.at(p, Link::kInterNode)}};
+    }
+    const PlanTiming& t = v.timing;
+    jv["time_s"] = {{"compute_forward", t.compute_forward},
+                    {"compute_backward", t.compute_backward},
+                    {"param_gather_fwd", t.comm[0]},
+                    {"param_gather_bwd", t.comm[1]},
+                    {"grad_reduce", t.comm[2]},
+                    {"step", t.step}};
+    jv["tokens_per_s"] = t.tokens_per_s;
+    jv["memory_total"] = v.memory.total;
+    jv["fits"] = v.memory.total <= c.gpu_memory_bytes;
+    j["variants"].push_back(jv);
+  }
+  j["notes"] = plan.notes;
+  return nlohmann::json{{"plan", j}}.dump();
+}
+
+std::string plan_report(const TrainOptions& options) {
+  const Plan plan = make_plan(options);
+  const PlanVariant& configured = plan.variants[plan.configured];
+  std::ostringstream out;
+  out << "gpt_train --plan: " << plan.cluster.nodes << " x " << plan.cluster.gpus_per_node
+      << " GPUs; nothing is trained and no model memory is allocated\n\n";
+  configuration(out, plan, configured);
+  memory(out, plan, configured);
+  traffic(out, plan);
+  timing(out, plan);
+  for (const std::string& note : plan.notes) out << "note: " << note << "\n";
+  out << "\n" << plan_json(plan) << "\n";
+  return out.str();
+}
+
+}  // namespace gpt
