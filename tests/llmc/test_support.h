@@ -47,7 +47,8 @@ void poke(std::string& bytes, int64_t offset, T value) {
 
 // Bit-exact comparison of float vectors (NaN payloads and -0.0 included).
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // Two layers, every dimension distinct so a swapped header field or tensor shows.
