@@ -6,8 +6,9 @@
 //
 // Activations are sized once: the model is built for a window W = min(maxT, prompt + new tokens) and every
 // step runs the full forward over the last min(length, W) tokens, left-aligned and padded with token 0 on
-// the right. Causal attention keeps the padding out of every row we read, so this equals running on the
-// exact context, at most W rows of work per token (no KV cache: simple, and fast enough for small models).
+// the right. Causal attention keeps the padding out of every row we read, so this is the forward on the
+// exact context (tests/llmc compares the two token for token); it costs W rows of work per token (no KV
+// cache: simple, and fast enough for small models).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
