@@ -71,8 +71,8 @@ std::vector<PlanMemoryLine> buffer_lines(const Partition& p, const ZeroConfig& z
     });
     lines.push_back({"gathered units", bytes,
                      std::to_string(in_flight) + " x the largest unit in " + dtype +
-                         (z.quantized_weights ? " + its int8 wire copy" : "") +
-                         (z.overlap_comm ? " (one computing, one prefetched)" : "")});
+                         (z.quantized_weights ? " + int8 wire copy" : "") +
+                         (z.overlap_comm ? " (computing, prefetched)" : "")});
   }
   int64_t largest = 0;
   for (size_t u = 0; u < units.size(); ++u) {
@@ -80,7 +80,7 @@ std::vector<PlanMemoryLine> buffer_lines(const Partition& p, const ZeroConfig& z
   }
   lines.push_back({"unit gradient", 4.0 * double(largest), "fp32, the largest unit but wte"});
   lines.push_back({"wte gradient", 4.0 * double(units[ParamTable::kWte].numel),
-                   "fp32, open from the head to the embedding (tied weights)"});
+                   "fp32, open from the head to the embedding"});
 
   // Buckets: the send buffer of all W chunks in the compute dtype, the fp32 result chunk, and with qgZ the
   // int4 send and receive buffers of its intra-node all-to-all. With overlap_comm two reductions are in
@@ -101,8 +101,8 @@ std::vector<PlanMemoryLine> buffer_lines(const Partition& p, const ZeroConfig& z
     return b;
   });
   lines.push_back({"gradient buckets", bytes,
-                   std::to_string(alive) + " x the largest bucket (max(reduce_bucket_size, unit)) in " +
-                       dtype + (qgz ? " + int4 all-to-all buffers" : "")});
+                   std::to_string(alive) + " x the largest bucket in " + dtype +
+                       (qgz ? " + int4 buffers" : "") + (z.overlap_comm ? " (2 reducing, 1 filling)" : "")});
   return lines;
 }
 

@@ -57,18 +57,17 @@ void configuration(std::ostream& out, const Plan& plan, const PlanVariant& v) {
   const ZeroConfig& z = v.zero;
   out << "Configuration\n";
   out << format(
-      "  model       %d layers, hidden %d, %d heads (head size %d), sequence %d, vocabulary %d "
-      "(padded %d), %d positions\n",
+      "  model       %d layers, hidden %d, %d heads of %d, sequence %d, vocabulary %d (padded %d), "
+      "%d positions\n",
       m.num_layers, m.hidden, m.heads, m.head_size(), m.seq_len, m.vocab, m.padded_vocab(), m.max_positions);
   out << "  parameters  " << format("%.2f B", plan.params / 1e9) << " (" << grouped(plan.params)
-      << "); N = " << grouped(plan.params_for_flops) << " without the position table (as 6N counts)"
-      << "; P = " << grouped(plan.padded_params) << " with every unit padded to 8W\n";
-  out << format(
-      "  cluster     %d nodes x %d GPUs = %d GPUs, %s and %g TFLOP/s each; intra-node %s/s per GPU, "
-      "inter-node %s/s (%g Gb/s) per node\n",
-      c.nodes, c.gpus_per_node, plan.world, size_text(c.gpu_memory_bytes).c_str(), c.gpu_tflops,
-      size_text(c.intra_node_bytes_per_s).c_str(), size_text(c.inter_node_bytes_per_s).c_str(),
-      c.inter_node_bytes_per_s * 8 / 1e9);
+      << "); 6N's N = " << grouped(plan.params_for_flops)
+      << " (no position table); padded P = " << grouped(plan.padded_params) << "\n";
+  out << format("  cluster     %d nodes x %d GPUs = %d GPUs, each with %s and %g TFLOP/s\n", c.nodes,
+                c.gpus_per_node, plan.world, size_text(c.gpu_memory_bytes).c_str(), c.gpu_tflops);
+  out << format("  links       intra-node %s/s per GPU, inter-node %s/s (%g Gb/s) per node\n",
+                size_text(c.intra_node_bytes_per_s).c_str(), size_text(c.inter_node_bytes_per_s).c_str(),
+                c.inter_node_bytes_per_s * 8 / 1e9);
   out << "  batch       micro-batch " << plan.micro_batch << " x accumulation " << plan.accumulation_steps
       << " x " << plan.world << " GPUs = " << plan.global_batch
       << " sequences = " << grouped(plan.global_batch * m.seq_len) << " tokens per step\n";
@@ -81,7 +80,7 @@ void configuration(std::ostream& out, const Plan& plan, const PlanVariant& v) {
       << (z.hpz_partition_size > 1 ? "on (h = " + std::to_string(z.hpz_partition_size) + ")" : "off");
   out << ", qgZ " << on_off(z.quantized_gradients);
   if (z.quantized_gradients) out << " (int4, block " << z.gradient_block << ")";
-  out << ": the configuration named \"" << v.name << "\" below\n";
+  out << " (\"" << v.name << "\" below)\n";
   if (!v.problem.empty()) out << "  PROBLEM     " << v.problem << "\n";
 }
 
@@ -92,16 +91,18 @@ void memory(std::ostream& out, const Plan& plan, const PlanVariant& v) {
   if (v.zero.quantized_weights) out << ", B = qwZ block " << v.zero.weight_block;
   out << ")\n";
   for (const PlanMemoryLine& line : m.states) {
-    out << format("  %-18s %10s  %s\n", line.state.c_str(), size_text(line.bytes).c_str(),
-                  line.formula == "below" ? "" : line.formula.c_str());
-    if (line.state != "buffers") continue;
+    const std::string formula = line.formula == "below" ? "" : "  " + line.formula;
+    out << format("  %-18s %10s%s\n", line.state.c_str(), size_text(line.bytes).c_str(), formula.c_str());
+    if (line.state != "buffers") continue;  // its parts follow it
     for (const PlanMemoryLine& part : m.buffers) {
       out << format("    %-16s %10s  %s\n", part.state.c_str(), size_text(part.bytes).c_str(),
                     part.formula.c_str());
     }
   }
-  out << format("  %-18s %10s  without checkpointing; %s with it\n", "(activations", "",
-                (size_text(m.activations_full) + ")").c_str(), size_text(m.activations_checkpointed).c_str());
+  out << format("    %-16s %10s  block inputs, one block's saved tensors, the recomputed output\n",
+                "checkpointed", size_text(m.activations_checkpointed).c_str());
+  out << format("    %-16s %10s  every block's saved tensors\n", "not checkpointed",
+                size_text(m.activations_full).c_str());
   const double margin = plan.cluster.gpu_memory_bytes - m.total;
   out << format("  %-18s %10s  of %s: %s\n", "total", size_text(m.total).c_str(),
                 size_text(plan.cluster.gpu_memory_bytes).c_str(),
@@ -111,9 +112,10 @@ void memory(std::ostream& out, const Plan& plan, const PlanVariant& v) {
 
 void traffic(std::ostream& out, const Plan& plan) {
   out << "\nBytes per optimizer step (" << plan.accumulation_steps
-      << " micro-step(s)) by phase, from zero/traffic_model.h (the closed forms the traffic meter is tested "
-         "against);\n  all GPUs: every byte a GPU hands to the transport, added over GPUs; per GPU: that / "
-      << plan.world << "\n";
+      << (plan.accumulation_steps == 1 ? " micro-step" : " micro-steps")
+      << ") by phase, from zero/traffic_model.h (the meter's closed forms)\n"
+      << "  all: every byte a GPU hands to the transport, added over GPUs; per GPU: all / " << plan.world
+      << "\n";
   out << format("    %-9s %-17s %11s %11s %11s %11s\n", "", "phase", "intra, all", "inter, all", "intra/GPU",
                 "inter/GPU");
   for (const PlanVariant& v : plan.variants) {
@@ -132,8 +134,9 @@ void traffic(std::ostream& out, const Plan& plan) {
                     comm::phase_name(kPhases[p]), size_text(double(a)).c_str(), size_text(double(e)).c_str(),
                     size_text(double(a) / plan.world).c_str(), size_text(double(e) / plan.world).c_str());
     }
-    out << format("    %-9s %-17s %11s %11s %11s %11s\n", "", "total", size_text(double(intra)).c_str(),
-                  size_text(double(inter)).c_str(), size_text(double(intra) / plan.world).c_str(),
+    out << format("  %s%-9s %-17s %11s %11s %11s %11s\n", mark.c_str(), "", "total",
+                  size_text(double(intra)).c_str(), size_text(double(inter)).c_str(),
+                  size_text(double(intra) / plan.world).c_str(),
                   size_text(double(inter) / plan.world).c_str());
   }
 }
@@ -161,34 +164,36 @@ void timing(std::ostream& out, const Plan& plan) {
   }
   out << "  * the configuration given\n";
   out << "\nThe model\n";
-  out << format(
-      "  compute     = FLOPs per token x tokens per GPU per step / (%g TFLOP/s), FLOPs per token = "
-      "(6N + 12 L C T)%s = %.3g; tokens per GPU per step = B k T = %.0f\n",
-      c.gpu_tflops, z.checkpoint_activations ? " x 4/3 (recomputation repeats the forward)" : "",
-      plan.flops_per_token, tokens_per_gpu);
+  out << format("  compute     = FLOPs per token x tokens per GPU per step / %g TFLOP/s\n", c.gpu_tflops);
+  out << format("                FLOPs per token = (6N + 12 L C T)%s = %.1f GFLOP\n",
+                z.checkpoint_activations ? " x 4/3 (recomputation repeats the forward)" : "",
+                plan.flops_per_token / 1e9);
+  out << format("                tokens per GPU per step = B k T = %.0f\n", tokens_per_gpu);
   out << "                forward = 1/3 of 6N + 12 L C T, backward = 2/3"
       << (z.checkpoint_activations ? " + 1/3 for the recomputation\n" : "\n");
+  out << format("  comm(phase) = max(intra-node bytes per GPU / %s/s, inter-node bytes per node / %s/s)\n",
+                size_text(c.intra_node_bytes_per_s).c_str(), size_text(c.inter_node_bytes_per_s).c_str());
   out << format(
-      "  comm(phase) = max(intra-node bytes per GPU / %s/s, inter-node bytes per node / %s/s): every "
-      "GPU has its own\n                intra-node link, a node's %d GPUs share its inter-node link "
-      "(inter bytes per node = all GPUs' / %d nodes),\n                both link classes run at once; "
-      "bytes are what GPUs send (full-duplex links)\n",
-      size_text(c.intra_node_bytes_per_s).c_str(), size_text(c.inter_node_bytes_per_s).c_str(),
+      "                every GPU has its own intra-node link; a node's %d GPUs share its inter-node\n"
+      "                link (inter bytes per node = all GPUs' / %d nodes); both link classes run at\n"
+      "                once; bytes are what GPUs send (links are full duplex)\n",
       c.gpus_per_node, c.nodes);
   if (z.overlap_comm) {
     out << "  step        = max(compute fwd, comm(gather fwd)) + max(compute bwd, comm(gather bwd) + "
-           "comm(reduce))  (overlap_comm: stage 3's gathers hide behind their pass, the bucket reductions "
-           "behind the backward; a backward's gathers and reductions share the links)\n";
+           "comm(reduce))\n";
+    out << "                overlap_comm: stage 3's gathers hide behind the compute of their pass and the\n";
+    out << "                bucket reductions behind the backward, whose gathers and reductions share the\n";
+    out << "                links; what runs between passes (stages 0-2) adds to the step\n";
   } else {
-    out << "  step        = compute + comm(gather fwd) + comm(gather bwd) + comm(reduce)  (overlap_comm off: "
-           "nothing overlaps)\n";
+    out << "  step        = compute + comm(gather fwd) + comm(gather bwd) + comm(reduce) (overlap_comm "
+           "off)\n";
   }
-  out << "  not modelled: the optimizer step, the first gather of a pass, per-message latency, compute below "
-         "--gpu-tflops\n";
-  out << "  memory: activations in the compute dtype (a GPU backend's 2 bytes per element with fp16/bf16; "
-         "the "
-         "CPU backend keeps fp32); gathered units used in the compute dtype; other buffers as the engine "
-         "allocates them\n";
+  out << "  not modelled: the optimizer step, the first gather of a pass, per-message latency, kernels\n";
+  out << "                slower than --gpu-tflops\n";
+  out << "  memory      planned for a GPU: activations in the compute dtype (2 bytes per element with\n";
+  out << "                fp16/bf16; the CPU backend keeps fp32), gathered units used in the compute dtype\n";
+  out << "                (the CPU widens them to fp32); every other state and buffer as the engine\n";
+  out << "                allocates it\n";
 }
 
 nlohmann::json memory_json(const PlanMemory& m, double gpu_memory) {
