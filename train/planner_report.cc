@@ -1,5 +1,6 @@
 // The planner's report: the text a user reads and one JSON line with the same numbers for scripts and
 // tests. Sizes are decimal (1 GB = 1e9 bytes), as --gpu-memory 32GB is.
+#include <cctype>
 #include <cstdarg>
 #include <cstdio>
 #include <sstream>
@@ -196,12 +197,19 @@ void timing(std::ostream& out, const Plan& plan) {
   out << "                allocates it\n";
 }
 
+// "hpZ secondary" -> "hpz_secondary": JSON keys in the metrics file's style.
+std::string key_of(const std::string& state) {
+  std::string key;
+  for (char ch : state) key += ch == ' ' ? '_' : char(std::tolower(static_cast<unsigned char>(ch)));
+  return key;
+}
+
 nlohmann::json memory_json(const PlanMemory& m, double gpu_memory) {
   nlohmann::json j;
-  for (const PlanMemoryLine& line : m.states) j[line.state] = line.bytes;
-  for (const PlanMemoryLine& line : m.buffers) j["buffer parts"][line.state] = line.bytes;
-  j["activations without checkpointing"] = m.activations_full;
-  j["activations with checkpointing"] = m.activations_checkpointed;
+  for (const PlanMemoryLine& line : m.states) j[key_of(line.state)] = line.bytes;
+  for (const PlanMemoryLine& line : m.buffers) j["buffer_parts"][key_of(line.state)] = line.bytes;
+  j["activations_without_checkpointing"] = m.activations_full;
+  j["activations_with_checkpointing"] = m.activations_checkpointed;
   j["total"] = m.total;
   j["fits"] = m.total <= gpu_memory;
   j["margin"] = gpu_memory - m.total;

@@ -136,6 +136,8 @@ TEST_CASE("the tutorial's 18B model: parameters, ZeRO memory formulas, the JSON 
   CHECK(jp.at("model").at("params").get<int64_t>() == N + u.wpe);
   CHECK(jp.at("memory").at("master").get<double>() == 4.0 * P / W);
   CHECK(jp.at("memory").at("fits").get<bool>());
+  CHECK(jp.at("memory").at("hpz_secondary").get<double>() == m.of("hpZ secondary"));
+  CHECK(jp.at("memory").at("activations_without_checkpointing").get<double>() == m.activations_full);
   CHECK(jp.at("variants").size() == 8);
   for (size_t i = 0; i < plan.variants.size(); ++i) {
     const auto& jv = jp.at("variants")[i];
