@@ -1,6 +1,8 @@
 // Windows over token shards, the seeded stream of windows, and the train/validation loaders (loader.h).
 #include "data/loader.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <stdexcept>
 #include <utility>
@@ -76,6 +78,17 @@ WindowSet::WindowSet(const std::vector<std::string>& shard_paths, int vocab_size
   }
 }
 
+void WindowSet::keep_fraction(double begin, double end, const std::string& what) {
+  if (begin == 0.0 && end == 1.0) return;
+  const auto n = static_cast<double>(starts_.size());
+  const auto first = static_cast<size_t>(std::floor(n * begin)), last = static_cast<size_t>(std::floor(n * end));
+  if (first >= last) {
+    throw DataError(what + ": the split leaves no window of the " + std::to_string(starts_.size()) +
+                    " for this part; change --split or give --valid-data-path");
+  }
+  starts_ = std::vector<int64_t>(starts_.begin() + first, starts_.begin() + last);
+}
+
 void WindowSet::copy(int64_t window, int32_t* inputs, int32_t* targets) const {
   const uint16_t* tokens = tokens_.data() + starts_.at(static_cast<size_t>(window));
   for (int t = 0; t < seq_len_; ++t) {
@@ -87,6 +100,7 @@ void WindowSet::copy(int64_t window, int32_t* inputs, int32_t* targets) const {
 TrainLoader::TrainLoader(const std::vector<std::string>& shard_paths, int vocab_size,
                          const LoaderConfig& config)
     : config_(config), windows_(shard_paths, vocab_size, config.seq_len) {
+  windows_.keep_fraction(config.window_begin, config.window_end, "training data");
   if (config.micro_batch <= 0 || config.accumulation_steps <= 0 || config.world_size <= 0 ||
       config.rank < 0 || config.rank >= config.world_size) {
     throw std::invalid_argument(
@@ -129,8 +143,11 @@ void TrainLoader::load(int64_t global_step, int micro_step, int32_t* inputs, int
   load_positions(first, config_.micro_batch, inputs, targets, stream_positions);
 }
 
-ValidLoader::ValidLoader(const std::vector<std::string>& shard_paths, int vocab_size, int seq_len)
-    : windows_(shard_paths, vocab_size, seq_len) {}
+ValidLoader::ValidLoader(const std::vector<std::string>& shard_paths, int vocab_size, int seq_len,
+                         double window_begin, double window_end)
+    : windows_(shard_paths, vocab_size, seq_len) {
+  windows_.keep_fraction(window_begin, window_end, "validation data");
+}
 
 void ValidLoader::load(int64_t batch_index, int batch, int32_t* inputs, int32_t* targets) const {
   if (batch <= 0 || batch_index < 0 || batch_index >= num_batches(batch)) {

@@ -33,6 +33,9 @@ struct LoaderConfig {
   int world_size = 1;
   int rank = 0;
   uint64_t seed = 0;
+  // Use only the windows [begin, end) x (number of windows), in order (gpt_train's --split without
+  // --valid-data-path carves the validation windows out of the same shards this way).
+  double window_begin = 0.0, window_end = 1.0;
 };
 
 // The seeded permutation of [0, n) used for epoch `epoch`; exposed so tests can pin it down.
@@ -45,6 +48,8 @@ class WindowSet {
   WindowSet(const std::vector<std::string>& shard_paths, int vocab_size, int seq_len);
   int64_t size() const { return static_cast<int64_t>(starts_.size()); }
   int seq_len() const { return seq_len_; }
+  // Keeps only the windows [floor(n begin), floor(n end)) of the n, in order; DataError if none remain.
+  void keep_fraction(double begin, double end, const std::string& what);
   // Writes window w's inputs (its first seq_len tokens) and targets (its last seq_len tokens).
   void copy(int64_t window, int32_t* inputs, int32_t* targets) const;
 
@@ -89,7 +94,8 @@ class TrainLoader {
 // Validation windows in order, without shuffling: batch b holds windows [b*batch, (b+1)*batch).
 class ValidLoader {
  public:
-  ValidLoader(const std::vector<std::string>& shard_paths, int vocab_size, int seq_len);
+  ValidLoader(const std::vector<std::string>& shard_paths, int vocab_size, int seq_len, double window_begin = 0.0,
+              double window_end = 1.0);
   int64_t num_windows() const { return windows_.size(); }
   int64_t num_batches(int batch) const { return batch > 0 ? windows_.size() / batch : 0; }
   // Throws std::out_of_range unless 0 <= batch_index < num_batches(batch).

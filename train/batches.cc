@@ -9,7 +9,7 @@ namespace gpt {
 namespace {
 
 data::LoaderConfig loader_config(int seq_len, int micro_batch, int accumulation_steps,
-                                 const comm::Communicator& world, uint64_t seed) {
+                                 const comm::Communicator& world, uint64_t seed, double begin, double end) {
   data::LoaderConfig c;
   c.seq_len = seq_len;
   c.micro_batch = micro_batch;
@@ -17,15 +17,18 @@ data::LoaderConfig loader_config(int seq_len, int micro_batch, int accumulation_
   c.world_size = world.size();
   c.rank = world.rank();
   c.seed = seed;
+  c.window_begin = begin;
+  c.window_end = end;
   return c;
 }
 
 }  // namespace
 
 TrainBatches::TrainBatches(const std::string& data_path, int vocab, int seq_len, int micro_batch,
-                           int accumulation_steps, const comm::Communicator& world, uint64_t seed)
+                           int accumulation_steps, const comm::Communicator& world, uint64_t seed,
+                           double window_begin, double window_end)
     : loader_(data::expand_data_path(data_path), vocab,
-              loader_config(seq_len, micro_batch, accumulation_steps, world, seed)),
+              loader_config(seq_len, micro_batch, accumulation_steps, world, seed, window_begin, window_end)),
       micro_batch_(micro_batch),
       seq_len_(seq_len),
       inputs_(accumulation_steps, std::vector<int32_t>(size_t(micro_batch) * seq_len)),

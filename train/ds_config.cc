@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -110,6 +111,26 @@ DeepSpeedConfig parse_deepspeed_config(const std::string& text, const std::strin
   auto boolean = [&](std::optional<bool>& field) -> ReadKey {
     return [&](const json& o, const std::string& n, const std::string& k) { field = r.boolean(o, n, k); };
   };
+  auto choice = [&](std::optional<std::string>& field, std::vector<std::string> allowed) -> ReadKey {
+    return [&, allowed](const json& o, const std::string& n, const std::string& k) {
+      const json& v = o.at(n);
+      std::string choices;
+      for (const auto& a : allowed) choices += (choices.empty() ? "" : " | ") + a;
+      if (!v.is_string() || std::find(allowed.begin(), allowed.end(), v.get<std::string>()) == allowed.end()) {
+        r.fail(k, "one of \"" + choices + "\"", v);
+      }
+      field = v.get<std::string>();
+    };
+  };
+  auto betas = [&](const json& o, const std::string& n, const std::string& k) {
+    const json& v = o.at(n);
+    if (!v.is_array() || v.size() != 2 || !v[0].is_number() || !v[1].is_number() || v[0] < 0 || v[0] >= 1 ||
+        v[1] < 0 || v[1] >= 1) {
+      r.fail(k, "a pair [beta1, beta2] of numbers in [0, 1)", v);
+    }
+    config.optimizer_beta1 = v[0].get<double>();
+    config.optimizer_beta2 = v[1].get<double>();
+  };
   const std::map<std::string, ReadKey> keys = {
       {"train_batch_size", integer(config.train_batch_size, 1, kBig)},
       {"train_micro_batch_size_per_gpu", integer(config.train_micro_batch_size_per_gpu, 1, kBig)},
@@ -133,8 +154,31 @@ DeepSpeedConfig parse_deepspeed_config(const std::string& text, const std::strin
       {"zero_optimization.zeropp_weight_block_size", integer(config.zeropp_weight_block_size, -kBig, kBig)},
       {"zero_optimization.zeropp_gradient_block_size",
        integer(config.zeropp_gradient_block_size, -kBig, kBig)},
+      {"zero_optimization.reduce_scatter", boolean(config.reduce_scatter)},
+      {"zero_optimization.contiguous_gradients", boolean(config.contiguous_gradients)},
+      {"zero_optimization.stage3_prefetch_bucket_size", number(config.stage3_prefetch_bucket_size, 0, 1e15)},
+      {"zero_optimization.stage3_param_persistence_threshold",
+       number(config.stage3_param_persistence_threshold, 0, 1e15)},
+      {"zero_optimization.stage3_max_live_parameters", number(config.stage3_max_live_parameters, 0, 1e15)},
+      {"optimizer.type", choice(config.optimizer_type, {"Adam", "AdamW"})},
+      {"optimizer.params.lr", number(config.optimizer_lr, 0, 10)},
+      {"optimizer.params.betas", betas},
+      {"optimizer.params.eps", number(config.optimizer_eps, 0, 1)},
+      {"optimizer.params.weight_decay", number(config.optimizer_weight_decay, 0, 10)},
+      {"optimizer.params.adam_w_mode", boolean(config.adam_w_mode)},
+      {"scheduler.type", choice(config.scheduler_type, {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"})},
+      {"scheduler.params.warmup_min_lr", number(config.warmup_min_lr, 0, 10)},
+      {"scheduler.params.warmup_max_lr", number(config.warmup_max_lr, 0, 10)},
+      {"scheduler.params.warmup_num_steps", integer(config.warmup_num_steps, 0, kBig)},
+      {"scheduler.params.total_num_steps", integer(config.total_num_steps, 1, kBig)},
+      {"scheduler.params.warmup_type", choice(config.warmup_type, {"log", "linear"})},
+      {"scheduler.params.warmup_min_ratio", number(config.warmup_min_ratio, 0, 1)},
+      {"scheduler.params.cos_min_ratio", number(config.cos_min_ratio, 0, 1)},
+      {"steps_per_print", integer(config.steps_per_print, 1, kBig)},
+      {"wall_clock_breakdown", boolean(config.wall_clock_breakdown)},
   };
-  const std::set<std::string> sections = {"fp16", "bf16", "bfloat16", "zero_optimization"};
+  const std::set<std::string> sections = {"fp16",      "bf16",      "bfloat16",         "zero_optimization",
+                                          "optimizer", "scheduler", "optimizer.params", "scheduler.params"};
 
   std::function<void(const json&, const std::string&)> walk = [&](const json& object,
                                                                   const std::string& prefix) {
@@ -142,7 +186,7 @@ DeepSpeedConfig parse_deepspeed_config(const std::string& text, const std::strin
       const std::string key = prefix.empty() ? name : prefix + "." + name;
       if (auto it = keys.find(key); it != keys.end()) {
         it->second(object, name, key);
-      } else if (prefix.empty() && sections.count(name)) {
+      } else if (sections.count(key)) {
         walk(r.object(object, name, key), key);
       } else {
         r.unknown(key);

@@ -42,6 +42,23 @@ struct DeepSpeedConfig {
   std::optional<int64_t> zeropp_weight_block_size;
   std::optional<int64_t> zeropp_gradient_block_size;
 
+  // optimizer{type: Adam | AdamW, params{lr, betas, eps, weight_decay, adam_w_mode}}
+  std::optional<std::string> optimizer_type;
+  std::optional<double> optimizer_lr, optimizer_beta1, optimizer_beta2, optimizer_eps, optimizer_weight_decay;
+  std::optional<bool> adam_w_mode;
+  // scheduler{type: WarmupLR | WarmupDecayLR | WarmupCosineLR, params{...}} (DeepSpeed's parameter names)
+  std::optional<std::string> scheduler_type;
+  std::optional<double> warmup_min_lr, warmup_max_lr, warmup_min_ratio, cos_min_ratio;
+  std::optional<int64_t> warmup_num_steps, total_num_steps;
+  std::optional<std::string> warmup_type;
+
+  std::optional<int64_t> steps_per_print;
+  std::optional<bool> wall_clock_breakdown;
+  // Accepted, reported at start-up with what they do here (see train/options.cc).
+  std::optional<bool> reduce_scatter, contiguous_gradients;
+  std::optional<double> stage3_prefetch_bucket_size, stage3_param_persistence_threshold,
+      stage3_max_live_parameters;
+
   std::vector<std::string> warnings;  // "unknown key zero_optimization.foo (ignored)"
 };
 

@@ -12,6 +12,7 @@
 #include "model/llmc_format.h"
 #include "model/params.h"
 #include "train/flags.h"
+#include "zero/checkpoint.h"
 
 namespace gpt {
 namespace {
@@ -25,15 +26,14 @@ struct ExportOptions {
   int64_t seed = 1234;
 };
 
-// ---- The checkpoint hook -------------------------------------------------------------------------------
-// Returns the fp32 master weights of the checkpoint in DIR (its `latest`) in the model layout of
-// model/params.h, and the model shape from its manifest (seq_len may stay = max_positions). This tool is one
-// process without MPI, so the reader must reassemble the per-rank master shards itself. Throw UsageError or
-// ModelFileError (one line: the file, the problem, the fix) for anything wrong with the checkpoint.
+// The fp32 master weights of the checkpoint in DIR (its `latest`), reassembled from the rank shards.
 LlmcModel load_checkpoint_weights(const std::string& dir) {
-  throw UsageError("--load " + dir +
-                   ": checkpoints not supported yet; export from a model file (--model FILE) or a fresh "
-                   "initialization (--init-only with the model flags and --seed)");
+  try {
+    CheckpointWeights weights = read_checkpoint_weights(dir);
+    return LlmcModel{weights.model, std::move(weights.params)};
+  } catch (const CheckpointError& e) {
+    throw UsageError(std::string("--load: ") + e.what());
+  }
 }
 
 // Returns false when --help was printed.

@@ -23,6 +23,7 @@
 #include "model/llmc_format.h"
 #include "model/model.h"
 #include "train/flags.h"
+#include "zero/checkpoint.h"
 
 namespace gpt {
 namespace {
@@ -41,14 +42,14 @@ struct GenerateOptions {
   int threads = 0;
 };
 
-// ---- The checkpoint hook (the same as gpt_export's) ----------------------------------------------------
-// Returns the fp32 master weights of the checkpoint in DIR (its `latest`) in the model layout of
-// model/params.h, and the model shape from its manifest. One process, no MPI: the reader reassembles the
-// per-rank master shards itself. Throw UsageError or ModelFileError (one line) for a bad checkpoint.
+// The fp32 master weights of the checkpoint in DIR (its `latest`), reassembled from the rank shards.
 LlmcModel load_checkpoint_weights(const std::string& dir) {
-  throw UsageError("--load " + dir +
-                   ": checkpoints not supported yet; sample from a model file (--model FILE, "
-                   "for example one written by gpt_export)");
+  try {
+    CheckpointWeights weights = read_checkpoint_weights(dir);
+    return LlmcModel{weights.model, std::move(weights.params)};
+  } catch (const CheckpointError& e) {
+    throw UsageError(std::string("--load: ") + e.what());
+  }
 }
 
 // Returns false when --help was printed.

@@ -41,7 +41,8 @@ struct StepMetrics {
 // progress.
 class MetricsFile {
  public:
-  explicit MetricsFile(const std::string& path);  // throws UsageError naming the path when it cannot open it
+  // Truncates the file, or appends to it when resuming. Throws UsageError naming the path when it cannot open it.
+  MetricsFile(const std::string& path, bool append);
   ~MetricsFile();
   void write(const StepMetrics& m);
   void write_raw(const std::string& json_line);
@@ -51,5 +52,7 @@ class MetricsFile {
 };
 
 std::string to_json(const StepMetrics& m);
+// A double as JSON writes it (shortest round-trip form).
+std::string to_json_number(double value);
 
 }  // namespace gpt

@@ -2,6 +2,7 @@
 #include "zero/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <sstream>
@@ -310,7 +311,10 @@ double ZeroEngine::local_sum_of_squares() const {
   return sum_of_squares(grad_, partition_.shard_total());
 }
 
-ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& micro_batches, double lr) {
+ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& micro_batches, double lr,
+                                              bool stop_request) {
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
   const int k = int(micro_batches.size());
   const int64_t grad_elements = config_.stage >= 2 ? partition_.shard_total() : partition_.padded_total();
   std::fill(grad_, grad_ + grad_elements, 0.0f);
@@ -319,23 +323,30 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
   const float multiplier = float(result.loss_scale / k);
   double loss_sum = 0;
   for (const MicroBatch& mb : micro_batches) {
+    auto start = Clock::now();
     loss_sum += forward(mb, true, comm::Phase::kParamGatherFwd);
+    result.forward_ms += since(start);
+    start = Clock::now();
     backward(mb, multiplier);
     if (reducer_) reducer_->finish();
+    result.backward_ms += since(start);
   }
+  const auto optimizer_start = Clock::now();
   if (!reducer_) reduce_at_boundary();
 
   // One small fp32 all-reduce per step: the loss sum, the squared gradient norm and the overflow flag.
   // qgZ never puts a gradient on the wire unquantized, so each rank also reports its local non-finite values.
   const bool local_nonfinite = reducer_ && !reducer_->take_local_finite();
-  float totals[3] = {float(loss_sum), float(local_sum_of_squares()),
-                     local_overflow() || local_nonfinite ? 1.0f : 0.0f};
-  dp_.all_reduce(totals, DType::kF32, 3, 1.0f, comm::Phase::kOther).wait();
+  float totals[4] = {float(loss_sum), float(local_sum_of_squares()),
+                     local_overflow() || local_nonfinite ? 1.0f : 0.0f, stop_request ? 1.0f : 0.0f};
+  dp_.all_reduce(totals, DType::kF32, 4, 1.0f, comm::Phase::kOther).wait();
+  result.stop = totals[3] > 0;
   result.loss = totals[0] / (double(k) * dp_.size());
   result.skipped = totals[2] > 0 || !std::isfinite(totals[1]);
   scaler_.update(result.skipped);
   if (result.skipped) {
     result.grad_norm = std::numeric_limits<double>::infinity();
+    result.optimizer_ms = since(optimizer_start);
     return result;
   }
   result.grad_norm = std::sqrt(double(totals[1])) / result.loss_scale;
@@ -347,16 +358,16 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
   cpu::AdamWHyper hyper = config_.adam;
   hyper.lr = lr;
   const float grad_scale = float(clip / result.loss_scale);
-  const int shard_index = partition_.num_shards() == 1 ? 0 : dp_.rank();
+  const int shard = shard_index();
   for (int u = 0; u < int(partition_.units().size()); ++u) {
     const UnitPartition& unit = partition_.unit(u);
-    const Partition::Range r = partition_.owned_model_range(u, shard_index);
+    const Partition::Range r = partition_.owned_model_range(u, shard);
     const int64_t at = unit.shard_offset;
     adamw_step_range(table_, r.begin, r.end, master_ + at, grad_ + at, adam_m_ + at, adam_v_ + at, hyper,
                      applied_steps_, grad_scale);
   }
-  refresh_compute_weights();
-  if (gatherer_) gatherer_->drop_secondaries();  // hpZ copies never outlive a weight change
+  weights_changed();  // hpZ copies never outlive a weight change
+  result.optimizer_ms = since(optimizer_start);
   return result;
 }
 
@@ -364,6 +375,29 @@ double ZeroEngine::evaluate(const MicroBatch& micro_batch) {
   float loss = float(forward(micro_batch, false, comm::Phase::kEval));
   dp_.all_reduce(&loss, DType::kF32, 1, 1.0f / float(dp_.size()), comm::Phase::kEval).wait();
   return loss;
+}
+
+void ZeroEngine::set_training_state(int64_t applied_steps, const LossScaler::State& scaler) {
+  applied_steps_ = applied_steps;
+  scaler_.restore(scaler);
+}
+
+void ZeroEngine::weights_changed() {
+  refresh_compute_weights();
+  if (gatherer_) gatherer_->drop_secondaries();
+}
+
+void ZeroEngine::load_model_weights(const float* model_layout) {
+  const int64_t S = partition_.shard_total();
+  std::fill(master_, master_ + S, 0.0f);
+  std::fill(adam_m_, adam_m_ + S, 0.0f);
+  std::fill(adam_v_, adam_v_ + S, 0.0f);
+  for (int u = 0; u < int(partition_.units().size()); ++u) {
+    const Partition::Range r = partition_.owned_model_range(u, shard_index());
+    std::copy(model_layout + r.begin, model_layout + r.end, master_ + partition_.unit(u).shard_offset);
+  }
+  applied_steps_ = 0;
+  weights_changed();
 }
 
 size_t ZeroEngine::hpz_secondary_peak_bytes() const {

@@ -48,6 +48,8 @@ class ZeroEngine {
     double grad_norm = 0;   // global L2 norm before clipping, unscaled
     double loss_scale = 1;  // the scale this step's gradients carried
     bool skipped = false;   // an overflow on some rank: weights unchanged
+    bool stop = false;      // some rank asked to stop (a signal): every rank sees it at the same step
+    double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;  // this rank's time in each part
   };
   struct MemoryLine {
     std::string state;    // "compute weights", "master", ...
@@ -61,12 +63,15 @@ class ZeroEngine {
   ~ZeroEngine();
 
   // One optimizer step over this rank's micro-batches (the accumulation steps), at learning rate lr.
-  StepResult train_step(const std::vector<MicroBatch>& micro_batches, double lr);
+  // stop_request travels in the step's one agreement all-reduce, so all ranks learn of a stop at the same step.
+  StepResult train_step(const std::vector<MicroBatch>& micro_batches, double lr, bool stop_request = false);
   // Mean loss of one micro-batch per rank, averaged over ranks, without dropout or gradients (phase eval).
   double evaluate(const MicroBatch& micro_batch);
 
   const Partition& partition() const { return partition_; }
   const ParamTable& table() const { return table_; }
+  const GPTConfig& model() const { return model_; }
+  const ZeroConfig& config() const { return config_; }
   const EventLog& events() const { return events_; }
   EventLog& events() { return events_; }
   std::vector<MemoryLine> memory() const;
@@ -85,6 +90,23 @@ class ZeroEngine {
   // gradient.
   using GradientHook = std::function<void(int unit, float* grad, int64_t numel)>;
   void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
+
+  // Checkpoints and imports. This rank's optimizer state (flat shard layout; the whole padded vector at stage 0),
+  // which the checkpoint code reads and writes in place.
+  struct ShardState {
+    float* master;
+    float* adam_m;
+    float* adam_v;
+    int64_t size;
+  };
+  ShardState shard_state() { return {master_, adam_m_, adam_v_, partition_.shard_total()}; }
+  int shard_index() const { return partition_.num_shards() == 1 ? 0 : dp_.rank(); }
+  void set_training_state(int64_t applied_steps, const LossScaler::State& scaler);
+  // After the master weights were replaced: recompute the compute weights, drop hpZ secondaries.
+  void weights_changed();
+  // Replaces the weights with a full model (model layout, e.g. from an llm.c file) and zeroes Adam's moments
+  // and the step count: each rank copies the ranges it owns.
+  void load_model_weights(const float* model_layout);
 
   // This rank's fp32 master shard (flat shard layout; the whole padded vector at stage 0).
   const float* master_shard() const { return master_; }
