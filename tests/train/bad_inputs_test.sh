@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Table-driven: bad inputs to gpt_train, each under mpiexec -n 2, must stop every rank with the same one-line
+# message (checked for a specific fragment) and exit code 2, without hanging.
+# Arg: path of gpt_train.
+set -uo pipefail
+TRAIN=$1
+TMP=${TEST_TMPDIR:-$(mktemp -d)}
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+
+le32() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))\\x$(printf %02x $((($1 >> 16) & 255)))\\x$(printf %02x $((($1 >> 24) & 255)))"; }
+{ le32 20240520; le32 1; le32 2000; head -c 1012 /dev/zero; head -c 4000 /dev/zero; } >"$TMP/data.bin"
+echo '{"fp16": {"enabled": true,}}' >"$TMP/malformed.json"
+echo '{"fp16": {"enabled": "yes"}}' >"$TMP/type.json"
+echo '{"train_batch_size": 30, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2}' >"$TMP/batch.json"
+echo '{"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 4}}' >"$TMP/hpz.json"
+echo '{"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10}}}' >"$TMP/sched.json"
+echo '{"optimizer": {"type": "SGD"}}' >"$TMP/opt.json"
+echo '{"optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}}' >"$TMP/betas.json"
+echo '{"zero_optimization": {"stage": 5}}' >"$TMP/stage.json"
+echo '[1, 2]' >"$TMP/array.json"
+
+M=(--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --vocab-size 1000 --threads 1)
+D=(--data-path "$TMP/data.bin")
+# name | expected fragment | arguments (eval'd as words)
+CASES=(
+  "malformed JSON|$TMP/malformed.json: malformed JSON at line 1|--deepspeed_config $TMP/malformed.json"
+  "wrong JSON type|fp16.enabled must be true or false, got \"yes\"|--deepspeed_config $TMP/type.json"
+  "JSON not an object|the config must be a JSON object|--deepspeed_config $TMP/array.json"
+  "batch sizes disagree|global batch 30 != micro-batch 2 x accumulation steps 2 x world size 2|--deepspeed_config $TMP/batch.json"
+  "heads do not divide hidden|--hidden-size 30 is not divisible by --num-attention-heads 4|--hidden-size 30 --num-attention-heads 4"
+  "sequence too long|--seq-length 2048 exceeds --max-position-embeddings 1024|--seq-length 2048"
+  "missing data path|--data-path is required|NO_DATA"
+  "data path matches nothing|$TMP/none_*.bin|--data-path $TMP/none_*.bin"
+  "hpZ does not divide ranks per node|zero_hpz_partition_size 4 does not divide the 2 ranks per node|--deepspeed_config $TMP/hpz.json --ranks-per-node 2"
+  "unknown flag|unknown flag --num-layer; did you mean --num-layers?|--num-layer 2"
+  "tensor parallelism|--tensor-model-parallel-size 2: tensor and pipeline parallelism are not supported yet|--tensor-model-parallel-size 2"
+  "decay style|--lr-decay-style is 'exponential'; choose constant, linear or cosine|--lr-decay-style exponential"
+  "scheduler without total steps|scheduler.params.total_num_steps is required for WarmupDecayLR|--deepspeed_config $TMP/sched.json"
+  "unsupported optimizer|optimizer.type must be one of \"Adam|--deepspeed_config $TMP/opt.json"
+  "bad betas|optimizer.params.betas must be a pair [beta1, beta2]|--deepspeed_config $TMP/betas.json"
+  "stage out of range in JSON|zero_optimization.stage must be an integer in [0, 3], got 5|--deepspeed_config $TMP/stage.json"
+  "fp16 and bf16|both fp16 and bf16 are enabled|--fp16 --bf16"
+  "non-numeric value|--lr expects a number, got 'fast'|--lr fast"
+  "zero layers|--num-layers is 0, outside its range|--num-layers 0"
+  "ranks per node|--ranks-per-node 3 does not divide the world size 2|--ranks-per-node 3"
+  "bad split|--split 'a,b' must be comma-separated weights|--split a,b"
+  "missing init-from file|$TMP/missing.bin|--init-from $TMP/missing.bin"
+  "missing checkpoint|$TMP/nockpt: no checkpoint here|--load $TMP/nockpt"
+  "plan memory unit|--gpu-memory|--plan --gpu-memory lots"
+)
+for entry in "${CASES[@]}"; do
+  IFS='|' read -r name fragment arguments <<<"$entry"
+  read -ra args <<<"$arguments"
+  data=("${D[@]}")
+  if [[ ${args[0]} == NO_DATA ]]; then args=(); data=(); fi
+  timeout --signal=KILL 60 mpiexec -n 2 "$TRAIN" "${M[@]}" "${data[@]}" "${args[@]}" >/dev/null 2>"$TMP/err"
+  rc=$?
+  [[ $rc == 2 ]] || fail "$name: exit code $rc, expected 2 ($(cat "$TMP/err"))"
+  [[ $(grep -c . "$TMP/err") == 2 ]] || fail "$name: expected one line per rank, got: $(cat "$TMP/err")"
+  [[ $(sort -u "$TMP/err" | wc -l) == 1 ]] || fail "$name: the ranks printed different lines: $(cat "$TMP/err")"
+  grep -qF -- "$fragment" "$TMP/err" || fail "$name: stderr lacks '$fragment': $(cat "$TMP/err")"
+done
+echo "${#CASES[@]} bad inputs checked"
+if ((failures)); then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
