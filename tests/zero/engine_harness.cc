@@ -38,6 +38,28 @@ std::string synthetic_shard(const GPTConfig& model) {
   return path;
 }
 
+void train_steps(ZeroEngine& engine, comm::Communicator& group, const GPTConfig& model, const RunSpec& spec) {
+  data::LoaderConfig lc;
+  lc.seq_len = model.seq_len;
+  lc.micro_batch = spec.micro_batch;
+  lc.accumulation_steps = spec.accumulation;
+  lc.world_size = group.size();
+  lc.rank = group.rank();
+  lc.seed = spec.seed;
+  data::TrainLoader loader({synthetic_shard(model)}, model.vocab, lc);
+  const size_t BT = size_t(spec.micro_batch) * model.seq_len;
+  std::vector<std::vector<int32_t>> inputs(spec.accumulation, std::vector<int32_t>(BT)), targets = inputs;
+  std::vector<std::vector<int64_t>> windows(spec.accumulation, std::vector<int64_t>(spec.micro_batch));
+  for (int s = 0; s < spec.steps; ++s) {
+    std::vector<ZeroEngine::MicroBatch> mbs;
+    for (int m = 0; m < spec.accumulation; ++m) {
+      loader.load(s, m, inputs[m].data(), targets[m].data(), windows[m].data());
+      mbs.push_back({inputs[m].data(), targets[m].data(), windows[m].data()});
+    }
+    engine.train_step(mbs, spec.lr);
+  }
+}
+
 RunResult run(comm::Communicator& group, const GPTConfig& model, const RunSpec& spec) {
   data::LoaderConfig lc;
   lc.seq_len = model.seq_len;

@@ -38,6 +38,9 @@ struct RunResult {
 // the global batch, so runs on different groups with equal global batches see the same data.
 RunResult run(comm::Communicator& group, const GPTConfig& model, const RunSpec& spec);
 
+// Trains spec.steps steps of an existing engine on the synthetic data (the data of `run`).
+void train_steps(ZeroEngine& engine, comm::Communicator& group, const GPTConfig& model, const RunSpec& spec);
+
 // Path of a synthetic shard for this process (written once).
 std::string synthetic_shard(const GPTConfig& model);
 

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Checkpoints end to end with gpt_train on 4 ranks (2 simulated nodes x 2):
+#  - exact resume: a run killed with SIGKILL after a checkpoint and resumed with --load logs the same loss for
+#    every later step as an uninterrupted run, bit for bit (the metrics file's full-precision losses), with
+#    ZeRO-3 and with ZeRO++ (qwZ + hpZ + qgZ);
+#  - a crash injected at each point of a save (GPT_CHECKPOINT_FAULT) leaves a loadable checkpoint;
+#  - a different global batch on --load stops with both values and the flag to change;
+#  - --keep-checkpoints prunes old checkpoints.
+# Arg: path of gpt_train.
+set -uo pipefail
+TRAIN=$1
+TMP=${TEST_TMPDIR:-$(mktemp -d)}
+failures=0
+fail() {
+  echo "FAIL: $*" >&2
+  failures=$((failures + 1))
+}
+le32() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))\\x$(printf %02x $((($1 >> 16) & 255)))\\x$(printf %02x $((($1 >> 24) & 255)))"; }
+{ le32 20240520; le32 1; le32 20000; head -c 1012 /dev/zero; head -c 40000 /dev/urandom | tr '\200-\377' '\000-\177' | tr '\100-\177' '\000-\077'; } >"$TMP/data.bin"
+cat >"$TMP/zeropp.json" <<'JSON'
+{"zero_optimization": {"stage": 3, "reduce_bucket_size": 20000, "zero_quantized_weights": true,
+ "zero_hpz_partition_size": 2, "zero_quantized_gradients": true}}
+JSON
+echo '{"zero_optimization": {"stage": 3, "reduce_bucket_size": 20000}}' >"$TMP/zero3.json"
+MODEL=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 16384 --threads 1
+  --micro-batch-size 2 --global-batch-size 8 --fp16 --ranks-per-node 2 --data-path "$TMP/data.bin")
+run() { timeout --signal=KILL 120 mpiexec -n 4 "$TRAIN" "${MODEL[@]}" "$@"; }
+losses() { grep -o '"step":[0-9]*,"loss":[-0-9.e]*' "$1" | sort -u; }
+
+for config in zero3 zeropp; do
+  dir="$TMP/ckpt_$config"
+  run --deepspeed_config "$TMP/$config.json" --train-iters 40 --metrics-file "$TMP/full_$config.jsonl" >/dev/null 2>&1 ||
+    fail "$config: the uninterrupted run failed"
+  # The interrupted run: SIGKILL the whole job as soon as the step-10 checkpoint is complete.
+  setsid bash -c "exec timeout --signal=KILL 120 mpiexec -n 4 '$TRAIN' ${MODEL[*]} --deepspeed_config '$TMP/$config.json' \
+    --train-iters 40 --save '$dir' --save-interval 10 --metrics-file '$TMP/resumed_$config.jsonl'" >/dev/null 2>&1 &
+  job=$!
+  for _ in $(seq 1 600); do
+    [[ -f "$dir/latest" ]] && break
+    sleep 0.05
+  done
+  kill -KILL -- "-$job" 2>/dev/null
+  wait "$job" 2>/dev/null
+  [[ "$(cat "$dir/latest" 2>/dev/null)" == global_step* ]] || fail "$config: no checkpoint before the kill"
+  last=$(grep -c '"step"' "$TMP/resumed_$config.jsonl")
+  ((last < 40)) || fail "$config: the run finished before it was killed"
+  run --deepspeed_config "$TMP/$config.json" --train-iters 40 --load "$dir" \
+    --metrics-file "$TMP/resumed_$config.jsonl" >"$TMP/resume.log" 2>&1 || fail "$config: resume failed: $(cat "$TMP/resume.log")"
+  grep -q "resuming after step 10" "$TMP/resume.log" || fail "$config: did not resume from step 10: $(cat "$TMP/resume.log")"
+  # Every step's loss, from either part of the interrupted run, equals the uninterrupted run's, bit for bit.
+  if ! diff <(losses "$TMP/full_$config.jsonl") <(losses "$TMP/resumed_$config.jsonl") >"$TMP/diff"; then
+    fail "$config: resumed losses differ: $(head -5 "$TMP/diff")"
+  fi
+  [[ $(losses "$TMP/resumed_$config.jsonl" | wc -l) == 40 ]] || fail "$config: expected 40 distinct steps"
+done
+
+# A crash at each point of a save: the next --load still finds a complete checkpoint.
+for point in shards manifest rename latest; do
+  dir="$TMP/crash_$point"
+  run --deepspeed_config "$TMP/zero3.json" --train-iters 2 --save "$dir" >/dev/null 2>&1 || fail "$point: first save failed"
+  GPT_CHECKPOINT_FAULT=$point run --deepspeed_config "$TMP/zero3.json" --train-iters 4 --load "$dir" --save "$dir" \
+    >/dev/null 2>"$TMP/crash.err"
+  grep -q "exiting after '$point'" "$TMP/crash.err" || fail "$point: the fault did not fire: $(cat "$TMP/crash.err")"
+  expected=global_step2
+  [[ $point == latest ]] && expected=global_step4
+  [[ "$(cat "$dir/latest")" == "$expected" ]] || fail "$point: latest is $(cat "$dir/latest"), expected $expected"
+  run --deepspeed_config "$TMP/zero3.json" --train-iters 5 --load "$dir" >"$TMP/after.log" 2>&1 ||
+    fail "$point: the checkpoint left behind does not load: $(tail -2 "$TMP/after.log")"
+  grep -q "loaded .*$expected" "$TMP/after.log" || fail "$point: loaded the wrong checkpoint: $(grep loaded "$TMP/after.log")"
+done
+
+# A different global batch: refused on every rank with both values and the flag.
+run --deepspeed_config "$TMP/zero3.json" --train-iters 6 --load "$TMP/crash_latest" --global-batch-size 16 \
+  >/dev/null 2>"$TMP/g.err"
+rc=$?
+[[ $rc == 2 ]] || fail "global batch change: exit code $rc"
+[[ $(grep -c "global batch of 8 sequences, this run has 16" "$TMP/g.err") == 4 ]] ||
+  fail "global batch change: expected the message on 4 ranks: $(cat "$TMP/g.err")"
+grep -q -- "--global-batch-size 8" "$TMP/g.err" || fail "global batch change: the fix is not named"
+
+# --keep-checkpoints 2 keeps the newest two.
+run --deepspeed_config "$TMP/zero3.json" --train-iters 5 --save "$TMP/keep" --save-interval 1 --keep-checkpoints 2 \
+  >/dev/null 2>&1 || fail "keep: run failed"
+[[ "$(ls "$TMP/keep" | grep -c '^global_step')" == 2 && -d "$TMP/keep/global_step5" && -d "$TMP/keep/global_step4" ]] ||
+  fail "keep: $(ls "$TMP/keep")"
+
+if ((failures)); then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
+echo "all checkpoint checks passed"
