@@ -131,12 +131,31 @@ int train(const TrainOptions& o, comm::Communicator& world) {
   const bool split_data = o.valid_data_path.empty();
   TrainBatches batches(o.data_path, config.vocab, T, B, o.accumulation_steps, world, uint64_t(o.seed), 0.0,
                        split_data ? train_share : 1.0);
+  // Validation needs at least one batch of B sequences per rank; checked now, before any work can be lost.
   std::unique_ptr<data::ValidLoader> valid;
+  std::string validation_note;
   if (!split_data) {
     valid = std::make_unique<data::ValidLoader>(data::expand_data_path(o.valid_data_path), config.vocab, T);
+    if (valid->num_batches(B) < world.size()) {
+      throw UsageError("--valid-data-path " + o.valid_data_path + " holds " + std::to_string(valid->num_windows()) +
+                       " windows of " + std::to_string(T + 1) + " tokens, fewer than one batch of " +
+                       std::to_string(B) + " per rank for " + std::to_string(world.size()) +
+                       " ranks; give more validation text or a smaller --micro-batch-size");
+    }
   } else if (valid_share > 0) {
-    valid = std::make_unique<data::ValidLoader>(data::expand_data_path(o.data_path), config.vocab, T, train_share,
-                                                train_share + valid_share);
+    try {
+      valid = std::make_unique<data::ValidLoader>(data::expand_data_path(o.data_path), config.vocab, T, train_share,
+                                                  train_share + valid_share);
+    } catch (const data::DataError&) {
+      valid.reset();  // the split leaves no window: said below
+    }
+    if (!valid || valid->num_batches(B) < world.size()) {
+      validation_note = "validation off: --split " + o.split + " leaves " +
+                        std::to_string(valid ? valid->num_windows() : 0) + " validation windows, fewer than " +
+                        std::to_string(int64_t(B) * world.size()) +
+                        " (one batch per rank); give --valid-data-path or more data";
+      valid.reset();
+    }
   }
 
   ZeroEngine engine(config, o.zero, B, world, uint64_t(o.seed));
@@ -169,6 +188,7 @@ int train(const TrainOptions& o, comm::Communicator& world) {
   if (rank0 && !o.metrics_file.empty()) metrics = std::make_unique<MetricsFile>(o.metrics_file, iteration > 0);
   const double sgemm_gflops = measure_sgemm_gflops(512);
   if (rank0) print_banner(o, world, engine, batches.loader(), valid != nullptr);
+  if (rank0 && !validation_note.empty()) std::printf("  note: %s\n", validation_note.c_str());
   std::signal(SIGTERM, on_stop_signal);
   std::signal(SIGINT, on_stop_signal);
 
