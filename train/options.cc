@@ -112,7 +112,7 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
   flags.add_int("--micro-batch-size", &micro, "sequences per rank per micro-step", 1, 1 << 20);
   flags.add_alias("--batch-size", "--micro-batch-size");
   flags.add_int64("--global-batch-size", &global, "sequences per optimizer step over all ranks", 1, int64_t(1) << 40);
-  flags.add_int("--train-iters", &o.train_iters, "optimizer steps", 1, 1 << 30);
+  flags.add_int("--train-iters", &o.train_iters, "optimizer steps (0: start up, load or plan, and stop)", 0, 1 << 30);
   flags.add_double("--lr", &lr, "peak learning rate", 0.0, 10.0);
   flags.add_double("--min-lr", &min_lr, "learning rate at the end of the decay", 0.0, 10.0);
   flags.add_string("--lr-decay-style", &decay_style, "constant | linear | cosine");
