@@ -1,7 +1,6 @@
 // bench/train_step: times full single-process training steps (forward, backward, AdamW) of a GPT-2 shape and,
 // in the same process and with the same threads, this machine's Eigen SGEMM rate at 2048^3, so that MFU is a
 // ratio measured within one run. Ends with one JSON line.
-#include <Eigen/Core>
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +10,7 @@
 #include "kernels/cpu/threads.h"
 #include "model/model.h"
 #include "train/flags.h"
+#include "train/metrics.h"
 #include "zero/optimizer.h"
 
 namespace {
@@ -19,20 +19,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Best of a few 2048 x 2048 x 2048 single-precision GEMMs, in GFLOP/s.
-double measure_sgemm_gflops() {
-  const int n = 2048;
-  Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n), c(n, n);
-  c.noalias() = a * b;  // warm-up
-  double best = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
-    auto start = Clock::now();
-    c.noalias() = a * b;
-    best = std::min(best, seconds_since(start));
-  }
-  return 2.0 * n * n * double(n) / best / 1e9;
 }
 
 }  // namespace
@@ -92,13 +78,13 @@ int main(int argc, char** argv) {
   };
   // SGEMM is measured before and after the steps and the better rate kept, so that a noisy moment on a shared
   // machine cannot flatter the MFU.
-  const double sgemm_before = measure_sgemm_gflops();
+  const double sgemm_before = gpt::measure_sgemm_gflops(2048);
   one_step(1, false);
   auto start = Clock::now();
   for (int s = 0; s < steps; ++s) one_step(s + 2, true);
   const double step_s = seconds_since(start) / steps;
 
-  const double sgemm_gflops = std::max(sgemm_before, measure_sgemm_gflops());
+  const double sgemm_gflops = std::max(sgemm_before, gpt::measure_sgemm_gflops(2048));
   const double tokens_per_s = batch * T / step_s;
   const double model_gflops = config.model_flops_per_token() * tokens_per_s / 1e9;
   std::printf("shape: %d layers, hidden %d, %d heads, seq %d, batch %d, %d threads; %.2fM parameters\n",

@@ -117,7 +117,8 @@ int main(int argc, char** argv) {
       double seconds = 0, loss = 0, val_loss = -1;
       for (int step = 1; step <= bench.steps; ++step) {
         const auto start = std::chrono::steady_clock::now();
-        const gpt::ZeroEngine::StepResult r = engine.train_step(batches.at(step - 1), o.lr);
+        const gpt::ZeroEngine::StepResult r =
+            engine.train_step(batches.at(step - 1), o.schedule.at(engine.applied_steps()));
         seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         total += traffic.collect();
         loss = r.loss;

@@ -183,9 +183,9 @@ MpiSession::MpiSession(int& argc, char**& argv) {
 
 MpiSession::~MpiSession() {
   if (engine_) engine_->stop();
-  // Every rank arrives here only after its last message completed; meeting before MPI_Finalize keeps one node's
-  // ranks from tearing down their transport while another's still close theirs (seen with UCX over TCP between
-  // network namespaces: a finalize that never returned).
+  // Every rank arrives here only after its last message completed; meeting before MPI_Finalize keeps one
+  // node's ranks from tearing down their transport while another's still close theirs (seen with UCX over TCP
+  // between network namespaces: a finalize that never returned).
   MPI_Barrier(MPI_COMM_WORLD);
   MPI_Finalize();
 }

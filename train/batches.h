@@ -16,7 +16,8 @@ class TrainBatches {
  public:
   // Uses the windows [window_begin, window_end) of the data (fractions; see data::LoaderConfig).
   TrainBatches(const std::string& data_path, int vocab, int seq_len, int micro_batch, int accumulation_steps,
-               const comm::Communicator& world, uint64_t seed, double window_begin = 0.0, double window_end = 1.0);
+               const comm::Communicator& world, uint64_t seed, double window_begin = 0.0,
+               double window_end = 1.0);
   // This rank's micro-batches of global batch `step` (0-based); valid until the next call.
   const std::vector<ZeroEngine::MicroBatch>& at(int64_t step);
   const data::TrainLoader& loader() const { return loader_; }

@@ -1,10 +1,10 @@
 // Reading the DeepSpeed JSON config; see ds_config.h.
 #include "train/ds_config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -116,7 +116,8 @@ DeepSpeedConfig parse_deepspeed_config(const std::string& text, const std::strin
       const json& v = o.at(n);
       std::string choices;
       for (const auto& a : allowed) choices += (choices.empty() ? "" : " | ") + a;
-      if (!v.is_string() || std::find(allowed.begin(), allowed.end(), v.get<std::string>()) == allowed.end()) {
+      if (!v.is_string() ||
+          std::find(allowed.begin(), allowed.end(), v.get<std::string>()) == allowed.end()) {
         r.fail(k, "one of \"" + choices + "\"", v);
       }
       field = v.get<std::string>();

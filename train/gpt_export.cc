@@ -12,7 +12,7 @@
 #include "model/llmc_format.h"
 #include "model/params.h"
 #include "train/flags.h"
-#include "zero/checkpoint.h"
+#include "train/model_source.h"
 
 namespace gpt {
 namespace {
@@ -25,16 +25,6 @@ struct ExportOptions {
   GPTConfig model;  // --init-only's shape
   int64_t seed = 1234;
 };
-
-// The fp32 master weights of the checkpoint in DIR (its `latest`), reassembled from the rank shards.
-LlmcModel load_checkpoint_weights(const std::string& dir) {
-  try {
-    CheckpointWeights weights = read_checkpoint_weights(dir);
-    return LlmcModel{weights.model, std::move(weights.params)};
-  } catch (const CheckpointError& e) {
-    throw UsageError(std::string("--load: ") + e.what());
-  }
-}
 
 // Returns false when --help was printed.
 bool parse_options(int argc, const char* const* argv, ExportOptions& o) {

@@ -23,7 +23,7 @@
 #include "model/llmc_format.h"
 #include "model/model.h"
 #include "train/flags.h"
-#include "zero/checkpoint.h"
+#include "train/model_source.h"
 
 namespace gpt {
 namespace {
@@ -41,16 +41,6 @@ struct GenerateOptions {
   std::string merge_file = data::default_merge_file();
   int threads = 0;
 };
-
-// The fp32 master weights of the checkpoint in DIR (its `latest`), reassembled from the rank shards.
-LlmcModel load_checkpoint_weights(const std::string& dir) {
-  try {
-    CheckpointWeights weights = read_checkpoint_weights(dir);
-    return LlmcModel{weights.model, std::move(weights.params)};
-  } catch (const CheckpointError& e) {
-    throw UsageError(std::string("--load: ") + e.what());
-  }
-}
 
 // Returns false when --help was printed.
 bool parse_options(int argc, const char* const* argv, GenerateOptions& o) {

@@ -1,7 +1,8 @@
 // gpt_train: trains GPT-2 with the ZeRO engine, one process per rank under mpiexec (or a single process
-// without it). Megatron-style flags and a DeepSpeed-style JSON config (train/options.h); a start-up banner with
-// the memory table and the expected traffic; a progress line every --log-interval steps; validation; a JSON
-// Lines metrics file; checkpoints that resume exactly (also at another world size); --plan for a cluster.
+// without it). Megatron-style flags and a DeepSpeed-style JSON config (train/options.h); a start-up banner
+// with the memory table and the expected traffic; a progress line every --log-interval steps; validation; a
+// JSON Lines metrics file; checkpoints that resume exactly (also at another world size); --plan for a
+// cluster.
 #include <unistd.h>
 
 #include <chrono>
@@ -33,11 +34,19 @@ namespace {
 // The one piece of global state: a signal handler can only set a flag. The training loop sends it through the
 // step's agreement all-reduce, so every rank stops (after a checkpoint) at the same step.
 volatile std::sig_atomic_t stop_signal = 0;
-void on_stop_signal(int) { stop_signal = 1; }
+void on_stop_signal(int) {
+  stop_signal = 1;
+}
 
 std::string bytes_text(double b) {
   char s[32];
-  std::snprintf(s, sizeof s, b >= 1e9 ? "%.2f GB" : b >= 1e6 ? "%.2f MB" : "%.0f B", b >= 1e9 ? b / 1e9 : b >= 1e6 ? b / 1e6 : b);
+  std::snprintf(s, sizeof s,
+                b >= 1e9   ? "%.2f GB"
+                : b >= 1e6 ? "%.2f MB"
+                           : "%.0f B",
+                b >= 1e9   ? b / 1e9
+                : b >= 1e6 ? b / 1e6
+                           : b);
   return s;
 }
 
@@ -65,7 +74,8 @@ std::pair<double, double> split_fractions(const std::string& split) {
   while (w.size() < 3) w.push_back(0);
   const double total = w[0] + w[1] + w[2];
   if (w.size() > 3 || total <= 0 || w[0] <= 0) {
-    throw UsageError("--split '" + split + "' must be three weights with a positive training share, e.g. 969,30,1");
+    throw UsageError("--split '" + split +
+                     "' must be three weights with a positive training share, e.g. 969,30,1");
   }
   return {w[0] / total, w[1] / total};
 }
@@ -73,28 +83,34 @@ std::pair<double, double> split_fractions(const std::string& split) {
 void print_banner(const TrainOptions& o, const comm::Communicator& world, const ZeroEngine& engine,
                   const data::TrainLoader& loader, bool has_validation) {
   const GPTConfig& m = o.model;
-  std::printf("gpt_train: GPT-2 %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d): %.2fM parameters\n",
-              m.num_layers, m.hidden, m.heads, m.seq_len, m.vocab, m.padded_vocab(), engine.table().total / 1e6);
-  std::printf("  world %d ranks (%s), ZeRO stage %d, %s, overlap_comm %s, reduce_bucket_size %lld\n", world.size(),
-              world.topology().describe().c_str(), o.zero.stage, precision_name(o.zero.precision),
-              o.zero.overlap_comm ? "on" : "off", static_cast<long long>(o.zero.reduce_bucket_size));
-  std::printf("  batch: micro %d x accumulation %d x %d ranks = global %lld sequences (%lld tokens); %lld "
-              "training windows%s\n",
-              o.micro_batch, o.accumulation_steps, world.size(), static_cast<long long>(o.global_batch),
-              static_cast<long long>(o.global_batch * m.seq_len), static_cast<long long>(loader.num_windows()),
-              has_validation ? "" : ", no validation data");
+  std::printf(
+      "gpt_train: GPT-2 %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d): %.2fM parameters\n",
+      m.num_layers, m.hidden, m.heads, m.seq_len, m.vocab, m.padded_vocab(), engine.table().total / 1e6);
+  std::printf("  world %d ranks (%s), ZeRO stage %d, %s, overlap_comm %s, reduce_bucket_size %lld\n",
+              world.size(), world.topology().describe().c_str(), o.zero.stage,
+              precision_name(o.zero.precision), o.zero.overlap_comm ? "on" : "off",
+              static_cast<long long>(o.zero.reduce_bucket_size));
+  std::printf(
+      "  batch: micro %d x accumulation %d x %d ranks = global %lld sequences (%lld tokens); %lld "
+      "training windows%s\n",
+      o.micro_batch, o.accumulation_steps, world.size(), static_cast<long long>(o.global_batch),
+      static_cast<long long>(o.global_batch * m.seq_len), static_cast<long long>(loader.num_windows()),
+      has_validation ? "" : ", no validation data");
   std::printf("  optimizer %s (betas %g, %g, eps %g, weight decay %g), %s; clip %g; %d steps\n",
-              o.zero.adam.decoupled ? "AdamW" : "Adam+L2", o.zero.adam.beta1, o.zero.adam.beta2, o.zero.adam.eps,
-              o.zero.adam.weight_decay, o.schedule.describe().c_str(), o.zero.gradient_clipping, o.train_iters);
+              o.zero.adam.decoupled ? "AdamW" : "Adam+L2", o.zero.adam.beta1, o.zero.adam.beta2,
+              o.zero.adam.eps, o.zero.adam.weight_decay, o.schedule.describe().c_str(),
+              o.zero.gradient_clipping, o.train_iters);
   std::printf("  dropout hidden %g, attention %g; activation checkpointing %s; %d threads per rank\n",
               o.zero.hidden_dropout, o.zero.attention_dropout, o.zero.checkpoint_activations ? "on" : "off",
               cpu::num_threads());
   if (o.zero.stage == 3) {
     const ZeroConfig& z = o.zero;
-    std::printf("  ZeRO++: qwZ %s, hpZ %s, qgZ %s\n",
-                z.quantized_weights ? ("on (int8, block " + std::to_string(z.weight_block) + ")").c_str() : "off",
-                z.hpz_partition_size > 1 ? ("on (h = " + std::to_string(z.hpz_partition_size) + ")").c_str() : "off",
-                z.quantized_gradients ? ("on (int4, block " + std::to_string(z.gradient_block) + ")").c_str() : "off");
+    std::printf(
+        "  ZeRO++: qwZ %s, hpZ %s, qgZ %s\n",
+        z.quantized_weights ? ("on (int8, block " + std::to_string(z.weight_block) + ")").c_str() : "off",
+        z.hpz_partition_size > 1 ? ("on (h = " + std::to_string(z.hpz_partition_size) + ")").c_str() : "off",
+        z.quantized_gradients ? ("on (int4, block " + std::to_string(z.gradient_block) + ")").c_str()
+                              : "off");
   }
   TrafficModelInput model_input;
   model_input.partition = &engine.partition();
@@ -103,15 +119,17 @@ void print_banner(const TrainOptions& o, const comm::Communicator& world, const 
   model_input.accumulation_steps = o.accumulation_steps;
   const comm::TrafficCounts expected = expected_step_traffic(model_input);
   std::printf("  expected bytes per step (closed forms, all ranks):");
-  for (comm::Phase phase : {comm::Phase::kParamGatherFwd, comm::Phase::kParamGatherBwd, comm::Phase::kGradReduce}) {
+  for (comm::Phase phase :
+       {comm::Phase::kParamGatherFwd, comm::Phase::kParamGatherBwd, comm::Phase::kGradReduce}) {
     std::printf(" %s intra %s inter %s;", comm::phase_name(phase),
                 bytes_text(double(expected.at(phase, comm::Link::kIntraNode))).c_str(),
                 bytes_text(double(expected.at(phase, comm::Link::kInterNode))).c_str());
   }
   std::printf("\n");
   if (!o.vocab_file.empty() || !o.merge_file.empty()) {
-    std::printf("  note: --vocab-file/--merge-file accepted: gpt_train reads token shards (gpt_prepare and "
-                "gpt_generate use the tokenizer)\n");
+    std::printf(
+        "  note: --vocab-file/--merge-file accepted: gpt_train reads token shards (gpt_prepare and "
+        "gpt_generate use the tokenizer)\n");
   }
   for (const std::string& note : o.notes) std::printf("  note: %s\n", note.c_str());
   for (const std::string& note : engine.notes()) std::printf("  note: %s\n", note.c_str());
@@ -137,22 +155,23 @@ int train(const TrainOptions& o, comm::Communicator& world) {
   if (!split_data) {
     valid = std::make_unique<data::ValidLoader>(data::expand_data_path(o.valid_data_path), config.vocab, T);
     if (valid->num_batches(B) < world.size()) {
-      throw UsageError("--valid-data-path " + o.valid_data_path + " holds " + std::to_string(valid->num_windows()) +
-                       " windows of " + std::to_string(T + 1) + " tokens, fewer than one batch of " +
-                       std::to_string(B) + " per rank for " + std::to_string(world.size()) +
+      throw UsageError("--valid-data-path " + o.valid_data_path + " holds " +
+                       std::to_string(valid->num_windows()) + " windows of " + std::to_string(T + 1) +
+                       " tokens, fewer than one batch of " + std::to_string(B) + " per rank for " +
+                       std::to_string(world.size()) +
                        " ranks; give more validation text or a smaller --micro-batch-size");
     }
   } else if (valid_share > 0) {
     try {
-      valid = std::make_unique<data::ValidLoader>(data::expand_data_path(o.data_path), config.vocab, T, train_share,
-                                                  train_share + valid_share);
+      valid = std::make_unique<data::ValidLoader>(data::expand_data_path(o.data_path), config.vocab, T,
+                                                  train_share, train_share + valid_share);
     } catch (const data::DataError&) {
       valid.reset();  // the split leaves no window: said below
     }
     if (!valid || valid->num_batches(B) < world.size()) {
       validation_note = "validation off: --split " + o.split + " leaves " +
-                        std::to_string(valid ? valid->num_windows() : 0) + " validation windows, fewer than " +
-                        std::to_string(int64_t(B) * world.size()) +
+                        std::to_string(valid ? valid->num_windows() : 0) +
+                        " validation windows, fewer than " + std::to_string(int64_t(B) * world.size()) +
                         " (one batch per rank); give --valid-data-path or more data";
       valid.reset();
     }
@@ -181,11 +200,13 @@ int train(const TrainOptions& o, comm::Communicator& world) {
     }
     if (rank0) {
       std::printf("gpt_train: loaded %s (saved at %d ranks)%s\n", c.path.c_str(), c.saved_world_size,
-                  o.finetune ? ", weights only (--finetune)" : (", resuming after step " + std::to_string(iteration)).c_str());
+                  o.finetune ? ", weights only (--finetune)"
+                             : (", resuming after step " + std::to_string(iteration)).c_str());
     }
   }
   std::unique_ptr<MetricsFile> metrics;
-  if (rank0 && !o.metrics_file.empty()) metrics = std::make_unique<MetricsFile>(o.metrics_file, iteration > 0);
+  if (rank0 && !o.metrics_file.empty())
+    metrics = std::make_unique<MetricsFile>(o.metrics_file, iteration > 0);
   const double sgemm_gflops = measure_sgemm_gflops(512);
   if (rank0) print_banner(o, world, engine, batches.loader(), valid != nullptr);
   if (rank0 && !validation_note.empty()) std::printf("  note: %s\n", validation_note.c_str());
@@ -201,9 +222,11 @@ int train(const TrainOptions& o, comm::Communicator& world) {
   auto evaluate = [&]() {
     const double loss = validation_loss(engine, *valid, B, T, o.eval_iters, world);
     if (rank0) {
-      std::printf("validation after step %lld | val loss %.4f | ppl %.2f\n", static_cast<long long>(iteration),
-                  loss, std::exp(loss));
-      if (metrics) metrics->write_raw("{\"step\": " + std::to_string(iteration) + ", \"val_loss\": " + to_json_number(loss) + "}");
+      std::printf("validation after step %lld | val loss %.4f | ppl %.2f\n",
+                  static_cast<long long>(iteration), loss, std::exp(loss));
+      if (metrics)
+        metrics->write_raw("{\"step\": " + std::to_string(iteration) +
+                           ", \"val_loss\": " + to_json_number(loss) + "}");
     }
     return loss;
   };
@@ -219,7 +242,8 @@ int train(const TrainOptions& o, comm::Communicator& world) {
     const double lr = o.schedule.at(engine.applied_steps());
     const ZeroEngine::StepResult r = engine.train_step(batches.at(iteration), lr, stop_signal != 0);
     ++iteration;  // the data position advances on skipped steps too
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     StepMetrics s;
     s.step = iteration;
     s.loss = r.loss;
@@ -243,26 +267,29 @@ int train(const TrainOptions& o, comm::Communicator& world) {
     if (valid && (iteration % o.eval_interval == 0 || last)) last_val = evaluate();
     if (rank0 && (iteration % o.log_interval == 0 || last || r.stop)) {
       const double per_step = interval_ms / interval_steps;
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
       const double eta = elapsed / double(iteration - first_iteration) * double(o.train_iters - iteration);
-      std::string line = "step " + std::string(5 - std::min<size_t>(5, std::to_string(iteration).size()), ' ') +
+      std::string line = "step " +
+                         std::string(5 - std::min<size_t>(5, std::to_string(iteration).size()), ' ') +
                          std::to_string(iteration) + "/" + std::to_string(o.train_iters);
       char rest[512];
-      std::snprintf(rest, sizeof rest,
-                    " | loss %.4f%s | lr %.3e | scale %g | grad norm %s | skipped %lld | %.1f ms | %.0f tokens/s | "
-                    "MFU %.1f%% | intra %s | inter %s per step | ETA %s",
-                    interval_loss / interval_steps,
-                    last_val >= 0 ? (" | val loss " + std::to_string(last_val).substr(0, 6)).c_str() : "", lr,
-                    r.loss_scale, r.skipped ? "overflow" : std::to_string(r.grad_norm).substr(0, 6).c_str(),
-                    static_cast<long long>(skipped_total), per_step, double(o.global_batch) * T / (per_step / 1000),
-                    100 * s.mfu,
-                    bytes_text(double(interval_traffic.total(comm::Link::kIntraNode)) / interval_steps).c_str(),
-                    bytes_text(double(interval_traffic.total(comm::Link::kInterNode)) / interval_steps).c_str(),
-                    duration_text(eta).c_str());
+      std::snprintf(
+          rest, sizeof rest,
+          " | loss %.4f%s | lr %.3e | scale %g | grad norm %s | skipped %lld | %.1f ms | %.0f tokens/s | "
+          "MFU %.1f%% | intra %s | inter %s per step | ETA %s",
+          interval_loss / interval_steps,
+          last_val >= 0 ? (" | val loss " + std::to_string(last_val).substr(0, 6)).c_str() : "", lr,
+          r.loss_scale, r.skipped ? "overflow" : std::to_string(r.grad_norm).substr(0, 6).c_str(),
+          static_cast<long long>(skipped_total), per_step, double(o.global_batch) * T / (per_step / 1000),
+          100 * s.mfu,
+          bytes_text(double(interval_traffic.total(comm::Link::kIntraNode)) / interval_steps).c_str(),
+          bytes_text(double(interval_traffic.total(comm::Link::kInterNode)) / interval_steps).c_str(),
+          duration_text(eta).c_str());
       std::printf("%s%s\n", line.c_str(), rest);
       if (o.wall_clock_breakdown) {
-        std::printf("  time (rank 0): forward %.1f ms, backward %.1f ms, step %.1f ms; waits %s\n", r.forward_ms,
-                    r.backward_ms, r.optimizer_ms, s.traffic.describe().c_str());
+        std::printf("  time (rank 0): forward %.1f ms, backward %.1f ms, step %.1f ms; waits %s\n",
+                    r.forward_ms, r.backward_ms, r.optimizer_ms, s.traffic.describe().c_str());
       }
       std::fflush(stdout);
       interval_loss = interval_ms = 0, interval_steps = 0, interval_traffic = comm::TrafficCounts{};
@@ -272,8 +299,9 @@ int train(const TrainOptions& o, comm::Communicator& world) {
       save(r.stop ? "stop signal" : last ? "end of training" : "interval");
     }
     if (exit_now) {
-      if (rank0) std::printf("gpt_train: stopping after step %lld (%s)\n", static_cast<long long>(iteration),
-                             r.stop ? "SIGTERM/SIGINT" : "--exit-interval");
+      if (rank0)
+        std::printf("gpt_train: stopping after step %lld (%s)\n", static_cast<long long>(iteration),
+                    r.stop ? "SIGTERM/SIGINT" : "--exit-interval");
       break;
     }
   }

@@ -26,7 +26,8 @@ double LrSchedule::at(int64_t step) const {
       if (decay_style == "constant") return lr;
       const int64_t decay_end = decay_steps > 0 ? decay_steps : 0;
       if (step >= decay_end) return min_lr;
-      const double ratio = double(step - warmup_steps) / double(std::max<int64_t>(1, decay_end - warmup_steps));
+      const double ratio =
+          double(step - warmup_steps) / double(std::max<int64_t>(1, decay_end - warmup_steps));
       const double coefficient = decay_style == "linear" ? 1.0 - ratio : 0.5 * (std::cos(kPi * ratio) + 1.0);
       return min_lr + (lr - min_lr) * coefficient;
     }
@@ -34,17 +35,20 @@ double LrSchedule::at(int64_t step) const {
       return warmup_min_lr + (warmup_max_lr - warmup_min_lr) * warmup_gamma(warmup_type, step, warmup_steps);
     case Kind::kWarmupDecayLR: {
       if (step < warmup_steps) {
-        return warmup_min_lr + (warmup_max_lr - warmup_min_lr) * warmup_gamma(warmup_type, step, warmup_steps);
+        return warmup_min_lr +
+               (warmup_max_lr - warmup_min_lr) * warmup_gamma(warmup_type, step, warmup_steps);
       }
-      const double left = double(total_steps - step) / double(std::max<int64_t>(1, total_steps - warmup_steps));
+      const double left =
+          double(total_steps - step) / double(std::max<int64_t>(1, total_steps - warmup_steps));
       return warmup_min_lr + (warmup_max_lr - warmup_min_lr) * std::max(0.0, left);
     }
     case Kind::kWarmupCosineLR: {
       if (step < warmup_steps) {
-        return lr * (warmup_min_ratio + (1 - warmup_min_ratio) * warmup_gamma(warmup_type, step, warmup_steps));
+        return lr *
+               (warmup_min_ratio + (1 - warmup_min_ratio) * warmup_gamma(warmup_type, step, warmup_steps));
       }
-      const double progress =
-          std::min(1.0, double(step - warmup_steps) / double(std::max<int64_t>(1, total_steps - warmup_steps)));
+      const double progress = std::min(
+          1.0, double(step - warmup_steps) / double(std::max<int64_t>(1, total_steps - warmup_steps)));
       return lr * (cos_min_ratio + (1 - cos_min_ratio) * 0.5 * (1 + std::cos(kPi * progress)));
     }
   }

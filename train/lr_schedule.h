@@ -16,8 +16,8 @@ struct LrSchedule {
   double lr = 6e-4, min_lr = 0;
   int64_t warmup_steps = 0, decay_steps = 0;
   // DeepSpeed: WarmupLR/WarmupDecayLR warm from warmup_min_lr to warmup_max_lr ("log" or "linear"), then hold
-  // (WarmupLR) or fall linearly to 0 at total_num_steps (WarmupDecayLR). WarmupCosineLR scales the optimizer's
-  // lr by a ratio: warmup_min_ratio -> 1, then a cosine down to cos_min_ratio at total_num_steps.
+  // (WarmupLR) or fall linearly to 0 at total_num_steps (WarmupDecayLR). WarmupCosineLR scales the
+  // optimizer's lr by a ratio: warmup_min_ratio -> 1, then a cosine down to cos_min_ratio at total_num_steps.
   std::string warmup_type = "log";
   double warmup_min_lr = 0, warmup_max_lr = 1e-3;
   double warmup_min_ratio = 0, cos_min_ratio = 1e-4;

@@ -61,14 +61,17 @@ std::string to_json(const StepMetrics& m) {
   return j.dump();
 }
 
-MetricsFile::MetricsFile(const std::string& path, bool append) : file_(std::fopen(path.c_str(), append ? "a" : "w")) {
+MetricsFile::MetricsFile(const std::string& path, bool append)
+    : file_(std::fopen(path.c_str(), append ? "a" : "w")) {
   if (!file_) {
     throw UsageError("--metrics-file " + path + ": cannot open for writing (" + std::strerror(errno) +
                      "); check the directory exists and is writable");
   }
 }
 
-std::string to_json_number(double value) { return nlohmann::json(value).dump(); }
+std::string to_json_number(double value) {
+  return nlohmann::json(value).dump();
+}
 
 MetricsFile::~MetricsFile() {
   if (file_) std::fclose(file_);

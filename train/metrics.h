@@ -41,7 +41,8 @@ struct StepMetrics {
 // progress.
 class MetricsFile {
  public:
-  // Truncates the file, or appends to it when resuming. Throws UsageError naming the path when it cannot open it.
+  // Truncates the file, or appends to it when resuming. Throws UsageError naming the path when it cannot open
+  // it.
   MetricsFile(const std::string& path, bool append);
   ~MetricsFile();
   void write(const StepMetrics& m);

@@ -14,15 +14,17 @@
 namespace gpt {
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
+std::string str(int64_t v) {
+  return std::to_string(v);
+}
 
 // Batch sizes: any two of (micro, accumulation, global) determine the third; all three must agree.
-void resolve_batch(std::optional<int64_t> micro, std::optional<int64_t> accumulation, std::optional<int64_t> global,
-                   int world_size, TrainOptions* o) {
+void resolve_batch(std::optional<int64_t> micro, std::optional<int64_t> accumulation,
+                   std::optional<int64_t> global, int world_size, TrainOptions* o) {
   const int64_t W = world_size;
   if (micro && accumulation && global && *micro * *accumulation * W != *global) {
-    throw UsageError("global batch " + str(*global) + " != micro-batch " + str(*micro) + " x accumulation steps " +
-                     str(*accumulation) + " x world size " + str(W) +
+    throw UsageError("global batch " + str(*global) + " != micro-batch " + str(*micro) +
+                     " x accumulation steps " + str(*accumulation) + " x world size " + str(W) +
                      "; change --global-batch-size (train_batch_size) or the micro-batch size so they agree");
   }
   if (!micro) {
@@ -61,20 +63,28 @@ void note_accepted_keys(const DeepSpeedConfig& ds, const ZeroConfig& z, std::vec
                     std::string("reduce-scatter gradients") + from);
   }
   if (ds.contiguous_gradients) {
-    notes.push_back("zero_optimization.contiguous_gradients accepted without effect: gradients are always packed "
-                    "into contiguous bucket buffers" + from);
+    notes.push_back(
+        "zero_optimization.contiguous_gradients accepted without effect: gradients are always packed "
+        "into contiguous bucket buffers" +
+        from);
   }
   if (ds.stage3_prefetch_bucket_size) {
-    notes.push_back("zero_optimization.stage3_prefetch_bucket_size accepted without effect: with overlap_comm the "
-                    "engine prefetches exactly one unit ahead" + from);
+    notes.push_back(
+        "zero_optimization.stage3_prefetch_bucket_size accepted without effect: with overlap_comm the "
+        "engine prefetches exactly one unit ahead" +
+        from);
   }
   if (ds.stage3_param_persistence_threshold && *ds.stage3_param_persistence_threshold > 0) {
-    notes.push_back("zero_optimization.stage3_param_persistence_threshold accepted without effect: every unit is "
-                    "partitioned (threshold 0), which keeps the byte closed forms exact" + from);
+    notes.push_back(
+        "zero_optimization.stage3_param_persistence_threshold accepted without effect: every unit is "
+        "partitioned (threshold 0), which keeps the byte closed forms exact" +
+        from);
   }
   if (ds.stage3_max_live_parameters) {
-    notes.push_back("zero_optimization.stage3_max_live_parameters accepted without effect: at most two units are "
-                    "gathered at once" + from);
+    notes.push_back(
+        "zero_optimization.stage3_max_live_parameters accepted without effect: at most two units are "
+        "gathered at once" +
+        from);
   }
 }
 
@@ -91,36 +101,41 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
   std::string decay_style = "constant", gpu_memory = "32GB", intra_bw = "150GB/s", inter_bw = "100Gb/s";
   bool fp16 = false, bf16 = false, checkpoint = false, deepspeed = false, ds_checkpointing = false;
 
-  FlagParser flags("gpt_train",
-                   "Trains GPT-2 with ZeRO / ZeRO++ over MPI: mpiexec -n N gpt_train [flags] (see README.md).");
+  FlagParser flags(
+      "gpt_train",
+      "Trains GPT-2 with ZeRO / ZeRO++ over MPI: mpiexec -n N gpt_train [flags] (see README.md).");
   flags.group("Model");
   flags.add_int("--num-layers", &o.model.num_layers, "transformer blocks", 1, 1 << 16);
   flags.add_int("--hidden-size", &o.model.hidden, "model width C", 1, 1 << 20);
-  flags.add_int("--num-attention-heads", &o.model.heads, "attention heads (must divide the hidden size)", 1, 1 << 16);
+  flags.add_int("--num-attention-heads", &o.model.heads, "attention heads (must divide the hidden size)", 1,
+                1 << 16);
   flags.add_int("--seq-length", &o.model.seq_len, "tokens per training sequence", 1, 1 << 20);
-  flags.add_int("--max-position-embeddings", &o.model.max_positions, "rows of the position table", 1, 1 << 20);
-  flags.add_int("--vocab-size", &o.model.vocab, "vocabulary (padded to a multiple of 128 inside)", 2, 65536);
-  flags.add_double("--hidden-dropout", &o.zero.hidden_dropout, "dropout on embeddings and residual branches", 0.0,
-                   0.99);
-  flags.add_double("--attention-dropout", &o.zero.attention_dropout, "dropout on attention probabilities", 0.0,
-                   0.99);
-  flags.add_int("--tensor-model-parallel-size", &tensor_parallel, "tensor parallelism (only 1 is supported)", 1,
+  flags.add_int("--max-position-embeddings", &o.model.max_positions, "rows of the position table", 1,
                 1 << 20);
-  flags.add_int("--pipeline-model-parallel-size", &pipeline_parallel, "pipeline parallelism (only 1 is supported)",
+  flags.add_int("--vocab-size", &o.model.vocab, "vocabulary (padded to a multiple of 128 inside)", 2, 65536);
+  flags.add_double("--hidden-dropout", &o.zero.hidden_dropout, "dropout on embeddings and residual branches",
+                   0.0, 0.99);
+  flags.add_double("--attention-dropout", &o.zero.attention_dropout, "dropout on attention probabilities",
+                   0.0, 0.99);
+  flags.add_int("--tensor-model-parallel-size", &tensor_parallel, "tensor parallelism (only 1 is supported)",
                 1, 1 << 20);
+  flags.add_int("--pipeline-model-parallel-size", &pipeline_parallel,
+                "pipeline parallelism (only 1 is supported)", 1, 1 << 20);
   flags.group("Batch and optimization");
   flags.add_int("--micro-batch-size", &micro, "sequences per rank per micro-step", 1, 1 << 20);
   flags.add_alias("--batch-size", "--micro-batch-size");
-  flags.add_int64("--global-batch-size", &global, "sequences per optimizer step over all ranks", 1, int64_t(1) << 40);
-  flags.add_int("--train-iters", &o.train_iters, "optimizer steps (0: start up, load or plan, and stop)", 0, 1 << 30);
+  flags.add_int64("--global-batch-size", &global, "sequences per optimizer step over all ranks", 1,
+                  int64_t(1) << 40);
+  flags.add_int("--train-iters", &o.train_iters, "optimizer steps (0: start up, load or plan, and stop)", 0,
+                1 << 30);
   flags.add_double("--lr", &lr, "peak learning rate", 0.0, 10.0);
   flags.add_double("--min-lr", &min_lr, "learning rate at the end of the decay", 0.0, 10.0);
   flags.add_string("--lr-decay-style", &decay_style, "constant | linear | cosine");
   flags.add_int64("--lr-warmup-iters", &warmup, "linear warmup steps from 0 to --lr", 0, int64_t(1) << 40);
-  flags.add_int64("--lr-decay-iters", &decay_iters, "step where the decay reaches --min-lr (default --train-iters)",
-                  0, int64_t(1) << 40);
-  flags.add_double("--weight-decay", &weight_decay, "AdamW decoupled weight decay (not on biases/LayerNorm)", 0.0,
-                   10.0);
+  flags.add_int64("--lr-decay-iters", &decay_iters,
+                  "step where the decay reaches --min-lr (default --train-iters)", 0, int64_t(1) << 40);
+  flags.add_double("--weight-decay", &weight_decay, "AdamW decoupled weight decay (not on biases/LayerNorm)",
+                   0.0, 10.0);
   flags.add_double("--clip-grad", &clip, "global gradient-norm clipping, 0 = off", 0.0, 1e9);
   flags.add_double("--adam-beta1", &beta1, "Adam beta1", 0.0, 0.999999);
   flags.add_double("--adam-beta2", &beta2, "Adam beta2", 0.0, 0.999999);
@@ -133,34 +148,43 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
   flags.add_switch("--deepspeed-activation-checkpointing", &ds_checkpointing,
                    "accepted (the tutorial's); checkpointing is the engine's own");
   flags.group("ZeRO and the cluster");
-  flags.add_int("--zero-stage", &stage, "0 data parallel, 1 +optimizer states, 2 +gradients, 3 +weights", -1000,
-                1000);
+  flags.add_int("--zero-stage", &stage, "0 data parallel, 1 +optimizer states, 2 +gradients, 3 +weights",
+                -1000, 1000);
   flags.add_string("--deepspeed_config", &o.deepspeed_config, "DeepSpeed JSON config file");
   flags.add_switch("--deepspeed", &deepspeed, "accepted for DeepSpeed command lines; does nothing");
-  flags.add_int("--ranks-per-node", &o.ranks_per_node, "simulate nodes of K consecutive ranks (0 = real nodes)", 0,
-                1 << 20);
+  flags.add_int("--ranks-per-node", &o.ranks_per_node,
+                "simulate nodes of K consecutive ranks (0 = real nodes)", 0, 1 << 20);
   flags.add_int("--threads", &o.threads, "CPU threads per rank (0 = all cores)", 0, 1024);
   flags.group("Data");
   flags.add_string("--data-path", &o.data_path, "a token shard, or a glob of shards ('data/train_*.bin')");
-  flags.add_string("--valid-data-path", &o.valid_data_path, "validation shards (else --split of --data-path)");
+  flags.add_string("--valid-data-path", &o.valid_data_path,
+                   "validation shards (else --split of --data-path)");
   flags.add_string("--split", &o.split, "train,validation,test weights of --data-path's windows");
-  flags.add_string("--vocab-file", &o.vocab_file, "GPT-2 encoder.json (for sample text; default $GPT_DATA_DIR)");
+  flags.add_string("--vocab-file", &o.vocab_file,
+                   "GPT-2 encoder.json (for sample text; default $GPT_DATA_DIR)");
   flags.add_string("--merge-file", &o.merge_file, "GPT-2 vocab.bpe (for sample text; default $GPT_DATA_DIR)");
   flags.group("Logging and evaluation");
   flags.add_int("--log-interval", &o.log_interval, "a progress line every N steps", 1, 1 << 30);
-  flags.add_int("--eval-interval", &o.eval_interval, "validation loss every N steps and at the end", 1, 1 << 30);
+  flags.add_int("--eval-interval", &o.eval_interval, "validation loss every N steps and at the end", 1,
+                1 << 30);
   flags.add_int("--eval-iters", &o.eval_iters, "validation batches per evaluation", 1, 1 << 30);
   flags.add_string("--metrics-file", &o.metrics_file, "JSON Lines: every step and every validation (rank 0)");
   flags.group("Checkpoints and initialization");
   flags.add_string("--save", &o.save, "checkpoint directory (DIR/global_stepN, DIR/latest)");
-  flags.add_int("--save-interval", &o.save_interval, "a checkpoint every N steps (0: at the end only)", 0, 1 << 30);
-  flags.add_int("--keep-checkpoints", &o.keep_checkpoints, "keep the newest K checkpoints (0: all)", 0, 1 << 30);
+  flags.add_int("--save-interval", &o.save_interval, "a checkpoint every N steps (0: at the end only)", 0,
+                1 << 30);
+  flags.add_int("--keep-checkpoints", &o.keep_checkpoints, "keep the newest K checkpoints (0: all)", 0,
+                1 << 30);
   flags.add_string("--load", &o.load, "resume from DIR/latest (any world size with the same global batch)");
-  flags.add_switch("--finetune", &o.finetune, "with --load or --init-from: weights only; step and optimizer fresh");
-  flags.add_string("--init-from", &o.init_from, "start from an llm.c GPT-2 model file (gpt_export writes them)");
-  flags.add_int("--exit-interval", &o.exit_interval, "save and stop when the step is a multiple of N", 0, 1 << 30);
+  flags.add_switch("--finetune", &o.finetune,
+                   "with --load or --init-from: weights only; step and optimizer fresh");
+  flags.add_string("--init-from", &o.init_from,
+                   "start from an llm.c GPT-2 model file (gpt_export writes them)");
+  flags.add_int("--exit-interval", &o.exit_interval, "save and stop when the step is a multiple of N", 0,
+                1 << 30);
   flags.group("Planning (no training)");
-  flags.add_switch("--plan", &o.plan.enabled, "print memory, bytes and time per step for a cluster, then exit");
+  flags.add_switch("--plan", &o.plan.enabled,
+                   "print memory, bytes and time per step for a cluster, then exit");
   flags.add_int("--nodes", &o.plan.nodes, "nodes of the planned cluster", 1, 1 << 20);
   flags.add_int("--gpus-per-node", &o.plan.gpus_per_node, "GPUs per node of the planned cluster", 1, 1 << 20);
   flags.add_string("--gpu-memory", &gpu_memory, "memory per GPU, e.g. 32GB");
@@ -170,9 +194,10 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
   if (!flags.parse(argc, argv)) return false;
 
   if (tensor_parallel != 1 || pipeline_parallel != 1) {
-    throw UsageError(std::string(tensor_parallel != 1 ? "--tensor-model-parallel-size " + str(tensor_parallel)
-                                                      : "--pipeline-model-parallel-size " + str(pipeline_parallel)) +
-                     ": tensor and pipeline parallelism are not supported yet; use 1 (ZeRO data parallelism only)");
+    throw UsageError(
+        std::string(tensor_parallel != 1 ? "--tensor-model-parallel-size " + str(tensor_parallel)
+                                         : "--pipeline-model-parallel-size " + str(pipeline_parallel)) +
+        ": tensor and pipeline parallelism are not supported yet; use 1 (ZeRO data parallelism only)");
   }
   if (o.plan.enabled) {
     // The plan is for the described cluster, not for the processes running this command.
@@ -191,8 +216,8 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
     if (flags.given(flag)) {
       if (json_value && *json_value != flag_value) {
         std::ostringstream note;
-        note << flag << " " << flag_value << " (command line) overrides " << key << " " << *json_value << " from "
-             << ds.path;
+        note << flag << " " << flag_value << " (command line) overrides " << key << " " << *json_value
+             << " from " << ds.path;
         o.notes.push_back(note.str());
       }
       return std::optional<T>(flag_value);
@@ -200,20 +225,23 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
     return json_value;
   };
 
-  o.zero.stage = int(pick("--zero-stage", int64_t(stage), "zero_optimization.stage", ds.zero_stage).value_or(0));
+  o.zero.stage =
+      int(pick("--zero-stage", int64_t(stage), "zero_optimization.stage", ds.zero_stage).value_or(0));
   if (o.zero.stage < 0 || o.zero.stage > 3) {
     throw UsageError("--zero-stage is " + str(o.zero.stage) + "; ZeRO stages are 0, 1, 2 and 3");
   }
   resolve_batch(pick("--micro-batch-size", int64_t(micro), "train_micro_batch_size_per_gpu",
                      ds.train_micro_batch_size_per_gpu),
-                ds.gradient_accumulation_steps, pick("--global-batch-size", global, "train_batch_size", ds.train_batch_size),
-                world_size, &o);
-  o.zero.gradient_clipping = pick("--clip-grad", clip, "gradient_clipping", ds.gradient_clipping).value_or(clip);
+                ds.gradient_accumulation_steps,
+                pick("--global-batch-size", global, "train_batch_size", ds.train_batch_size), world_size, &o);
+  o.zero.gradient_clipping =
+      pick("--clip-grad", clip, "gradient_clipping", ds.gradient_clipping).value_or(clip);
 
   const bool use_fp16 = fp16 || (!bf16 && ds.fp16_enabled.value_or(false));
   const bool use_bf16 = bf16 || (!fp16 && ds.bf16_enabled.value_or(false));
   if (use_fp16 && use_bf16) {
-    throw UsageError("both fp16 and bf16 are enabled; choose one (--fp16 or --bf16, or one \"enabled\": true)");
+    throw UsageError(
+        "both fp16 and bf16 are enabled; choose one (--fp16 or --bf16, or one \"enabled\": true)");
   }
   o.zero.precision = use_fp16 ? Precision::kFp16 : use_bf16 ? Precision::kBf16 : Precision::kFp32;
   LossScalerConfig& ls = o.zero.loss_scaler;
@@ -226,7 +254,8 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
   o.zero.overlap_comm = ds.overlap_comm.value_or(o.zero.stage == 3);  // DeepSpeed: on by default for stage 3
   o.zero.checkpoint_activations = checkpoint;
   if (ds_checkpointing && !checkpoint) {
-    o.notes.push_back("--deepspeed-activation-checkpointing accepted: add --checkpoint-activations to recompute");
+    o.notes.push_back(
+        "--deepspeed-activation-checkpointing accepted: add --checkpoint-activations to recompute");
   }
   o.zero.quantized_weights = ds.zero_quantized_weights.value_or(false);
   o.zero.hpz_partition_size = int(ds.zero_hpz_partition_size.value_or(1));
@@ -244,7 +273,8 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
   adam.beta2 = pick("--adam-beta2", beta2, "optimizer.params.betas[1]", ds.optimizer_beta2).value_or(beta2);
   adam.eps = pick("--adam-eps", eps, "optimizer.params.eps", ds.optimizer_eps).value_or(eps);
   adam.weight_decay =
-      pick("--weight-decay", weight_decay, "optimizer.params.weight_decay", ds.optimizer_weight_decay).value_or(weight_decay);
+      pick("--weight-decay", weight_decay, "optimizer.params.weight_decay", ds.optimizer_weight_decay)
+          .value_or(weight_decay);
   adam.decoupled = !(ds.optimizer_type.value_or("AdamW") == "Adam" && !ds.adam_w_mode.value_or(true));
   if (!adam.decoupled) o.notes.push_back("optimizer: Adam with L2 regularization (adam_w_mode false)");
 
@@ -261,10 +291,11 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
   const bool schedule_flags = flags.given("--lr-decay-style") || flags.given("--lr-warmup-iters") ||
                               flags.given("--min-lr") || flags.given("--lr-decay-iters");
   if (ds.scheduler_type && schedule_flags) {
-    o.notes.push_back("the --lr-* flags (command line) override scheduler " + *ds.scheduler_type + " from " + ds.path);
+    o.notes.push_back("the --lr-* flags (command line) override scheduler " + *ds.scheduler_type + " from " +
+                      ds.path);
   } else if (ds.scheduler_type) {
     const std::string& t = *ds.scheduler_type;
-    sched.kind = t == "WarmupLR"         ? LrSchedule::Kind::kWarmupLR
+    sched.kind = t == "WarmupLR"        ? LrSchedule::Kind::kWarmupLR
                  : t == "WarmupDecayLR" ? LrSchedule::Kind::kWarmupDecayLR
                                         : LrSchedule::Kind::kWarmupCosineLR;
     sched.warmup_min_lr = ds.warmup_min_lr.value_or(0.0);
@@ -284,14 +315,16 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
 
   if (std::string problem = o.model.validate(); !problem.empty()) throw UsageError(problem);
   if (o.plan.enabled) return true;  // planning needs no data
-  if (o.data_path.empty()) throw UsageError("--data-path is required: give a token shard or a glob of shards");
+  if (o.data_path.empty())
+    throw UsageError("--data-path is required: give a token shard or a glob of shards");
   if (o.ranks_per_node > 0 && world_size % o.ranks_per_node != 0) {
     throw UsageError("--ranks-per-node " + str(o.ranks_per_node) + " does not divide the world size " +
                      str(world_size) + "; choose a divisor of the number of ranks");
   }
   if (!o.init_from.empty() && !o.load.empty()) {
-    throw UsageError("--init-from and --load both given; use --load to resume a checkpoint or --init-from to start "
-                     "from a model file");
+    throw UsageError(
+        "--init-from and --load both given; use --load to resume a checkpoint or --init-from to start "
+        "from a model file");
   }
   return true;
 }

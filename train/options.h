@@ -27,11 +27,11 @@ struct TrainOptions {
   GPTConfig model;
   ZeroConfig zero;
 
-  int micro_batch = 4;             // sequences per rank per micro-step
+  int micro_batch = 4;  // sequences per rank per micro-step
   int accumulation_steps = 1;
-  int64_t global_batch = 0;        // micro_batch x accumulation_steps x world size
+  int64_t global_batch = 0;  // micro_batch x accumulation_steps x world size
   int train_iters = 20;
-  LrSchedule schedule;             // from --lr, --min-lr, --lr-decay-style... or the JSON scheduler
+  LrSchedule schedule;  // from --lr, --min-lr, --lr-decay-style... or the JSON scheduler
   int64_t seed = 1234;
 
   std::string data_path;
@@ -39,20 +39,20 @@ struct TrainOptions {
   std::string split = "969,30,1";  // train, validation, test weights (Megatron's)
   std::string vocab_file, merge_file;
   std::string deepspeed_config;
-  int ranks_per_node = 0;          // 0: detect real nodes
-  int threads = 0;                 // 0: all cores
+  int ranks_per_node = 0;  // 0: detect real nodes
+  int threads = 0;         // 0: all cores
 
-  int log_interval = 1;            // a progress line every N steps (DeepSpeed's steps_per_print)
-  int eval_interval = 1000;        // validation loss every N steps (and at the end), Megatron's default
-  int eval_iters = 100;            // validation batches per evaluation
+  int log_interval = 1;      // a progress line every N steps (DeepSpeed's steps_per_print)
+  int eval_interval = 1000;  // validation loss every N steps (and at the end), Megatron's default
+  int eval_iters = 100;      // validation batches per evaluation
   bool wall_clock_breakdown = false;
   std::string metrics_file;
 
   std::string save, load, init_from;
-  int save_interval = 0;           // a checkpoint every N steps (0: only at the end and on SIGTERM/SIGINT)
-  int keep_checkpoints = 0;        // 0: keep all
-  int exit_interval = 0;           // stop (after a checkpoint) when the iteration is a multiple of N
-  bool finetune = false;           // --load only the weights: step, optimizer state and data position fresh
+  int save_interval = 0;     // a checkpoint every N steps (0: only at the end and on SIGTERM/SIGINT)
+  int keep_checkpoints = 0;  // 0: keep all
+  int exit_interval = 0;     // stop (after a checkpoint) when the iteration is a multiple of N
+  bool finetune = false;     // --load only the weights: step, optimizer state and data position fresh
 
   PlanOptions plan;
   std::vector<std::string> notes;  // banner lines: where settings came from, accepted keys without effect

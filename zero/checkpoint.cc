@@ -68,8 +68,11 @@ void write_text_atomically(const std::string& path, const std::string& text) {
 }
 
 json model_json(const GPTConfig& m) {
-  return {{"num_layers", m.num_layers}, {"hidden", m.hidden},   {"heads", m.heads},
-          {"max_positions", m.max_positions}, {"vocab", m.vocab}};
+  return {{"num_layers", m.num_layers},
+          {"hidden", m.hidden},
+          {"heads", m.heads},
+          {"max_positions", m.max_positions},
+          {"vocab", m.vocab}};
 }
 
 // Gathers a string from every rank to rank 0 (fixed-size slots).
@@ -106,7 +109,8 @@ std::pair<fs::path, json> read_manifest(const std::string& dir) {
     if (!in) throw CheckpointError(manifest_path + ": cannot read (" + std::strerror(errno) + ")");
     json manifest = json::parse(in);
     if (manifest.at("format") != kFormat || manifest.at("version") != kVersion) {
-      throw CheckpointError(manifest_path + ": not a gpt-zeropp checkpoint of version " + std::to_string(kVersion));
+      throw CheckpointError(manifest_path + ": not a gpt-zeropp checkpoint of version " +
+                            std::to_string(kVersion));
     }
     return {path, manifest};
   } catch (const json::exception& e) {
@@ -156,7 +160,8 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
       in.read(reinterpret_cast<char*>(shard.data()), std::streamsize(total * sizeof(float)));  // the master
       if (!in) throw CheckpointError(file + ": short read");
       for (size_t u = 0; u < units.size(); ++u) {
-        const int64_t s = units[u].at("shard"), offset = units[u].at("shard_offset"), numel = units[u].at("numel");
+        const int64_t s = units[u].at("shard"), offset = units[u].at("shard_offset"),
+                      numel = units[u].at("numel");
         const int64_t first = std::min(int64_t(p) * s, numel), last = std::min(first + s, numel);
         std::copy(shard.begin() + offset, shard.begin() + offset + (last - first),
                   out.params.begin() + table.units[u].offset + first);
@@ -212,7 +217,8 @@ std::string save_checkpoint(ZeroEngine& engine, comm::Communicator& world, const
                                {"last_overflow_iteration", s.last_overflow_iteration}};
     manifest["model"] = model_json(engine.model());
     manifest["world_size"] = world.size();
-    manifest["zero"] = {{"stage", engine.config().stage}, {"precision", precision_name(engine.config().precision)}};
+    manifest["zero"] = {{"stage", engine.config().stage},
+                        {"precision", precision_name(engine.config().precision)}};
     manifest["num_shards"] = shards;
     manifest["shard_total"] = partition.shard_total();
     json units = json::array();
@@ -275,7 +281,8 @@ LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, 
     loaded.position.seed = manifest.at("seed");
     loaded.applied_steps = manifest.at("applied_steps");
     const json& s = manifest.at("loss_scaler");
-    loaded.scaler = {s.at("scale"), s.at("hysteresis_left"), s.at("iteration"), s.at("last_overflow_iteration")};
+    loaded.scaler = {s.at("scale"), s.at("hysteresis_left"), s.at("iteration"),
+                     s.at("last_overflow_iteration")};
     loaded.saved_world_size = manifest.at("world_size");
   } catch (const json::exception& e) {
     throw CheckpointError(manifest_path + ": missing or malformed field (" + e.what() + ")");
@@ -287,7 +294,8 @@ LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, 
   const json& old_units = manifest.at("units");
   const json& files = manifest.at("files");
   const Partition& partition = engine.partition();
-  if (old_units.size() != partition.units().size()) throw CheckpointError(manifest_path + ": unit count differs");
+  if (old_units.size() != partition.units().size())
+    throw CheckpointError(manifest_path + ": unit count differs");
   ZeroEngine::ShardState state = engine.shard_state();
   std::fill(state.master, state.master + state.size, 0.0f);
   if (!weights_only) {

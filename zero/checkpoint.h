@@ -1,6 +1,6 @@
-// Checkpoints of the ZeRO engine: each rank's fp32 master, Adam m and v shard in one file, and a manifest with
-// the model, the world size, the ZeRO configuration, the partition, the training position and the sha256 of
-// every file. A save goes to a temporary directory that is renamed into place (DIR/global_step{N}) before
+// Checkpoints of the ZeRO engine: each rank's fp32 master, Adam m and v shard in one file, and a manifest
+// with the model, the world size, the ZeRO configuration, the partition, the training position and the sha256
+// of every file. A save goes to a temporary directory that is renamed into place (DIR/global_step{N}) before
 // DIR/latest is replaced, so a crash at any point leaves the previous checkpoint loadable. A load at another
 // world size repartitions: each rank reads the ranges it now owns from whichever old shard files hold them.
 //
@@ -19,15 +19,15 @@
 
 namespace gpt {
 
-// A checkpoint that cannot be used: missing, truncated, altered, or made for another model. what() is one line
-// naming the file and the problem; the trainer prints it and exits with code 2.
+// A checkpoint that cannot be used: missing, truncated, altered, or made for another model. what() is one
+// line naming the file and the problem; the trainer prints it and exits with code 2.
 struct CheckpointError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
 // The training position a checkpoint carries besides the engine's state.
 struct TrainingPosition {
-  int64_t iteration = 0;      // optimizer iterations done, skipped ones included (the data position is this x G)
+  int64_t iteration = 0;  // optimizer iterations done, skipped ones included (the data position is this x G)
   int64_t skipped_total = 0;  // skipped iterations so far
   int64_t global_batch = 0;   // G, sequences per iteration: a resume must use the same
   uint64_t seed = 0;          // the data order and dropout masks depend on it
@@ -48,14 +48,14 @@ struct LoadedCheckpoint {
   int saved_world_size = 0;
 };
 
-// Collective. Resolves DIR/latest (or DIR itself when it is a checkpoint directory), checks the manifest against
-// the engine's model and the sha256 of every shard file read, and loads the master weights; unless
+// Collective. Resolves DIR/latest (or DIR itself when it is a checkpoint directory), checks the manifest
+// against the engine's model and the sha256 of every shard file read, and loads the master weights; unless
 // weights_only, also Adam's moments, the step count and the loss scaler. Throws CheckpointError.
 LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, const std::string& dir,
                                  bool weights_only);
 
-// Single process, no MPI (gpt_export, gpt_generate): the model shape from the manifest and the full fp32 master
-// weights in the model layout, reassembled from every shard file (each checked against its sha256).
+// Single process, no MPI (gpt_export, gpt_generate): the model shape from the manifest and the full fp32
+// master weights in the model layout, reassembled from every shard file (each checked against its sha256).
 struct CheckpointWeights {
   GPTConfig model;
   std::vector<float> params;

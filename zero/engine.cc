@@ -314,7 +314,9 @@ double ZeroEngine::local_sum_of_squares() const {
 ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& micro_batches, double lr,
                                               bool stop_request) {
   using Clock = std::chrono::steady_clock;
-  auto since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
   const int k = int(micro_batches.size());
   const int64_t grad_elements = config_.stage >= 2 ? partition_.shard_total() : partition_.padded_total();
   std::fill(grad_, grad_ + grad_elements, 0.0f);

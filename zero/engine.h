@@ -63,7 +63,8 @@ class ZeroEngine {
   ~ZeroEngine();
 
   // One optimizer step over this rank's micro-batches (the accumulation steps), at learning rate lr.
-  // stop_request travels in the step's one agreement all-reduce, so all ranks learn of a stop at the same step.
+  // stop_request travels in the step's one agreement all-reduce, so all ranks learn of a stop at the same
+  // step.
   StepResult train_step(const std::vector<MicroBatch>& micro_batches, double lr, bool stop_request = false);
   // Mean loss of one micro-batch per rank, averaged over ranks, without dropout or gradients (phase eval).
   double evaluate(const MicroBatch& micro_batch);
@@ -91,8 +92,8 @@ class ZeroEngine {
   using GradientHook = std::function<void(int unit, float* grad, int64_t numel)>;
   void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
 
-  // Checkpoints and imports. This rank's optimizer state (flat shard layout; the whole padded vector at stage 0),
-  // which the checkpoint code reads and writes in place.
+  // Checkpoints and imports. This rank's optimizer state (flat shard layout; the whole padded vector at stage
+  // 0), which the checkpoint code reads and writes in place.
   struct ShardState {
     float* master;
     float* adam_m;

@@ -5,8 +5,8 @@
 
 #include <cstdlib>
 
-#include "data/loader.h"
 #include "data/shard.h"
+#include "train/batches.h"
 
 namespace gpt::testing {
 
@@ -38,53 +38,29 @@ std::string synthetic_shard(const GPTConfig& model) {
   return path;
 }
 
+namespace {
+
+TrainBatches synthetic_batches(comm::Communicator& group, const GPTConfig& model, const RunSpec& spec) {
+  return TrainBatches(synthetic_shard(model), model.vocab, model.seq_len, spec.micro_batch, spec.accumulation,
+                      group, spec.seed);
+}
+
+}  // namespace
+
 void train_steps(ZeroEngine& engine, comm::Communicator& group, const GPTConfig& model, const RunSpec& spec) {
-  data::LoaderConfig lc;
-  lc.seq_len = model.seq_len;
-  lc.micro_batch = spec.micro_batch;
-  lc.accumulation_steps = spec.accumulation;
-  lc.world_size = group.size();
-  lc.rank = group.rank();
-  lc.seed = spec.seed;
-  data::TrainLoader loader({synthetic_shard(model)}, model.vocab, lc);
-  const size_t BT = size_t(spec.micro_batch) * model.seq_len;
-  std::vector<std::vector<int32_t>> inputs(spec.accumulation, std::vector<int32_t>(BT)), targets = inputs;
-  std::vector<std::vector<int64_t>> windows(spec.accumulation, std::vector<int64_t>(spec.micro_batch));
-  for (int s = 0; s < spec.steps; ++s) {
-    std::vector<ZeroEngine::MicroBatch> mbs;
-    for (int m = 0; m < spec.accumulation; ++m) {
-      loader.load(s, m, inputs[m].data(), targets[m].data(), windows[m].data());
-      mbs.push_back({inputs[m].data(), targets[m].data(), windows[m].data()});
-    }
-    engine.train_step(mbs, spec.lr);
-  }
+  TrainBatches batches = synthetic_batches(group, model, spec);
+  for (int s = 0; s < spec.steps; ++s) engine.train_step(batches.at(s), spec.lr);
 }
 
 RunResult run(comm::Communicator& group, const GPTConfig& model, const RunSpec& spec) {
-  data::LoaderConfig lc;
-  lc.seq_len = model.seq_len;
-  lc.micro_batch = spec.micro_batch;
-  lc.accumulation_steps = spec.accumulation;
-  lc.world_size = group.size();
-  lc.rank = group.rank();
-  lc.seed = spec.seed;
-  data::TrainLoader loader({synthetic_shard(model)}, model.vocab, lc);
+  TrainBatches batches = synthetic_batches(group, model, spec);
   ZeroEngine engine(model, spec.zero, spec.micro_batch, group, spec.seed);
   if (spec.hook) engine.set_gradient_hook(spec.hook);
-
-  const size_t BT = size_t(spec.micro_batch) * model.seq_len;
-  std::vector<std::vector<int32_t>> inputs(spec.accumulation, std::vector<int32_t>(BT)), targets = inputs;
-  std::vector<std::vector<int64_t>> windows(spec.accumulation, std::vector<int64_t>(spec.micro_batch));
   RunResult result;
   for (int s = 0; s < spec.steps; ++s) {
-    std::vector<ZeroEngine::MicroBatch> mbs;
-    for (int m = 0; m < spec.accumulation; ++m) {
-      loader.load(s, m, inputs[m].data(), targets[m].data(), windows[m].data());
-      mbs.push_back({inputs[m].data(), targets[m].data(), windows[m].data()});
-    }
     engine.events().clear();
     const comm::TrafficCounts before = group.meter().snapshot();
-    result.steps.push_back(engine.train_step(mbs, spec.lr));
+    result.steps.push_back(engine.train_step(batches.at(s), spec.lr));
     result.traffic.push_back(group.meter().snapshot() - before);
   }
   result.events = engine.events().events();
