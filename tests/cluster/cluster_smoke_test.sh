@@ -62,7 +62,7 @@ cat >"$TMP/zeropp.json" <<'JSON'
 JSON
 # 5.5M parameters: about 11 MB cross the node boundary per step (qwZ forward gathers, qgZ gradients).
 TRAIN_ARGS=(--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 64 --vocab-size 8192
-  --threads 1 --data-path "$TMP/tokens.bin" --deepspeed_config "$TMP/zeropp.json")
+  --threads 1 --data-path "$TMP/tokens.bin" --split 100,0,0 --deepspeed_config "$TMP/zeropp.json")
 
 # --- helpers -----------------------------------------------------------------------------------------------------
 sent_total() { cl bytes | awk '$1 == "total" { print $2 }'; }

@@ -42,7 +42,7 @@ TINY=(--num-layers 1 --hidden-size 8 --num-attention-heads 2 --max-position-embe
 # gpt_export
 expect_error "no source" "no source given|--init-only" "$EXPORT" --output "$TMP/x.bin"
 expect_error "two sources" "more than one source" "$EXPORT" --init-only --model "$TMP/tiny.bin" --output "$TMP/x.bin"
-expect_error "checkpoint" "--load $TMP/ckpt: checkpoints not supported yet" \
+expect_error "checkpoint" "--load: $TMP/ckpt: no checkpoint here" \
   "$EXPORT" --load "$TMP/ckpt" --output "$TMP/x.bin"
 expect_error "no output" "--output FILE is required" "$EXPORT" --init-only "${TINY[@]}"
 expect_error "shape flag with --model" "--hidden-size applies to --init-only" \
@@ -61,7 +61,7 @@ head -c 2000 "$TMP/tiny.bin" >"$TMP/truncated.bin"
 { printf '\x28\x0e\x35\x01'; tail -c +5 "$TMP/tiny.bin"; } >"$TMP/magic.bin"
 expect_error "no model" "no model given" "$GENERATE" --prompt hi
 expect_error "two models" "both --model and --load" "$GENERATE" --model "$TMP/tiny.bin" --load "$TMP/ckpt"
-expect_error "checkpoint" "--load $TMP/ckpt: checkpoints not supported yet" "$GENERATE" --load "$TMP/ckpt"
+expect_error "checkpoint" "--load: $TMP/ckpt: no checkpoint here" "$GENERATE" --load "$TMP/ckpt"
 expect_error "truncated" "$TMP/truncated.bin: truncated|file ends at byte offset 2000" \
   "$GENERATE" --model "$TMP/truncated.bin"
 expect_error "magic" "$TMP/magic.bin: wrong magic 20254248 at byte offset 0" "$GENERATE" --model "$TMP/magic.bin"
