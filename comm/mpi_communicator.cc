@@ -192,8 +192,8 @@ MpiSession::~MpiSession() {
   // between network namespaces: a finalize that never returned).
   MPI_Barrier(MPI_COMM_WORLD);
   // UCX over TCP can still hang inside MPI_Finalize (openucx/ucx#8738: one side stops progressing before the
-  // other has flushed its endpoint). With GPT_FINALIZE_MARKER_DIR set (scripts/cluster run sets it), each rank
-  // leaves a marker here once all work is done, so the launcher can end a job stuck in that state.
+  // other has flushed its endpoint). With GPT_FINALIZE_MARKER_DIR set (scripts/cluster run sets it), each
+  // rank leaves a marker here once all work is done, so the launcher can end a job stuck in that state.
   if (const char* dir = std::getenv("GPT_FINALIZE_MARKER_DIR")) {
     const std::string marker = std::string(dir) + "/rank" + std::to_string(world_rank_);
     if (std::FILE* f = std::fopen(marker.c_str(), "w")) std::fclose(f);

@@ -81,7 +81,8 @@ WindowSet::WindowSet(const std::vector<std::string>& shard_paths, int vocab_size
 void WindowSet::keep_fraction(double begin, double end, const std::string& what) {
   if (begin == 0.0 && end == 1.0) return;
   const auto n = static_cast<double>(starts_.size());
-  const auto first = static_cast<size_t>(std::floor(n * begin)), last = static_cast<size_t>(std::floor(n * end));
+  const auto first = static_cast<size_t>(std::floor(n * begin)),
+             last = static_cast<size_t>(std::floor(n * end));
   if (first >= last) {
     throw DataError(what + ": the split leaves no window of the " + std::to_string(starts_.size()) +
                     " for this part; change --split or give --valid-data-path");

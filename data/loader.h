@@ -94,8 +94,8 @@ class TrainLoader {
 // Validation windows in order, without shuffling: batch b holds windows [b*batch, (b+1)*batch).
 class ValidLoader {
  public:
-  ValidLoader(const std::vector<std::string>& shard_paths, int vocab_size, int seq_len, double window_begin = 0.0,
-              double window_end = 1.0);
+  ValidLoader(const std::vector<std::string>& shard_paths, int vocab_size, int seq_len,
+              double window_begin = 0.0, double window_end = 1.0);
   int64_t num_windows() const { return windows_.size(); }
   int64_t num_batches(int batch) const { return batch > 0 ? windows_.size() / batch : 0; }
   // Throws std::out_of_range unless 0 <= batch_index < num_batches(batch).

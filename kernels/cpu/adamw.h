@@ -10,7 +10,7 @@ struct AdamWHyper {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.0;  // the caller passes 0 for biases and LayerNorm parameters
-  bool decoupled = true;      // AdamW; false: Adam with L2 regularization (weight decay added to the gradient)
+  bool decoupled = true;  // AdamW; false: Adam with L2 regularization (weight decay added to the gradient)
 };
 
 // One update of n elements; step is the 1-based count of applied updates (for bias correction):

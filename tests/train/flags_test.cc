@@ -58,7 +58,8 @@ TEST_CASE("errors name the flag, the value and the fix") {
   CHECK(error_of({"--num-layers", "0"}) == "--num-layers is 0, outside its range [1, 100]");
   CHECK(error_of({"--lr", "fast"}) == "--lr expects a number, got 'fast'");
   CHECK(error_of({"--lr"}) == "--lr needs a value");
-  CHECK(error_of({"--num-layer", "3"}) == "unknown flag --num-layer; did you mean --num-layers? (see --help)");
+  CHECK(error_of({"--num-layer", "3"}) ==
+        "unknown flag --num-layer; did you mean --num-layers? (see --help)");
   CHECK(error_of({"--fp16=1"}) == "--fp16 is a switch and takes no value");
   CHECK(error_of({"stray"}) == "unexpected argument 'stray'; every option is a --flag (see --help)");
 }
