@@ -4,15 +4,9 @@
 # Arg: path of gpt_train.
 set -uo pipefail
 TRAIN=$1
-TMP=${TEST_TMPDIR:-$(mktemp -d)}
-failures=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
+source "$(dirname "$0")/test_lib.sh"
 
-le32() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))\\x$(printf %02x $((($1 >> 16) & 255)))\\x$(printf %02x $((($1 >> 24) & 255)))"; }
-{ le32 20240520; le32 1; le32 2000; head -c 1012 /dev/zero; head -c 4000 /dev/zero; } >"$TMP/data.bin"
+write_zero_shard "$TMP/data.bin" 2000
 echo '{"fp16": {"enabled": true,}}' >"$TMP/malformed.json"
 echo '{"fp16": {"enabled": "yes"}}' >"$TMP/type.json"
 echo '{"train_batch_size": 30, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2}' >"$TMP/batch.json"

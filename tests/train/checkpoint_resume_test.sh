@@ -9,14 +9,8 @@
 # Arg: path of gpt_train.
 set -uo pipefail
 TRAIN=$1
-TMP=${TEST_TMPDIR:-$(mktemp -d)}
-failures=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-le32() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))\\x$(printf %02x $((($1 >> 16) & 255)))\\x$(printf %02x $((($1 >> 24) & 255)))"; }
-{ le32 20240520; le32 1; le32 20000; head -c 1012 /dev/zero; head -c 40000 /dev/urandom | tr '\200-\377' '\000-\177' | tr '\100-\177' '\000-\077'; } >"$TMP/data.bin"
+source "$(dirname "$0")/test_lib.sh"
+write_random_shard "$TMP/data.bin" 20000
 cat >"$TMP/zeropp.json" <<'JSON'
 {"zero_optimization": {"stage": 3, "reduce_bucket_size": 20000, "zero_quantized_weights": true,
  "zero_hpz_partition_size": 2, "zero_quantized_gradients": true}}

@@ -5,13 +5,8 @@
 # Arg: path of gpt_train.
 set -uo pipefail
 TRAIN=$1
-TMP=${TEST_TMPDIR:-$(mktemp -d)}
-failures=0
+source "$(dirname "$0")/test_lib.sh"
 
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
 # Runs a command that must fail with exit code 2 and one stderr line containing every given fragment.
 expect_error() {  # name "fragment|fragment..." command...
   local name=$1 fragments=$2
@@ -25,15 +20,6 @@ expect_error() {  # name "fragment|fragment..." command...
   for fragment in "${list[@]}"; do
     grep -qF -- "$fragment" "$TMP/err" || fail "$name: stderr lacks '$fragment': $(cat "$TMP/err")"
   done
-}
-
-# Writes an llm.c shard of the given token ids (header: magic 20240520, version 1, count; uint16 body).
-le32() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))\\x$(printf %02x $((($1 >> 16) & 255)))\\x$(printf %02x $((($1 >> 24) & 255)))"; }
-le16() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))"; }
-write_shard() {  # path ids...
-  local path=$1
-  shift
-  { le32 20240520; le32 1; le32 $#; head -c 1012 /dev/zero; for id in "$@"; do le16 "$id"; done; } >"$path"
 }
 
 ids=()

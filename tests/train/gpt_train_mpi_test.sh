@@ -6,12 +6,7 @@
 # Arg: path of gpt_train.
 set -uo pipefail
 TRAIN=$1
-TMP=${TEST_TMPDIR:-$(mktemp -d)}
-failures=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
+source "$(dirname "$0")/test_lib.sh"
 run_mpi() {  # ranks args...
   local n=$1
   shift
@@ -29,8 +24,7 @@ expect_all_ranks_error() {  # name ranks fragment args...
   grep -qF -- "$fragment" "$TMP/err" || fail "$name: stderr lacks '$fragment': $(cat "$TMP/err")"
 }
 
-le32() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))\\x$(printf %02x $((($1 >> 16) & 255)))\\x$(printf %02x $((($1 >> 24) & 255)))"; }
-{ le32 20240520; le32 1; le32 4000; head -c 1012 /dev/zero; head -c 8000 /dev/urandom | tr '\200-\377' '\000-\177' | tr '\100-\177' '\000-\077'; } >"$TMP/data.bin"
+write_random_shard "$TMP/data.bin" 4000
 MODEL=(--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --vocab-size 16384 --threads 1
   --data-path "$TMP/data.bin")
 

@@ -5,14 +5,8 @@
 # Args: paths of gpt_train and gpt_export.
 set -uo pipefail
 TRAIN=$1 EXPORT=$2
-TMP=${TEST_TMPDIR:-$(mktemp -d)}
-failures=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
-le32() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))\\x$(printf %02x $((($1 >> 16) & 255)))\\x$(printf %02x $((($1 >> 24) & 255)))"; }
-{ le32 20240520; le32 1; le32 4000; head -c 1012 /dev/zero; head -c 8000 /dev/urandom | tr '\200-\377' '\000-\177' | tr '\100-\177' '\000-\077'; } >"$TMP/data.bin"
+source "$(dirname "$0")/test_lib.sh"
+write_random_shard "$TMP/data.bin" 4000
 SHAPE=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 16384 --max-position-embeddings 1024 --seed 77)
 TRAIN_ARGS=("${SHAPE[@]}" --seq-length 32 --micro-batch-size 2 --threads 1 --zero-stage 3 --data-path "$TMP/data.bin"
   --split 100,0,0 --hidden-dropout 0 --attention-dropout 0 --train-iters 2)

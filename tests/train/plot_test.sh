@@ -4,12 +4,7 @@
 # Arg: path of scripts/plot.
 set -uo pipefail
 PLOT=$1
-TMP=${TEST_TMPDIR:-$(mktemp -d)}
-failures=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
+source "$(dirname "$0")/test_lib.sh"
 is_png() { [[ "$(head -c 8 "$1" | od -An -tx1 | tr -d ' \n')" == 89504e470d0a1a0a ]]; }
 for s in 1 2 3 4; do
   echo "{\"step\":$s,\"loss\":$((10 - s)).5,\"lr\":0.001,\"tokens_per_s\":$((1000 + s)),\"bytes_inter_node\":5}"

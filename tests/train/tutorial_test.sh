@@ -4,9 +4,8 @@
 # Args: path of gpt_train, path of examples/ds_zeropp_config.json.
 set -uo pipefail
 TRAIN=$1 CONFIG=$2
-TMP=${TEST_TMPDIR:-$(mktemp -d)}
-le32() { printf "\\x$(printf %02x $(($1 & 255)))\\x$(printf %02x $((($1 >> 8) & 255)))\\x$(printf %02x $((($1 >> 16) & 255)))\\x$(printf %02x $((($1 >> 24) & 255)))"; }
-{ le32 20240520; le32 1; le32 8000; head -c 1012 /dev/zero; head -c 16000 /dev/urandom | tr '\200-\377' '\000-\177' | tr '\100-\177' '\000-\077'; } >"$TMP/data.bin"
+source "$(dirname "$0")/test_lib.sh"
+write_random_shard "$TMP/data.bin" 8000
 sed 's/"zero_hpz_partition_size": 16/"zero_hpz_partition_size": 2/' "$CONFIG" >"$TMP/ds_zeropp_config.json"
 grep -q '"zero_hpz_partition_size": 2' "$TMP/ds_zeropp_config.json" || { echo "FAIL: could not set hpZ to 2"; exit 1; }
 out=$(timeout --signal=KILL 120 mpiexec -n 4 "$TRAIN" \
@@ -16,7 +15,6 @@ out=$(timeout --signal=KILL 120 mpiexec -n 4 "$TRAIN" \
   --deepspeed --train-iters 3 --vocab-size 16384 --data-path "$TMP/data.bin" --ranks-per-node 2 --threads 1 2>&1)
 rc=$?
 echo "$out"
-failures=0
 check() { grep -qF -- "$1" <<<"$out" || { echo "FAIL: output lacks '$1'"; failures=$((failures + 1)); }; }
 [[ $rc == 0 ]] || { echo "FAIL: exit code $rc"; failures=$((failures + 1)); }
 check "2 nodes x 2 ranks per node (simulated)), ZeRO stage 3, fp16"
