@@ -57,29 +57,6 @@ std::string duration_text(double seconds) {
   return text;
 }
 
-// --split "969,30,1": the fractions of --data-path's windows used for training and for validation.
-std::pair<double, double> split_fractions(const std::string& split) {
-  std::vector<double> w;
-  std::stringstream in(split);
-  for (std::string part; std::getline(in, part, ',');) {
-    try {
-      size_t used = 0;
-      const double v = std::stod(part, &used);
-      if (used != part.size() || v < 0) throw std::invalid_argument("");
-      w.push_back(v);
-    } catch (const std::exception&) {
-      throw UsageError("--split '" + split + "' must be comma-separated weights such as 969,30,1");
-    }
-  }
-  while (w.size() < 3) w.push_back(0);
-  const double total = w[0] + w[1] + w[2];
-  if (w.size() > 3 || total <= 0 || w[0] <= 0) {
-    throw UsageError("--split '" + split +
-                     "' must be three weights with a positive training share, e.g. 969,30,1");
-  }
-  return {w[0] / total, w[1] / total};
-}
-
 void print_banner(const TrainOptions& o, const comm::Communicator& world, const ZeroEngine& engine,
                   const data::TrainLoader& loader, bool has_validation) {
   const GPTConfig& m = o.model;
@@ -145,7 +122,7 @@ int train(const TrainOptions& o, comm::Communicator& world) {
   }
   const GPTConfig& config = o.model;
   const int B = o.micro_batch, T = config.seq_len;
-  const auto [train_share, valid_share] = split_fractions(o.split);
+  const double train_share = o.split_train, valid_share = o.split_valid;
   const bool split_data = o.valid_data_path.empty();
   TrainBatches batches(o.data_path, config.vocab, T, B, o.accumulation_steps, world, uint64_t(o.seed), 0.0,
                        split_data ? train_share : 1.0);

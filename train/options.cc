@@ -6,6 +6,8 @@
 #include <cmath>
 #include <optional>
 #include <sstream>
+#include <tuple>
+#include <vector>
 
 #include "train/ds_config.h"
 #include "train/flags.h"
@@ -86,6 +88,29 @@ void note_accepted_keys(const DeepSpeedConfig& ds, const ZeroConfig& z, std::vec
         "gathered at once" +
         from);
   }
+}
+
+// --split "969,30,1": the fractions of --data-path's windows used for training and for validation.
+std::pair<double, double> split_fractions(const std::string& split) {
+  std::vector<double> w;
+  std::stringstream in(split);
+  for (std::string part; std::getline(in, part, ',');) {
+    try {
+      size_t used = 0;
+      const double v = std::stod(part, &used);
+      if (used != part.size() || v < 0) throw std::invalid_argument("");
+      w.push_back(v);
+    } catch (const std::exception&) {
+      throw UsageError("--split '" + split + "' must be comma-separated weights such as 969,30,1");
+    }
+  }
+  while (w.size() < 3) w.push_back(0);
+  const double total = w[0] + w[1] + w[2];
+  if (w.size() > 3 || total <= 0 || w[0] <= 0) {
+    throw UsageError("--split '" + split +
+                     "' must be three weights with a positive training share, e.g. 969,30,1");
+  }
+  return {w[0] / total, w[1] / total};
 }
 
 }  // namespace
@@ -314,6 +339,7 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
   o.wall_clock_breakdown = ds.wall_clock_breakdown.value_or(false);
 
   if (std::string problem = o.model.validate(); !problem.empty()) throw UsageError(problem);
+  std::tie(o.split_train, o.split_valid) = split_fractions(o.split);
   if (o.plan.enabled) return true;  // planning needs no data
   if (o.data_path.empty())
     throw UsageError("--data-path is required: give a token shard or a glob of shards");

@@ -37,6 +37,7 @@ struct TrainOptions {
   std::string data_path;
   std::string valid_data_path;     // without it, --split carves validation windows out of the training data
   std::string split = "969,30,1";  // train, validation, test weights (Megatron's)
+  double split_train = 1.0, split_valid = 0.0;  // --split as fractions of the windows (train first, in order)
   std::string vocab_file, merge_file;
   std::string deepspeed_config;
   int ranks_per_node = 0;  // 0: detect real nodes
