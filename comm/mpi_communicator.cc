@@ -196,7 +196,10 @@ MpiSession::~MpiSession() {
   // rank leaves a marker here once all work is done, so the launcher can end a job stuck in that state.
   if (const char* dir = std::getenv("GPT_FINALIZE_MARKER_DIR")) {
     const std::string marker = std::string(dir) + "/rank" + std::to_string(world_rank_);
-    if (std::FILE* f = std::fopen(marker.c_str(), "w")) std::fclose(f);
+    if (std::FILE* f = std::fopen(marker.c_str(), "w")) {
+      std::fprintf(f, "%d\n", exit_code_);
+      std::fclose(f);
+    }
   }
   std::fflush(stdout);
   std::fflush(stderr);

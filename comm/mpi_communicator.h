@@ -83,10 +83,14 @@ class MpiSession {
 
   // CPU time consumed so far by the communication thread (0 before world()).
   double comm_thread_cpu_seconds() const;
+  // The code main() will return; written into the finished-work marker (GPT_FINALIZE_MARKER_DIR) so that a
+  // launcher that has to end a job stuck in MPI_Finalize still reports how it ended.
+  void set_exit_code(int code) { exit_code_ = code; }
 
  private:
   int world_rank_ = 0;
   int world_size_ = 1;
+  int exit_code_ = 0;
   std::shared_ptr<mpi::Engine> engine_;
 };
 

@@ -288,8 +288,9 @@ int train(const TrainOptions& o, comm::Communicator& world) {
 }  // namespace
 }  // namespace gpt
 
-int main(int argc, char** argv) {
-  gpt::comm::MpiSession session(argc, argv);
+namespace {
+
+int run(gpt::comm::MpiSession& session, int argc, char** argv) {
   // Every rank validates the same inputs, so a mistake stops every rank with the same line (no hang).
   auto fail = [&](const char* what) {
     std::fprintf(stderr, "gpt_train: %s\n", what);
@@ -317,4 +318,13 @@ int main(int argc, char** argv) {
   } catch (const gpt::ModelFileError& e) {
     return fail(e.what());
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gpt::comm::MpiSession session(argc, argv);
+  const int code = run(session, argc, argv);
+  session.set_exit_code(code);  // for the finished-work marker (see MpiSession's destructor)
+  return code;
 }
