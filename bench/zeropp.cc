@@ -122,7 +122,9 @@ int main(int argc, char** argv) {
         seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         total += traffic.collect();
         loss = r.loss;
-        nlohmann::ordered_json point = {{"step", step}, {"loss", r.loss}, {"skipped", r.skipped}};
+        nlohmann::ordered_json point = {{"step", step},           {"loss", r.loss},
+                                        {"grad_norm", r.grad_norm}, {"loss_scale", r.loss_scale},
+                                        {"skipped", r.skipped}};
         const bool evaluate =
             valid && ((bench.eval_interval > 0 && step % bench.eval_interval == 0) || step == bench.steps);
         if (evaluate) {
