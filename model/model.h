@@ -1,6 +1,6 @@
 // A whole GPT-2 over one flat parameter vector in one process: the single-process trainer, the gradient
-// checks and the reference that multi-rank runs are compared with. It composes the layer functions of
-// layers.h over the unit-major layout of params.h.
+// checks and the reference that multi-rank runs are compared with. It drives the one layer loop (loop.h)
+// with the trivial weight source and gradient sink: slices of its flat vectors (the layout of params.h).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 
 #include "model/config.h"
 #include "model/layers.h"
+#include "model/loop.h"
 #include "model/params.h"
 
 namespace gpt {
@@ -44,32 +45,34 @@ class GPT2 {
   void backward(Real loss_multiplier = Real(1));
 
   // [B*T, Vp] logits after a forward without targets (probabilities after one with targets).
-  const Real* logits() const { return head_.probs.data(); }
+  const Real* logits() const { return loop_.logits(); }
   // [B*T] per-token losses after a forward with targets.
-  const Real* token_losses() const { return head_.losses.data(); }
-  size_t activation_bytes() const;
+  const Real* token_losses() const { return loop_.token_losses(); }
+  size_t activation_bytes() const { return loop_.activation_bytes(); }
 
  private:
+  // The trivial weight source and gradient sink: slices of params and grads, accumulated in place.
+  class Slices final : public WeightSource<Real>, public GradientSink<Real> {
+   public:
+    explicit Slices(GPT2& model) : model_(model) {}
+    void begin_pass(Pass, const std::vector<int>&) override {}
+    const Real* acquire(int unit) override { return model_.params.data() + offset(unit); }
+    void release(int) override {}
+    Real* open(int unit) override { return model_.grads.data() + offset(unit); }
+    void ready(int) override {}
+
+   private:
+    int64_t offset(int unit) const { return model_.table_.units[unit].offset; }
+    GPT2& model_;
+  };
+
   GPTConfig config_;
   ParamTable table_;
   int B_;
-  std::vector<Real> residual_;  // (L+1) x [B*T, C]: the input of every block and the final output
-  std::vector<BlockActivations<Real>> blocks_;
-  BlockScratch<Real> scratch_;
-  HeadActivations<Real> head_;
-  std::vector<Real> dresidual_;
-  std::vector<int32_t> inputs_, targets_;
+  LayerLoop<Real> loop_;
+  Slices slices_{*this};
   double hidden_dropout_ = 0, attention_dropout_ = 0;
   uint64_t dropout_seed_ = 0;
-  std::vector<int64_t> windows_;  // the last forward's; empty when it had no dropout
-
-  Dropout dropout() const;
-
-  Real* residual(int layer) {
-    return residual_.data() + size_t(layer) * B_ * config_.seq_len * config_.hidden;
-  }
-  const Real* unit_params(int unit) const { return params.data() + table_.units[unit].offset; }
-  Real* unit_grads(int unit) { return grads.data() + table_.units[unit].offset; }
 };
 
 }  // namespace gpt

@@ -4,19 +4,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <sstream>
 #include <stdexcept>
 
 #include "model/init.h"
-#include "zero/gather.h"
 #include "zero/optimizer.h"
-#include "zero/reduce.h"
 #include "zero/wire.h"
 
 namespace gpt {
-namespace {}  // namespace
-
 const char* precision_name(Precision precision) {
   switch (precision) {
     case Precision::kFp16:
@@ -34,76 +29,32 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
     : model_(model),
       config_(config),
       B_(micro_batch),
-      T_(model.seq_len),
       dp_(dp),
       seed_(seed),
       table_(make_param_table(model)),
       partition_(table_, dp.size(), config.stage == 0 ? 1 : dp.size()),
       events_(config.record_events),
-      scaler_(config.loss_scaler,
-              config.precision == Precision::kFp16 && config.loss_scaler.loss_scale == 0) {
+      scaler_(config.loss_scaler, config.precision == Precision::kFp16 && config.loss_scaler.loss_scale == 0),
+      loop_(model, micro_batch, config.checkpoint_activations) {
   if (config.stage < 0 || config.stage > 3) throw std::invalid_argument("ZeRO stage must be 0, 1, 2 or 3");
   if (std::string problem = check_zeropp(config, dp.topology()); !problem.empty()) {
     throw std::invalid_argument(problem);
   }
-  const int L = model.num_layers, U = int(table_.units.size());
   for (const UnitInfo& u : table_.units) unit_names_.push_back(u.name);
-  // Forward: wte, wpe, blocks, ln_f. Backward gathers what backward computes with: ln_f and wte for the head,
-  // then the blocks from the last; gradients complete in the reverse of the forward order.
-  for (int u = 0; u < U; ++u) forward_schedule_.push_back(u);
-  backward_schedule_ = {table_.final_norm_unit(), ParamTable::kWte};
-  for (int l = L - 1; l >= 0; --l) backward_schedule_.push_back(ParamTable::block_unit(l));
-  for (int u = U - 1; u >= 0; --u) backward_order_.push_back(u);
-
-  const int shard_index = partition_.num_shards() == 1 ? 0 : dp.rank();
-  const int64_t S = partition_.shard_total(), P = partition_.padded_total();
-  const size_t cb = wire_bytes(config.precision);
+  const int64_t S = partition_.shard_total();
   master_ = static_cast<float*>(arena_.allocate("fp32 master weights", "master", S * sizeof(float)));
   adam_m_ = static_cast<float*>(arena_.allocate("Adam first moment", "moments", S * sizeof(float)));
   adam_v_ = static_cast<float*>(arena_.allocate("Adam second moment", "moments", S * sizeof(float)));
-  const bool sharded_weights = config.stage == 3, sharded_grads = config.stage >= 2;
-  compute_ = arena_.allocate("compute weights", "compute weights", (sharded_weights ? S : P) * cb);
-  if (!sharded_weights && config.precision != Precision::kFp32) {
-    compute_fp32_ =
-        static_cast<float*>(arena_.allocate("compute weights widened to fp32", "buffers", P * sizeof(float)));
-  }
-  grad_ = static_cast<float*>(
-      arena_.allocate("fp32 gradients", "gradients", (sharded_grads ? S : P) * sizeof(float)));
-  if (sharded_grads) {
-    int64_t largest = 0;
-    for (int u = 0; u < U; ++u) {
-      if (u != ParamTable::kWte) largest = std::max(largest, partition_.unit(u).numel);
-    }
-    unit_grad_ = static_cast<float*>(arena_.allocate("unit gradient", "buffers", largest * sizeof(float)));
-    wte_grad_ = static_cast<float*>(
-        arena_.allocate("wte gradient", "buffers", partition_.unit(ParamTable::kWte).numel * sizeof(float)));
-    reducer_ = std::make_unique<GradientReducer>(partition_, unit_names_, backward_order_, dp_,
-                                                 config.precision, config.reduce_bucket_size,
-                                                 config.overlap_comm, grad_, arena_, events_);
-  }
-  if (sharded_weights) {
-    create_zeropp_groups();
-    gatherer_ = std::make_unique<WeightGatherer>(partition_, unit_names_, dp_, hpz_group_.get(), config_,
-                                                 arena_, events_);
-    if (node_group_)
-      reducer_->use_quantized_gradients(node_group_.get(), cross_group_.get(), config.gradient_block);
-  }
-
+  create_zeropp_groups();
+  weights_ = make_weight_source({config_, partition_, unit_names_, dp_, hpz_group_.get(), arena_, events_});
+  gradients_ = make_gradient_sink({config_, partition_, unit_names_, loop_.schedule().gradients, dp_,
+                                   node_group_.get(), cross_group_.get(), arena_, events_});
   // Each rank initializes only what it owns: the initializer is a pure function of (seed, flat index).
-  for (int u = 0; u < U; ++u) {
-    const Partition::Range r = partition_.owned_model_range(u, shard_index);
+  for (int u = 0; u < int(table_.units.size()); ++u) {
+    const Partition::Range r = partition_.owned_model_range(u, shard_index());
     init_gpt2_params(model, table_, seed, r.begin, r.end, master_ + partition_.unit(u).shard_offset);
   }
-  refresh_compute_weights();
-
-  const size_t BTC = size_t(B_) * T_ * model.hidden;
-  residual_.assign((L + 1) * BTC, 0.0f);
-  blocks_.resize(config.checkpoint_activations ? 1 : L);
-  for (auto& block : blocks_) block.resize(model, B_, T_);
-  scratch_.resize(model, B_, T_);
-  head_.resize(model, B_, T_);
-  dresidual_.assign(BTC, 0.0f);
-  if (config.checkpoint_activations) recompute_out_.assign(BTC, 0.0f);
+  weights_->refresh(master_);
 }
 
 ZeroEngine::~ZeroEngine() = default;
@@ -151,81 +102,9 @@ void ZeroEngine::create_zeropp_groups() {
   }
 }
 
-void ZeroEngine::refresh_compute_weights() {
-  const int64_t S = partition_.shard_total();
-  const size_t cb = wire_bytes(config_.precision);
-  if (config_.stage == 3) {
-    to_wire(config_.precision, master_, compute_, S);
-    return;
-  }
-  if (config_.stage == 0) {
-    to_wire(config_.precision, master_, compute_, S);  // the whole padded vector
-  } else {
-    // Stages 1 and 2: round this rank's updated shard, then all-gather every rank's, unit by unit, into the
-    // full compute weights (padded layout).
-    std::vector<uint8_t> shard(S * cb);
-    to_wire(config_.precision, master_, shard.data(), S);
-    for (const UnitPartition& u : partition_.units()) {
-      dp_.all_gather(shard.data() + u.shard_offset * cb,
-                     static_cast<uint8_t*>(compute_) + u.padded_offset * cb, u.shard * cb,
-                     comm::Phase::kParamGatherFwd)
-          .wait();
-    }
-  }
-  if (compute_fp32_) from_wire(config_.precision, compute_, compute_fp32_, partition_.padded_total());
-}
-
-const float* ZeroEngine::acquire(int unit) {
-  if (gatherer_) return gatherer_->acquire(unit);
-  const int64_t offset = partition_.unit(unit).padded_offset;
-  return compute_fp32_ ? compute_fp32_ + offset : static_cast<const float*>(compute_) + offset;
-}
-
-void ZeroEngine::release(int unit) {
-  if (gatherer_) gatherer_->release(unit);
-}
-
-float* ZeroEngine::unit_gradient(int unit) {
-  if (!reducer_) return grad_ + partition_.unit(unit).padded_offset;  // stages 0, 1: accumulate in place
-  float* buffer = unit == ParamTable::kWte ? wte_grad_ : unit_grad_;
-  std::fill(buffer, buffer + partition_.unit(unit).numel, 0.0f);
-  return buffer;
-}
-
-void ZeroEngine::gradient_ready(int unit) {
-  float* grad = !reducer_ ? grad_ + partition_.unit(unit).padded_offset
-                          : (unit == ParamTable::kWte ? wte_grad_ : unit_grad_);
-  if (gradient_hook_) gradient_hook_(unit, grad, partition_.unit(unit).numel);
-  if (reducer_) reducer_->add(unit, grad);
-}
-
 double ZeroEngine::forward(const MicroBatch& mb, bool training, comm::Phase phase) {
-  const int L = model_.num_layers, C = model_.hidden;
-  const size_t BTC = size_t(B_) * T_ * C;
-  if (gatherer_) gatherer_->begin_pass(forward_schedule_, phase, compute_);
-  const float* wte = acquire(ParamTable::kWte);
-  const float* wpe = acquire(ParamTable::kWpe);
-  events_.add(EngineEvent::Kind::kComputeBegin, "wte+wpe", false);
-  const Dropout dropout = dropout_for(mb, training);
-  embed_forward(model_, wte, wpe, mb.inputs, B_, T_, residual_.data(), dropout);
-  release(ParamTable::kWpe);
-  for (int l = 0; l < L; ++l) {
-    const int unit = ParamTable::block_unit(l);
-    const float* weights = acquire(unit);
-    events_.add(EngineEvent::Kind::kComputeBegin, unit_names_[unit], false);
-    BlockActivations<float>& acts = blocks_[config_.checkpoint_activations || !training ? 0 : l];
-    block_forward(model_, weights, residual_.data() + l * BTC, residual_.data() + (l + 1) * BTC, acts, B_, T_,
-                  dropout, l);
-    release(unit);
-  }
-  const int lnf_unit = table_.final_norm_unit();
-  const float* lnf = acquire(lnf_unit);
-  events_.add(EngineEvent::Kind::kComputeBegin, unit_names_[lnf_unit], false);
-  const float loss =
-      head_forward(model_, lnf, lnf + C, wte, residual_.data() + L * BTC, mb.targets, head_, B_, T_);
-  release(lnf_unit);
-  release(ParamTable::kWte);
-  return loss;
+  weights_->set_forward_phase(phase);
+  return loop_.forward(*weights_, mb.inputs, mb.targets, dropout_for(mb, training), training);
 }
 
 Dropout ZeroEngine::dropout_for(const MicroBatch& mb, bool training) const {
@@ -233,82 +112,31 @@ Dropout ZeroEngine::dropout_for(const MicroBatch& mb, bool training) const {
   return Dropout{config_.hidden_dropout, config_.attention_dropout, seed_, mb.windows};
 }
 
-void ZeroEngine::backward(const MicroBatch& mb, float loss_multiplier) {
-  const int L = model_.num_layers, C = model_.hidden;
-  const Dropout dropout = dropout_for(mb, true);
-  const size_t BTC = size_t(B_) * T_ * C;
-  if (gatherer_) gatherer_->begin_pass(backward_schedule_, comm::Phase::kParamGatherBwd, compute_);
-  const int lnf_unit = table_.final_norm_unit();
-  const float* lnf = acquire(lnf_unit);
-  const float* wte = acquire(ParamTable::kWte);
-  events_.add(EngineEvent::Kind::kComputeBegin, unit_names_[lnf_unit], true);
-  float* dlnf = unit_gradient(lnf_unit);
-  float* dwte = unit_gradient(ParamTable::kWte);
-  head_backward(model_, lnf, wte, dlnf, dlnf + C, dwte, residual_.data() + L * BTC, mb.targets, head_,
-                loss_multiplier / float(B_ * T_), dresidual_.data(), B_, T_);
-  release(lnf_unit);
-  release(ParamTable::kWte);
-  gradient_ready(lnf_unit);
-  for (int l = L - 1; l >= 0; --l) {
-    const int unit = ParamTable::block_unit(l);
-    const float* weights = acquire(unit);
-    const float* x_in = residual_.data() + l * BTC;
-    BlockActivations<float>& acts = blocks_[config_.checkpoint_activations ? 0 : l];
-    if (config_.checkpoint_activations) {
-      // Recompute this block's forward from its saved input, with the weights of this same gather.
-      block_forward(model_, weights, x_in, recompute_out_.data(), acts, B_, T_, dropout, l);
-    }
-    events_.add(EngineEvent::Kind::kComputeBegin, unit_names_[unit], true);
-    block_backward(model_, weights, unit_gradient(unit), x_in, acts, scratch_, dresidual_.data(), B_, T_,
-                   dropout, l);
-    release(unit);
-    gradient_ready(unit);
-  }
-  // The embedding's backward needs no weights: it scatters into wte's open gradient and into wpe's.
-  embed_backward(model_, dwte, unit_gradient(ParamTable::kWpe), mb.inputs, dresidual_.data(), B_, T_,
-                 dropout);
-  gradient_ready(ParamTable::kWpe);
-  gradient_ready(ParamTable::kWte);
-}
-
-void ZeroEngine::reduce_at_boundary() {
-  const int64_t P = partition_.padded_total();
-  const DType wire = wire_dtype(config_.precision);
-  const size_t wb = dtype_size(wire);
-  std::vector<uint8_t> wire_grads(P * wb);
-  to_wire(config_.precision, grad_, wire_grads.data(), P, 1.0f / float(dp_.size()));  // pre-divided: the mean
-  if (config_.stage == 0) {
-    dp_.all_reduce(wire_grads.data(), wire, P, 1.0f, comm::Phase::kGradReduce).wait();
-    from_wire(config_.precision, wire_grads.data(), grad_, P);
-    return;
-  }
-  // Stage 1: one reduce-scatter of the whole padded vector, rank-major by unit like the stage-2/3 buckets.
-  const int W = dp_.size();
-  const int64_t S = partition_.shard_total();
-  std::vector<uint8_t> send(P * wb);
-  for (const UnitPartition& u : partition_.units()) {
-    for (int p = 0; p < W; ++p) {
-      std::memcpy(send.data() + (size_t(p) * S + u.shard_offset) * wb,
-                  wire_grads.data() + (u.padded_offset + int64_t(p) * u.shard) * wb, u.shard * wb);
-    }
-  }
-  std::vector<float> shard(S);
-  dp_.reduce_scatter(send.data(), wire, shard.data(), S, 1.0f, comm::Phase::kGradReduce).wait();
-  // Keep the reduced shard at the front of grad_ (the rank's shard layout), which the optimizer reads.
-  std::copy(shard.begin(), shard.end(), grad_);
-}
-
-bool ZeroEngine::local_overflow() const {
-  const int64_t n = config_.stage == 0 ? partition_.padded_total() : partition_.shard_total();
+bool ZeroEngine::local_overflow() {
+  const float* grad = gradients_->shard();
+  const int64_t n = partition_.shard_total();
   bool bad = false;
 #pragma omp parallel for reduction(|| : bad) schedule(static)
-  for (int64_t i = 0; i < n; ++i) bad = bad || !std::isfinite(grad_[i]);
+  for (int64_t i = 0; i < n; ++i) bad = bad || !std::isfinite(grad[i]);
   return bad;
 }
 
-double ZeroEngine::local_sum_of_squares() const {
-  if (partition_.num_shards() == 1 && dp_.rank() != 0) return 0.0;  // stage 0: identical on every rank
-  return sum_of_squares(grad_, partition_.shard_total());
+double ZeroEngine::local_sum_of_squares() {
+  // One shard (stage 0): the gradients are identical on every rank, so only rank 0 counts them.
+  if (partition_.num_shards() == 1 && dp_.rank() != 0) return 0.0;
+  return sum_of_squares(gradients_->shard(), partition_.shard_total());
+}
+
+void ZeroEngine::apply_adamw(double lr, float grad_scale) {
+  cpu::AdamWHyper hyper = config_.adam;
+  hyper.lr = lr;
+  const float* grad = gradients_->shard();
+  for (int u = 0; u < int(partition_.units().size()); ++u) {
+    const Partition::Range r = partition_.owned_model_range(u, shard_index());
+    const int64_t at = partition_.unit(u).shard_offset;
+    adamw_step_range(table_, r.begin, r.end, master_ + at, grad + at, adam_m_ + at, adam_v_ + at, hyper,
+                     applied_steps_, grad_scale);
+  }
 }
 
 ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& micro_batches, double lr,
@@ -318,27 +146,24 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
     return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
   };
   const int k = int(micro_batches.size());
-  const int64_t grad_elements = config_.stage >= 2 ? partition_.shard_total() : partition_.padded_total();
-  std::fill(grad_, grad_ + grad_elements, 0.0f);
+  gradients_->begin_step();
   StepResult result;
   result.loss_scale = scaler_.scale();
-  const float multiplier = float(result.loss_scale / k);
   double loss_sum = 0;
   for (const MicroBatch& mb : micro_batches) {
     auto start = Clock::now();
     loss_sum += forward(mb, true, comm::Phase::kParamGatherFwd);
     result.forward_ms += since(start);
     start = Clock::now();
-    backward(mb, multiplier);
-    if (reducer_) reducer_->finish();
+    loop_.backward(*weights_, *gradients_, float(result.loss_scale / k));
+    gradients_->end_micro_step();
     result.backward_ms += since(start);
   }
   const auto optimizer_start = Clock::now();
-  if (!reducer_) reduce_at_boundary();
+  gradients_->end_step();
 
   // One small fp32 all-reduce per step: the loss sum, the squared gradient norm and the overflow flag.
-  // qgZ never puts a gradient on the wire unquantized, so each rank also reports its local non-finite values.
-  const bool local_nonfinite = reducer_ && !reducer_->take_local_finite();
+  const bool local_nonfinite = !gradients_->take_local_finite();
   float totals[4] = {float(loss_sum), float(local_sum_of_squares()),
                      local_overflow() || local_nonfinite ? 1.0f : 0.0f, stop_request ? 1.0f : 0.0f};
   dp_.all_reduce(totals, DType::kF32, 4, 1.0f, comm::Phase::kOther).wait();
@@ -357,18 +182,8 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
     clip = config_.gradient_clipping / (result.grad_norm + 1e-6);
   }
   ++applied_steps_;
-  cpu::AdamWHyper hyper = config_.adam;
-  hyper.lr = lr;
-  const float grad_scale = float(clip / result.loss_scale);
-  const int shard = shard_index();
-  for (int u = 0; u < int(partition_.units().size()); ++u) {
-    const UnitPartition& unit = partition_.unit(u);
-    const Partition::Range r = partition_.owned_model_range(u, shard);
-    const int64_t at = unit.shard_offset;
-    adamw_step_range(table_, r.begin, r.end, master_ + at, grad_ + at, adam_m_ + at, adam_v_ + at, hyper,
-                     applied_steps_, grad_scale);
-  }
-  weights_changed();  // hpZ copies never outlive a weight change
+  apply_adamw(lr, float(clip / result.loss_scale));
+  weights_changed();
   result.optimizer_ms = since(optimizer_start);
   return result;
 }
@@ -385,8 +200,7 @@ void ZeroEngine::set_training_state(int64_t applied_steps, const LossScaler::Sta
 }
 
 void ZeroEngine::weights_changed() {
-  refresh_compute_weights();
-  if (gatherer_) gatherer_->drop_secondaries();
+  weights_->refresh(master_);
 }
 
 void ZeroEngine::load_model_weights(const float* model_layout) {
@@ -403,7 +217,7 @@ void ZeroEngine::load_model_weights(const float* model_layout) {
 }
 
 size_t ZeroEngine::hpz_secondary_peak_bytes() const {
-  return gatherer_ ? gatherer_->secondary_bytes_peak() : 0;
+  return weights_->secondary_peak_bytes();
 }
 
 std::vector<float> ZeroEngine::gather_master() {
@@ -453,9 +267,7 @@ std::vector<ZeroEngine::MemoryLine> ZeroEngine::memory() const {
     lines.push_back({"hpz secondary", usage("hpz secondary"), bytes + "P/h", per * P / h});
   }
   lines.push_back({"buffers", usage("buffers"), "", 0});
-  size_t activations = residual_.size() * sizeof(float) + dresidual_.size() * sizeof(float) +
-                       recompute_out_.size() * sizeof(float) + scratch_.bytes() + head_.bytes();
-  for (const auto& block : blocks_) activations += block.bytes();
+  const size_t activations = loop_.activation_bytes();
   lines.push_back({"activations", activations, "", 0});
   return lines;
 }

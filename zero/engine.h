@@ -9,8 +9,9 @@
 //            shard, so no rank holds full gradients
 //   stage 3  as stage 2, and compute weights are sharded too: each unit is gathered before its forward and
 //            again before its backward, and released after
-// The model computes one unit at a time on full fp32 weights (model/layers.h); the engine decides where those
-// weights come from and where the gradients go.
+// The model's one layer loop (model/loop.h) computes one unit at a time on full fp32 weights; the engine
+// decides, once, where those weights come from and where the gradients go: the weight source and gradient
+// sink of its stage (weight_sources.h, gradient_sinks.h).
 #pragma once
 
 #include <cstdint>
@@ -22,17 +23,17 @@
 #include "comm/communicator.h"
 #include "model/config.h"
 #include "model/layers.h"
+#include "model/loop.h"
 #include "model/params.h"
 #include "tensor/arena.h"
 #include "zero/config.h"
 #include "zero/events.h"
+#include "zero/gradient_sinks.h"
 #include "zero/loss_scaler.h"
 #include "zero/partition.h"
+#include "zero/weight_sources.h"
 
 namespace gpt {
-
-class WeightGatherer;
-class GradientReducer;
 
 class ZeroEngine {
  public:
@@ -89,8 +90,8 @@ class ZeroEngine {
   // A test hook that sees (and may change) each unit's local gradient on this rank before it is reduced:
   // at stages 2 and 3 the unit's gradient of one micro-step, at stages 0 and 1 the accumulating full
   // gradient.
-  using GradientHook = std::function<void(int unit, float* grad, int64_t numel)>;
-  void set_gradient_hook(GradientHook hook) { gradient_hook_ = std::move(hook); }
+  using GradientHook = gpt::GradientHook;
+  void set_gradient_hook(GradientHook hook) { gradients_->set_hook(std::move(hook)); }
 
   // Checkpoints and imports. This rank's optimizer state (flat shard layout; the whole padded vector at stage
   // 0), which the checkpoint code reads and writes in place.
@@ -118,53 +119,34 @@ class ZeroEngine {
   double forward(const MicroBatch& mb, bool training, comm::Phase phase);
   // The dropout of a training micro-batch (masks keyed by seed and window), or none for evaluation.
   Dropout dropout_for(const MicroBatch& mb, bool training) const;
-  void backward(const MicroBatch& mb, float loss_multiplier);
-  const float* acquire(int unit);
-  void release(int unit);
-  float* unit_gradient(int unit);  // where a unit's backward accumulates
-  void gradient_ready(int unit);   // hands it to the reducer (stages 2, 3)
-  void reduce_at_boundary();       // stages 0, 1
-  void create_zeropp_groups();     // hpZ group; qgZ's node and cross-node groups
-  void refresh_compute_weights();  // after the master changed
-  bool local_overflow() const;
-  double local_sum_of_squares() const;
+  void create_zeropp_groups();  // hpZ group; qgZ's node and cross-node groups
+  bool local_overflow();
+  double local_sum_of_squares();
+  void apply_adamw(double lr, float grad_scale);
 
   GPTConfig model_;
   ZeroConfig config_;
-  int B_, T_;
+  int B_;
   comm::Communicator& dp_;
   uint64_t seed_;
   ParamTable table_;
   Partition partition_;
   std::vector<std::string> unit_names_;
-  std::vector<int> forward_schedule_, backward_schedule_, backward_order_;
   Arena arena_{"host"};
   EventLog events_;
   LossScaler scaler_;
   int64_t applied_steps_ = 0;
-  GradientHook gradient_hook_;
 
-  // Model state (arena blocks).
-  float* master_ = nullptr;  // shard_total
+  // Optimizer state (arena blocks): this rank's shard, shard_total elements each.
+  float* master_ = nullptr;
   float* adam_m_ = nullptr;
   float* adam_v_ = nullptr;
-  void* compute_ = nullptr;        // compute dtype: shard_total (stage 3) or padded_total (stages 0-2)
-  float* compute_fp32_ = nullptr;  // stages 0-2 with fp16/bf16: the compute weights widened for the CPU
-  float* grad_ = nullptr;          // fp32: shard_total (stages 2, 3) or padded_total (stages 0, 1)
-  float* unit_grad_ = nullptr;     // stages 2, 3: one unit's gradient during backward
-  float* wte_grad_ = nullptr;      // stages 2, 3: wte's gradient, open from the head to the embedding
 
   std::vector<std::string> notes_;
   std::unique_ptr<comm::Communicator> hpz_group_, node_group_, cross_group_;
-  std::unique_ptr<WeightGatherer> gatherer_;
-  std::unique_ptr<GradientReducer> reducer_;
-
-  // Activations of one micro-batch.
-  std::vector<float> residual_;                  // (L+1) x [B*T, C]
-  std::vector<BlockActivations<float>> blocks_;  // L, or 1 with activation checkpointing
-  BlockScratch<float> scratch_;
-  HeadActivations<float> head_;
-  std::vector<float> dresidual_, recompute_out_;
+  LayerLoop<float> loop_;
+  std::unique_ptr<EngineWeights> weights_;
+  std::unique_ptr<EngineGradients> gradients_;
 };
 
 }  // namespace gpt

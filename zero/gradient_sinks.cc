@@ -1,0 +1,158 @@
+// The gradient sinks of the ZeRO stages; see gradient_sinks.h.
+#include "zero/gradient_sinks.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "zero/reduce.h"
+#include "zero/wire.h"
+
+namespace gpt {
+
+float* EngineGradients::open(int unit) {
+  open_[unit] = buffer_for(unit);
+  return open_[unit];
+}
+
+void EngineGradients::ready(int unit) {
+  if (hook_) hook_(unit, open_[unit], partition_.unit(unit).numel);
+  hand_over(unit, open_[unit]);
+  open_[unit] = nullptr;
+}
+
+namespace {
+
+// Full fp32 gradients (padded layout), accumulated in place over the micro-steps of a step.
+class FullGradients : public EngineGradients {
+ public:
+  FullGradients(const GradientSinkParts& p)
+      : EngineGradients(p.partition), dp_(p.dp), precision_(p.config.precision) {
+    grad_ = static_cast<float*>(
+        p.arena.allocate("fp32 gradients", "gradients", partition_.padded_total() * sizeof(float)));
+  }
+  void begin_step() override { std::fill(grad_, grad_ + partition_.padded_total(), 0.0f); }
+  float* shard() override { return grad_; }
+
+ protected:
+  float* buffer_for(int unit) override { return grad_ + partition_.unit(unit).padded_offset; }
+  void hand_over(int, float*) override {}
+  // The gradients in the wire dtype, pre-divided by the world size (the sum over ranks is then the mean).
+  std::vector<uint8_t> to_wire_mean() const {
+    const int64_t P = partition_.padded_total();
+    std::vector<uint8_t> wire(P * wire_bytes(precision_));
+    to_wire(precision_, grad_, wire.data(), P, 1.0f / float(dp_.size()));
+    return wire;
+  }
+
+  comm::Communicator& dp_;
+  Precision precision_;
+  float* grad_ = nullptr;
+};
+
+class AllReducedGradients final : public FullGradients {
+ public:
+  using FullGradients::FullGradients;
+  void end_step() override {
+    std::vector<uint8_t> wire = to_wire_mean();
+    const int64_t P = partition_.padded_total();
+    dp_.all_reduce(wire.data(), wire_dtype(precision_), P, 1.0f, comm::Phase::kGradReduce).wait();
+    from_wire(precision_, wire.data(), grad_, P);
+  }
+};
+
+class ReduceScatteredGradients final : public FullGradients {
+ public:
+  using FullGradients::FullGradients;
+  // One reduce-scatter of the whole padded vector, rank-major by unit like the stage-2/3 buckets; the reduced
+  // shard is kept at the front of the gradient buffer (the rank's shard layout), which the optimizer reads.
+  void end_step() override {
+    const std::vector<uint8_t> wire = to_wire_mean();
+    const int W = dp_.size();
+    const int64_t S = partition_.shard_total();
+    const size_t wb = wire_bytes(precision_);
+    std::vector<uint8_t> send(wire.size());
+    for (const UnitPartition& u : partition_.units()) {
+      for (int p = 0; p < W; ++p) {
+        std::memcpy(send.data() + (size_t(p) * S + u.shard_offset) * wb,
+                    wire.data() + (u.padded_offset + int64_t(p) * u.shard) * wb, u.shard * wb);
+      }
+    }
+    std::vector<float> shard(S);
+    dp_.reduce_scatter(send.data(), wire_dtype(precision_), shard.data(), S, 1.0f, comm::Phase::kGradReduce)
+        .wait();
+    std::copy(shard.begin(), shard.end(), grad_);
+  }
+};
+
+// Each unit's gradient of a micro-step lives in a pooled buffer from open to ready; the reducer packs it
+// into its bucket at once, so the buffer is free again when ready returns.
+class BucketedGradients final : public EngineGradients {
+ public:
+  explicit BucketedGradients(const GradientSinkParts& p) : EngineGradients(p.partition), arena_(p.arena) {
+    grad_ = static_cast<float*>(
+        p.arena.allocate("fp32 gradients", "gradients", partition_.shard_total() * sizeof(float)));
+    reducer_ = std::make_unique<GradientReducer>(partition_, p.unit_names, p.gradient_order, p.dp,
+                                                 p.config.precision, p.config.reduce_bucket_size,
+                                                 p.config.overlap_comm, grad_, p.arena, p.events);
+    if (p.qgz_node) reducer_->use_quantized_gradients(p.qgz_node, p.qgz_cross, p.config.gradient_block);
+  }
+  ~BucketedGradients() override {
+    for (const Buffer& b : buffers_) arena_.release(b.data);
+  }
+  void begin_step() override { std::fill(grad_, grad_ + partition_.shard_total(), 0.0f); }
+  void end_micro_step() override { reducer_->finish(); }
+  float* shard() override { return grad_; }
+  bool take_local_finite() override { return reducer_->take_local_finite(); }
+
+ protected:
+  float* buffer_for(int unit) override {
+    const int64_t n = partition_.unit(unit).numel;
+    Buffer* best = nullptr;  // the smallest free buffer that fits
+    for (Buffer& b : buffers_) {
+      if (!b.in_use && b.numel >= n && (!best || b.numel < best->numel)) best = &b;
+    }
+    if (!best) {
+      void* data = arena_.allocate("unit gradient", "buffers", n * sizeof(float));
+      buffers_.push_back({static_cast<float*>(data), n, false});
+      best = &buffers_.back();
+    }
+    best->in_use = true;
+    std::fill(best->data, best->data + n, 0.0f);
+    return best->data;
+  }
+  void hand_over(int unit, float* gradient) override {
+    reducer_->add(unit, gradient);
+    for (Buffer& b : buffers_) {
+      if (b.data == gradient) b.in_use = false;
+    }
+  }
+
+ private:
+  struct Buffer {
+    float* data;
+    int64_t numel;
+    bool in_use;
+  };
+  Arena& arena_;
+  float* grad_ = nullptr;  // this rank's fp32 gradient shard
+  std::unique_ptr<GradientReducer> reducer_;
+  std::vector<Buffer> buffers_;
+};
+
+}  // namespace
+
+std::unique_ptr<EngineGradients> make_gradient_sink(const GradientSinkParts& parts) {
+  switch (parts.config.stage) {
+    case 0:
+      return std::make_unique<AllReducedGradients>(parts);
+    case 1:
+      return std::make_unique<ReduceScatteredGradients>(parts);
+    case 2:
+    case 3:
+      return std::make_unique<BucketedGradients>(parts);
+  }
+  throw std::invalid_argument("ZeRO stage must be 0, 1, 2 or 3");
+}
+
+}  // namespace gpt

@@ -1,0 +1,74 @@
+// Where the layer loop's gradients go, by ZeRO stage: decided once, when the engine is built.
+//   AllReducedGradients        stage 0: full fp32 gradients accumulate in place over the micro-steps; one
+//                              all-reduce at the accumulation boundary
+//   ReduceScatteredGradients   stage 1: the same accumulation; one reduce-scatter at the boundary leaves
+//                              this rank's shard
+//   BucketedGradients          stages 2, 3: each unit's gradient of one micro-step goes straight into a
+//                              bucketed reduce-scatter (GradientReducer; qgZ's int4 all-to-all as an option)
+//                              and is added into this rank's fp32 shard, so no rank holds full gradients
+// Every sink ends a step with this rank's reduced gradient shard (flat shard layout; the whole padded vector
+// at stage 0), pre-divided by the world size: the mean over ranks, still carrying the loss scale.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/loop.h"
+#include "tensor/arena.h"
+#include "zero/config.h"
+#include "zero/events.h"
+#include "zero/partition.h"
+
+namespace gpt {
+
+// A test hook that sees (and may change) a unit's local gradient before it is reduced.
+using GradientHook = std::function<void(int unit, float* grad, int64_t numel)>;
+
+class EngineGradients : public GradientSink<float> {
+ public:
+  explicit EngineGradients(const Partition& partition)
+      : partition_(partition), open_(partition.units().size()) {}
+
+  virtual void begin_step() = 0;    // zeroes the accumulators
+  virtual void end_micro_step() {}  // waits for this micro-step's reductions
+  virtual void end_step() {}        // the reduction at the accumulation boundary
+  // This rank's reduced gradient shard (partition.shard_total() elements) after end_step.
+  virtual float* shard() = 0;
+  // Whether every gradient quantized on this rank since the last call was finite (qgZ never puts a gradient
+  // on the wire unquantized, so the overflow check must look before quantization).
+  virtual bool take_local_finite() { return true; }
+  void set_hook(GradientHook hook) { hook_ = std::move(hook); }
+
+  float* open(int unit) final;
+  void ready(int unit) final;
+
+ protected:
+  virtual float* buffer_for(int unit) = 0;                // where unit's gradient accumulates
+  virtual void hand_over(int unit, float* gradient) = 0;  // final for this micro-step
+
+  const Partition& partition_;
+
+ private:
+  std::vector<float*> open_;
+  GradientHook hook_;
+};
+
+struct GradientSinkParts {
+  const ZeroConfig& config;
+  const Partition& partition;
+  const std::vector<std::string>& unit_names;
+  const std::vector<int>& gradient_order;  // the order in which the loop's gradients become final
+  comm::Communicator& dp;
+  comm::Communicator* qgz_node;   // qgZ on two or more nodes: this rank's node group, else null
+  comm::Communicator* qgz_cross;  // and the group of ranks with its local index
+  Arena& arena;
+  EventLog& events;
+};
+// The gradient sink of config.stage.
+std::unique_ptr<EngineGradients> make_gradient_sink(const GradientSinkParts& parts);
+
+}  // namespace gpt
