@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "train/flags.h"
 #include "train/metrics.h"
+#include "kernels/cpu/adamw.h"
 #include "zero/optimizer.h"
 
 namespace {

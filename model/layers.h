@@ -15,7 +15,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "model/config.h"
+#include "tensor/arena.h"
+#include "tensor/tensor.h"
 
 namespace gpt {
 
@@ -50,78 +53,81 @@ struct Dropout {
 // layer, site).
 uint64_t dropout_key(uint64_t seed, int64_t window, int layer, DropoutSite site);
 
+// Activations are tensors of the backend's device, allocated once from an arena (category "activations").
 // What one block's backward needs from its forward (the block input is kept by the caller).
-template <typename Real>
 struct BlockActivations {
-  std::vector<Real> ln1, ln1_mean, ln1_rstd;  // [BT,C], [BT], [BT]
-  std::vector<Real> qkv;                      // [BT,3C]
-  std::vector<Real> att;                      // [B,NH,T,T] softmax probabilities
-  std::vector<Real> atty;                     // [BT,C] attention output before the projection
-  std::vector<Real> residual2;                // [BT,C] x + attention branch
-  std::vector<Real> ln2, ln2_mean, ln2_rstd;  // [BT,C], [BT], [BT]
-  std::vector<Real> fch, fch_gelu;            // [BT,4C] each
+  Tensor ln1, ln1_mean, ln1_rstd;  // [B,T,C], [B*T], [B*T]
+  Tensor qkv;                      // [B,T,3C]
+  Tensor att;                      // [B,NH,T,T] softmax probabilities
+  Tensor atty;                     // [B,T,C] attention output before the projection
+  Tensor residual2;                // [B,T,C] x + attention branch
+  Tensor ln2, ln2_mean, ln2_rstd;  // [B,T,C], [B*T], [B*T]
+  Tensor fch, fch_gelu;            // [B,T,4C] each
 
-  void resize(const GPTConfig& config, int B, int T);
+  void allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T);
   size_t bytes() const;
 };
 
-// Temporaries of a block's backward, shared by all blocks.
-template <typename Real>
+// Temporaries of a block's backward, shared by all blocks (and by the embedding's).
 struct BlockScratch {
-  std::vector<Real> d_fch_gelu, d_fch;     // [BT,4C]
-  std::vector<Real> d_ln2, d_atty, d_ln1;  // [BT,C]; d_ln2 and d_ln1 also hold masked dropout gradients
-  std::vector<Real> d_qkv;                 // [BT,3C]
+  Tensor d_fch_gelu, d_fch;     // [B,T,4C]
+  Tensor d_ln2, d_atty, d_ln1;  // [B,T,C]; d_ln2 and d_ln1 also hold masked dropout gradients
+  Tensor d_qkv;                 // [B,T,3C]
 
-  void resize(const GPTConfig& config, int B, int T);
+  void allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T);
   size_t bytes() const;
 };
 
-template <typename Real>
 struct HeadActivations {
-  std::vector<Real> lnf, lnf_mean, lnf_rstd;  // [BT,C], [BT], [BT]
-  std::vector<Real> probs;                    // [BT,Vp] logits, then probabilities (in place)
-  std::vector<Real> losses;                   // [BT]
-  std::vector<Real> dlosses;                  // [BT]
-  std::vector<Real> dlnf;                     // [BT,C] backward temporary
+  Tensor lnf, lnf_mean, lnf_rstd;  // [B,T,C], [B*T], [B*T]
+  Tensor probs;                    // [B*T,Vp] logits, then probabilities (in place)
+  Tensor losses;                   // [B*T]
+  Tensor dlosses;                  // [B*T]
+  Tensor dlnf;                     // [B,T,C] backward temporary
 
-  void resize(const GPTConfig& config, int B, int T);
+  void allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T);
   size_t bytes() const;
 };
+
+// Every layer computes through `ops` (the device seam, kernels/ops.h). Weights are the unit's full weights on
+// the ops' device (params.h layout); tokens are [B, T] int32 tensors on the device.
 
 // x0[b,t,:] = drop(wte[tokens[b,t]] + wpe[t]) (hidden dropout, site kEmbedding).
 template <typename Real>
-void embed_forward(const GPTConfig& config, const Real* wte, const Real* wpe, const int32_t* tokens, int B,
-                   int T, Real* x0, const Dropout& dropout = Dropout{});
-// Accumulates into dwte and dwpe (either may be null) from dx0; dropout must be the forward's.
+void embed_forward(Ops& ops, const GPTConfig& config, const Real* wte, const Real* wpe, const Tensor& tokens,
+                   const Tensor& x0, const Dropout& dropout = Dropout{});
+// Accumulates into dwte and dwpe (either may be null) from dx0; dropout must be the forward's. `scratch`
+// ([B,T,C]) holds the masked gradient when hidden dropout is on.
 template <typename Real>
-void embed_backward(const GPTConfig& config, Real* dwte, Real* dwpe, const int32_t* tokens, const Real* dx0,
-                    int B, int T, const Dropout& dropout = Dropout{});
+void embed_backward(Ops& ops, const GPTConfig& config, Real* dwte, Real* dwpe, const Tensor& tokens,
+                    const Tensor& dx0, const Tensor& scratch, const Dropout& dropout = Dropout{});
 
-// weights: the block's unit (block_params layout). Writes x_out and the activations. With active dropout,
-// layer (0 .. L-1) is part of the masks' key and must be given.
+// weights: the block's unit (block_params layout). Writes x_out [B,T,C] and the activations. With active
+// dropout, layer (0 .. L-1) is part of the masks' key and must be given.
 template <typename Real>
-void block_forward(const GPTConfig& config, const Real* weights, const Real* x_in, Real* x_out,
-                   BlockActivations<Real>& acts, int B, int T, const Dropout& dropout = Dropout{},
+void block_forward(Ops& ops, const GPTConfig& config, const Real* weights, const Tensor& x_in,
+                   const Tensor& x_out, BlockActivations& acts, const Dropout& dropout = Dropout{},
                    int layer = -1);
 
 // dresidual holds dL/d(x_out) on entry and dL/d(x_in) on return; grads (block_params layout) accumulate.
 // dropout and layer must be the forward's.
 template <typename Real>
-void block_backward(const GPTConfig& config, const Real* weights, Real* grads, const Real* x_in,
-                    const BlockActivations<Real>& acts, BlockScratch<Real>& scratch, Real* dresidual, int B,
-                    int T, const Dropout& dropout = Dropout{}, int layer = -1);
+void block_backward(Ops& ops, const GPTConfig& config, const Real* weights, Real* grads, const Tensor& x_in,
+                    const BlockActivations& acts, BlockScratch& scratch, const Tensor& dresidual,
+                    const Dropout& dropout = Dropout{}, int layer = -1);
 
-// Final LayerNorm and tied output projection: leaves logits [BT,Vp] in acts.probs. With targets, turns them
-// into probabilities and per-token losses and returns the mean loss over the B*T tokens; without, returns 0.
+// Final LayerNorm and tied output projection: leaves logits [B*T,Vp] in acts.probs. With targets, turns them
+// into probabilities and per-token losses and returns the mean loss over the B*T tokens; without (an empty
+// tensor), returns 0.
 template <typename Real>
-Real head_forward(const GPTConfig& config, const Real* lnf_w, const Real* lnf_b, const Real* wte,
-                  const Real* x, const int32_t* targets, HeadActivations<Real>& acts, int B, int T);
+Real head_forward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const Real* lnf_b, const Real* wte,
+                  const Tensor& x, const Tensor& targets, HeadActivations& acts);
 
 // dloss_per_token is d(objective)/d(loss of each token) (1/(B*T) for the mean, times accumulation and loss
-// scaling factors). Accumulates into dlnf_w, dlnf_b, dwte; overwrites dx [BT,C]. Consumes acts.probs.
+// scaling factors). Accumulates into dlnf_w, dlnf_b, dwte; overwrites dx [B,T,C]. Consumes acts.probs.
 template <typename Real>
-void head_backward(const GPTConfig& config, const Real* lnf_w, const Real* wte, Real* dlnf_w, Real* dlnf_b,
-                   Real* dwte, const Real* x, const int32_t* targets, HeadActivations<Real>& acts,
-                   Real dloss_per_token, Real* dx, int B, int T);
+void head_backward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const Real* wte, Real* dlnf_w,
+                   Real* dlnf_b, Real* dwte, const Tensor& x, const Tensor& targets, HeadActivations& acts,
+                   Real dloss_per_token, const Tensor& dx);
 
 }  // namespace gpt

@@ -55,13 +55,15 @@ LoopSchedule loop_schedule(const ParamTable& table);
 template <typename Real>
 class LayerLoop {
  public:
-  // Activations for micro-batches of B sequences of config.seq_len tokens. With checkpoint_activations only
-  // the block inputs are kept between forward and backward.
-  LayerLoop(const GPTConfig& config, int micro_batch, bool checkpoint_activations);
+  // Activations for micro-batches of B sequences of config.seq_len tokens, allocated from `arena` (over the
+  // memory of `ops`' device) and computed through `ops`. With checkpoint_activations only the block inputs
+  // are kept between forward and backward.
+  LayerLoop(const GPTConfig& config, int micro_batch, bool checkpoint_activations, Ops& ops, Arena& arena);
 
   const LoopSchedule& schedule() const { return schedule_; }
 
-  // inputs and targets are [B, T] (targets may be null: the loss is 0 and logits() holds the logits). Returns
+  // inputs and targets are [B, T] host arrays (targets may be null: the loss is 0 and the head's logits stay
+  // in head().probs). Returns
   // the mean loss over the B*T tokens. dropout's windows are copied, so the backward can replay its masks.
   // keep_for_backward = false (evaluation) keeps only what the forward itself needs.
   Real forward(WeightSource<Real>& weights, const int32_t* inputs, const int32_t* targets,
@@ -70,17 +72,16 @@ class LayerLoop {
   // must have had targets and keep_for_backward).
   void backward(WeightSource<Real>& weights, GradientSink<Real>& gradients, Real loss_multiplier);
 
-  // [B*T, Vp] logits after a forward without targets (probabilities after one with targets).
-  const Real* logits() const { return head_.probs.data(); }
-  // [B*T] per-token losses after a forward with targets.
-  const Real* token_losses() const { return head_.losses.data(); }
+  // The head's tensors: probs [B*T, Vp] holds the logits after a forward without targets (probabilities after
+  // one with targets), losses [B*T] the per-token losses.
+  const HeadActivations& head() const { return head_; }
   size_t activation_bytes() const;
 
  private:
   // Returns wte's gradient buffer, left open for the embedding.
   Real* backward_head(WeightSource<Real>& weights, GradientSink<Real>& gradients, Real dloss_per_token);
   void backward_block(WeightSource<Real>& weights, GradientSink<Real>& gradients, int layer);
-  Real* residual(int layer) { return residual_.data() + size_t(layer) * B_ * T_ * config_.hidden; }
+  Tensor residual(int layer) const;  // [B,T,C]: block `layer`'s input (layer L: the final output)
   Dropout dropout() const;
 
   GPTConfig config_;
@@ -88,15 +89,17 @@ class LayerLoop {
   LoopSchedule schedule_;
   int B_, T_;
   bool checkpoint_;
-  std::vector<Real> residual_;                  // (L+1) x [B*T, C]: every block's input and the final output
-  std::vector<BlockActivations<Real>> blocks_;  // L, or 1 with checkpointing (and for evaluation)
-  BlockScratch<Real> scratch_;
-  HeadActivations<Real> head_;
-  std::vector<Real> dresidual_;
-  std::vector<Real> recompute_out_;  // checkpointing: the recomputed block's output, discarded
-  // The last forward's batch and dropout, for the backward.
-  std::vector<int32_t> inputs_, targets_;
-  std::vector<int64_t> windows_;  // empty when it had no dropout
+  Ops& ops_;
+  Tensor residual_;                       // (L+1) x [B,T,C]
+  std::vector<BlockActivations> blocks_;  // L, or 1 with checkpointing (and for evaluation)
+  BlockScratch scratch_;
+  HeadActivations head_;
+  Tensor dresidual_;         // [B,T,C]
+  Tensor recompute_out_;     // checkpointing: the recomputed block's output, discarded
+  Tensor inputs_, targets_;  // [B,T] int32: the last forward's tokens, for the backward
+  bool has_targets_ = false;
+  // The last forward's dropout, for the backward; windows_ is empty when it had none.
+  std::vector<int64_t> windows_;
   Dropout dropout_;
 };
 

@@ -3,13 +3,17 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "model/init.h"
 
 namespace gpt {
 
 template <typename Real>
 GPT2<Real>::GPT2(const GPTConfig& config, int micro_batch)
-    : config_(config), table_(make_param_table(config)), B_(micro_batch), loop_(config, micro_batch, false) {
+    : config_(config),
+      table_(make_param_table(config)),
+      B_(micro_batch),
+      loop_(config, micro_batch, false, cpu_ops(), arena_) {
   params.assign(table_.total, Real(0));
   grads.assign(table_.total, Real(0));
 }

@@ -1,6 +1,7 @@
 // A whole GPT-2 over one flat parameter vector in one process: the single-process trainer, the gradient
 // checks and the reference that multi-rank runs are compared with. It drives the one layer loop (loop.h)
-// with the trivial weight source and gradient sink: slices of its flat vectors (the layout of params.h).
+// with the trivial weight source and gradient sink: slices of its flat vectors (the layout of params.h), on
+// the CPU backend (its vectors are host memory).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include "model/layers.h"
 #include "model/loop.h"
 #include "model/params.h"
+#include "tensor/arena.h"
 
 namespace gpt {
 
@@ -45,9 +47,9 @@ class GPT2 {
   void backward(Real loss_multiplier = Real(1));
 
   // [B*T, Vp] logits after a forward without targets (probabilities after one with targets).
-  const Real* logits() const { return loop_.logits(); }
+  const Real* logits() const { return static_cast<const Real*>(loop_.head().probs.data); }
   // [B*T] per-token losses after a forward with targets.
-  const Real* token_losses() const { return loop_.token_losses(); }
+  const Real* token_losses() const { return static_cast<const Real*>(loop_.head().losses.data); }
   size_t activation_bytes() const { return loop_.activation_bytes(); }
 
  private:
@@ -69,6 +71,7 @@ class GPT2 {
   GPTConfig config_;
   ParamTable table_;
   int B_;
+  Arena arena_{"host"};  // the activations
   LayerLoop<Real> loop_;
   Slices slices_{*this};
   double hidden_dropout_ = 0, attention_dropout_ = 0;

@@ -19,8 +19,20 @@ size_t dtype_size(DType dtype) {
       return 2;
     case DType::kI8:
       return 1;
+    case DType::kF64:
+      return 8;
+    case DType::kI32:
+      return 4;
+    case DType::kI4:
+      break;
   }
-  return 0;
+  throw std::invalid_argument(std::string("dtype_size: ") + dtype_name(dtype) +
+                              " packs two elements per byte; use dtype_bytes");
+}
+
+size_t dtype_bytes(DType dtype, int64_t n) {
+  if (dtype == DType::kI4) return static_cast<size_t>((n + 1) / 2);
+  return static_cast<size_t>(n) * dtype_size(dtype);
 }
 
 const char* dtype_name(DType dtype) {
@@ -33,6 +45,12 @@ const char* dtype_name(DType dtype) {
       return "bf16";
     case DType::kI8:
       return "i8";
+    case DType::kF64:
+      return "f64";
+    case DType::kI32:
+      return "i32";
+    case DType::kI4:
+      return "i4";
   }
   return "?";
 }

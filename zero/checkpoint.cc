@@ -346,7 +346,7 @@ LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, 
     if (fd >= 0) ::close(fd);
   }
   if (!weights_only) engine.set_training_state(loaded.applied_steps, loaded.scaler);
-  engine.weights_changed();
+  engine.commit_shard_state();
   world.barrier().wait();
   return loaded;
 }

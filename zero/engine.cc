@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "model/init.h"
 #include "zero/optimizer.h"
 #include "zero/wire.h"
@@ -25,7 +26,7 @@ const char* precision_name(Precision precision) {
 }
 
 ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int micro_batch,
-                       comm::Communicator& dp, uint64_t seed)
+                       comm::Communicator& dp, uint64_t seed, Ops* ops)
     : model_(model),
       config_(config),
       B_(micro_batch),
@@ -33,9 +34,12 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
       seed_(seed),
       table_(make_param_table(model)),
       partition_(table_, dp.size(), config.stage == 0 ? 1 : dp.size()),
+      ops_(ops ? *ops : cpu_ops()),
+      arena_("device", Arena::kUnlimited, &ops_.device_memory()),
+      wire_arena_("wire", Arena::kUnlimited, &ops_.wire_memory()),
       events_(config.record_events),
       scaler_(config.loss_scaler, config.precision == Precision::kFp16 && config.loss_scaler.loss_scale == 0),
-      loop_(model, micro_batch, config.checkpoint_activations) {
+      loop_(model, micro_batch, config.checkpoint_activations, ops_, arena_) {
   if (config.stage < 0 || config.stage > 3) throw std::invalid_argument("ZeRO stage must be 0, 1, 2 or 3");
   if (std::string problem = check_zeropp(config, dp.topology()); !problem.empty()) {
     throw std::invalid_argument(problem);
@@ -46,15 +50,21 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
   adam_m_ = static_cast<float*>(arena_.allocate("Adam first moment", "moments", S * sizeof(float)));
   adam_v_ = static_cast<float*>(arena_.allocate("Adam second moment", "moments", S * sizeof(float)));
   create_zeropp_groups();
-  weights_ = make_weight_source({config_, partition_, unit_names_, dp_, hpz_group_.get(), arena_, events_});
+  weights_ = make_weight_source({config_, partition_, unit_names_, dp_, hpz_group_.get(), context_});
   gradients_ = make_gradient_sink({config_, partition_, unit_names_, loop_.schedule().gradients, dp_,
-                                   node_group_.get(), cross_group_.get(), arena_, events_});
+                                   node_group_.get(), cross_group_.get(), context_});
   // Each rank initializes only what it owns: the initializer is a pure function of (seed, flat index).
+  std::vector<float> master(S, 0.0f);
   for (int u = 0; u < int(table_.units.size()); ++u) {
     const Partition::Range r = partition_.owned_model_range(u, shard_index());
-    init_gpt2_params(model, table_, seed, r.begin, r.end, master_ + partition_.unit(u).shard_offset);
+    init_gpt2_params(model, table_, seed, r.begin, r.end, master.data() + partition_.unit(u).shard_offset);
   }
-  weights_->refresh(master_);
+  ops_.upload(state_tensor(master_), master.data());
+  weights_changed();
+}
+
+Tensor ZeroEngine::state_tensor(float* data) const {
+  return Tensor{data, {partition_.shard_total()}, DType::kF32, ops_.device()};
 }
 
 ZeroEngine::~ZeroEngine() = default;
@@ -113,28 +123,23 @@ Dropout ZeroEngine::dropout_for(const MicroBatch& mb, bool training) const {
 }
 
 bool ZeroEngine::local_overflow() {
-  const float* grad = gradients_->shard();
-  const int64_t n = partition_.shard_total();
-  bool bad = false;
-#pragma omp parallel for reduction(|| : bad) schedule(static)
-  for (int64_t i = 0; i < n; ++i) bad = bad || !std::isfinite(grad[i]);
-  return bad;
+  return !ops_.all_finite(state_tensor(gradients_->shard()));
 }
 
 double ZeroEngine::local_sum_of_squares() {
   // One shard (stage 0): the gradients are identical on every rank, so only rank 0 counts them.
   if (partition_.num_shards() == 1 && dp_.rank() != 0) return 0.0;
-  return sum_of_squares(gradients_->shard(), partition_.shard_total());
+  return ops_.sum_of_squares(state_tensor(gradients_->shard()));
 }
 
 void ZeroEngine::apply_adamw(double lr, float grad_scale) {
-  cpu::AdamWHyper hyper = config_.adam;
+  AdamWHyper hyper = config_.adam;
   hyper.lr = lr;
-  const float* grad = gradients_->shard();
+  const AdamWState state{state_tensor(master_), state_tensor(gradients_->shard()), state_tensor(adam_m_),
+                         state_tensor(adam_v_)};
   for (int u = 0; u < int(partition_.units().size()); ++u) {
     const Partition::Range r = partition_.owned_model_range(u, shard_index());
-    const int64_t at = partition_.unit(u).shard_offset;
-    adamw_step_range(table_, r.begin, r.end, master_ + at, grad + at, adam_m_ + at, adam_v_ + at, hyper,
+    adamw_step_range(ops_, table_, r.begin, r.end, state, partition_.unit(u).shard_offset, hyper,
                      applied_steps_, grad_scale);
   }
 }
@@ -203,17 +208,34 @@ void ZeroEngine::weights_changed() {
   weights_->refresh(master_);
 }
 
-void ZeroEngine::load_model_weights(const float* model_layout) {
+ZeroEngine::ShardState ZeroEngine::shard_state() {
   const int64_t S = partition_.shard_total();
-  std::fill(master_, master_ + S, 0.0f);
-  std::fill(adam_m_, adam_m_ + S, 0.0f);
-  std::fill(adam_v_, adam_v_ + S, 0.0f);
+  host_state_.resize(3 * size_t(S));
+  float* host = host_state_.data();
+  ops_.download(host, state_tensor(master_));
+  ops_.download(host + S, state_tensor(adam_m_));
+  ops_.download(host + 2 * S, state_tensor(adam_v_));
+  return {host, host + S, host + 2 * S, S};
+}
+
+void ZeroEngine::commit_shard_state() {
+  const int64_t S = partition_.shard_total();
+  const float* host = host_state_.data();
+  ops_.upload(state_tensor(master_), host);
+  ops_.upload(state_tensor(adam_m_), host + S);
+  ops_.upload(state_tensor(adam_v_), host + 2 * S);
+  weights_changed();
+}
+
+void ZeroEngine::load_model_weights(const float* model_layout) {
+  const ShardState state = shard_state();
+  std::fill(state.master, state.master + 3 * state.size, 0.0f);  // master, m and v
   for (int u = 0; u < int(partition_.units().size()); ++u) {
     const Partition::Range r = partition_.owned_model_range(u, shard_index());
-    std::copy(model_layout + r.begin, model_layout + r.end, master_ + partition_.unit(u).shard_offset);
+    std::copy(model_layout + r.begin, model_layout + r.end, state.master + partition_.unit(u).shard_offset);
   }
   applied_steps_ = 0;
-  weights_changed();
+  commit_shard_state();
 }
 
 size_t ZeroEngine::hpz_secondary_peak_bytes() const {
@@ -222,12 +244,13 @@ size_t ZeroEngine::hpz_secondary_peak_bytes() const {
 
 std::vector<float> ZeroEngine::gather_master() {
   const int64_t S = partition_.shard_total();
-  std::vector<float> padded(partition_.padded_total());
+  std::vector<float> padded(partition_.padded_total()), master(S);
+  ops_.download(master.data(), state_tensor(master_));
   if (partition_.num_shards() == 1) {
-    std::copy(master_, master_ + S, padded.begin());
+    padded = master;
   } else {
     std::vector<float> all(size_t(S) * dp_.size());
-    dp_.all_gather(master_, all.data(), S * sizeof(float), comm::Phase::kOther).wait();
+    dp_.all_gather(master.data(), all.data(), S * sizeof(float), comm::Phase::kOther).wait();
     for (const UnitPartition& u : partition_.units()) {
       for (int p = 0; p < dp_.size(); ++p) {
         std::copy_n(all.data() + size_t(p) * S + u.shard_offset, u.shard,
@@ -247,10 +270,13 @@ std::vector<ZeroEngine::MemoryLine> ZeroEngine::memory() const {
   const double cb = double(wire_bytes(config_.precision));
   const int s = config_.stage;
   auto usage = [&](const std::string& category) -> size_t {
-    for (const auto& c : arena_.usage_by_category()) {
-      if (c.category == category) return c.peak_bytes;
+    size_t bytes = 0;
+    for (const Arena* arena : {&arena_, &wire_arena_}) {
+      for (const auto& c : arena->usage_by_category()) {
+        if (c.category == category) bytes += c.peak_bytes;
+      }
     }
-    return 0;
+    return bytes;
   };
   const std::string c = cb == 2 ? "2" : "4";
   std::vector<MemoryLine> lines;

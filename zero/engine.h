@@ -21,12 +21,14 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "kernels/ops.h"
 #include "model/config.h"
 #include "model/layers.h"
 #include "model/loop.h"
 #include "model/params.h"
 #include "tensor/arena.h"
 #include "zero/config.h"
+#include "zero/context.h"
 #include "zero/events.h"
 #include "zero/gradient_sinks.h"
 #include "zero/loss_scaler.h"
@@ -59,8 +61,9 @@ class ZeroEngine {
     double formula_bytes = 0;
   };
 
+  // ops: the device seam's backend that holds and computes all model state (null: the CPU's).
   ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int micro_batch, comm::Communicator& dp,
-             uint64_t seed);
+             uint64_t seed, Ops* ops = nullptr);
   ~ZeroEngine();
 
   // One optimizer step over this rank's micro-batches (the accumulation steps), at learning rate lr.
@@ -94,24 +97,22 @@ class ZeroEngine {
   void set_gradient_hook(GradientHook hook) { gradients_->set_hook(std::move(hook)); }
 
   // Checkpoints and imports. This rank's optimizer state (flat shard layout; the whole padded vector at stage
-  // 0), which the checkpoint code reads and writes in place.
+  // 0), copied to host memory, which the checkpoint code reads, or writes and then commits.
   struct ShardState {
     float* master;
     float* adam_m;
     float* adam_v;
     int64_t size;
   };
-  ShardState shard_state() { return {master_, adam_m_, adam_v_, partition_.shard_total()}; }
+  ShardState shard_state();
+  // Copies the host state of shard_state() back to the device and recomputes the compute weights.
+  void commit_shard_state();
   int shard_index() const { return partition_.num_shards() == 1 ? 0 : dp_.rank(); }
   void set_training_state(int64_t applied_steps, const LossScaler::State& scaler);
-  // After the master weights were replaced: recompute the compute weights, drop hpZ secondaries.
-  void weights_changed();
   // Replaces the weights with a full model (model layout, e.g. from an llm.c file) and zeroes Adam's moments
   // and the step count: each rank copies the ranges it owns.
   void load_model_weights(const float* model_layout);
 
-  // This rank's fp32 master shard (flat shard layout; the whole padded vector at stage 0).
-  const float* master_shard() const { return master_; }
   // The full fp32 master weights in the model layout, gathered from every rank (for tests and export).
   std::vector<float> gather_master();
 
@@ -123,6 +124,9 @@ class ZeroEngine {
   bool local_overflow();
   double local_sum_of_squares();
   void apply_adamw(double lr, float grad_scale);
+  // After the master weights changed: recompute the compute weights (hpZ secondaries are dropped).
+  void weights_changed();
+  Tensor state_tensor(float* data) const;  // shard_total fp32 elements on the device
 
   GPTConfig model_;
   ZeroConfig config_;
@@ -132,8 +136,11 @@ class ZeroEngine {
   ParamTable table_;
   Partition partition_;
   std::vector<std::string> unit_names_;
-  Arena arena_{"host"};
+  Ops& ops_;
+  Arena arena_;       // device memory: model state, gradients, activations
+  Arena wire_arena_;  // wire memory: what the communicator sends and receives
   EventLog events_;
+  EngineContext context_{ops_, arena_, wire_arena_, events_};  // what the weight source and gradient sink use
   LossScaler scaler_;
   int64_t applied_steps_ = 0;
 
@@ -141,6 +148,7 @@ class ZeroEngine {
   float* master_ = nullptr;
   float* adam_m_ = nullptr;
   float* adam_v_ = nullptr;
+  std::vector<float> host_state_;  // shard_state()'s host copy: master, m, v
 
   std::vector<std::string> notes_;
   std::unique_ptr<comm::Communicator> hpz_group_, node_group_, cross_group_;

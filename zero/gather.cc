@@ -18,25 +18,26 @@ constexpr int kWeightBits = 8;
 
 WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
                                comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config,
-                               Arena& arena, EventLog& events)
+                               const EngineContext& context)
     : partition_(partition),
       names_(unit_names),
       dp_(dp),
       hpz_(hpz),
       config_(config),
       element_bytes_(wire_bytes(config.precision)),
-      arena_(arena),
-      events_(events),
+      context_(context),
+      ops_(context.ops),
+      events_(context.events),
       secondaries_(partition.units().size(), nullptr) {}
 
 WeightGatherer::~WeightGatherer() {
   for (Slot& slot : slots_) slot.request.wait();
   for (Slot& slot : slots_) {
-    arena_.release(slot.send);
-    arena_.release(slot.wire);
-    if (slot.weights != slot.wire) arena_.release(slot.weights);
+    context_.wire.release(slot.send);
+    context_.wire.release(slot.wire);
+    context_.device.release(slot.weights);
   }
-  for (auto& [buffer, bytes] : free_buffers_) arena_.release(buffer);
+  for (const FreeBuffer& b : free_buffers_) b.arena->release(b.data);
   drop_secondaries();
 }
 
@@ -58,7 +59,7 @@ size_t WeightGatherer::secondary_bytes_held() const {
 
 void WeightGatherer::drop_secondaries() {
   for (void*& secondary : secondaries_) {
-    arena_.release(secondary);
+    context_.wire.release(secondary);
     secondary = nullptr;
   }
 }
@@ -71,19 +72,20 @@ void WeightGatherer::begin_pass(std::vector<int> schedule, comm::Phase phase, co
   shard_ = static_cast<const uint8_t*>(shard);
 }
 
-void* WeightGatherer::take_buffer(size_t bytes, const char* name, const char* category) {
+void* WeightGatherer::take_buffer(Arena& arena, size_t bytes, const char* name) {
   auto best = free_buffers_.end();
   for (auto it = free_buffers_.begin(); it != free_buffers_.end(); ++it) {
-    if (it->second >= bytes && (best == free_buffers_.end() || it->second < best->second)) best = it;
+    if (it->arena == &arena && it->bytes >= bytes && (best == free_buffers_.end() || it->bytes < best->bytes))
+      best = it;
   }
-  if (best == free_buffers_.end()) return arena_.allocate(name, category, bytes);
-  void* buffer = best->first;
+  if (best == free_buffers_.end()) return arena.allocate(name, "buffers", bytes);
+  void* buffer = best->data;
   free_buffers_.erase(best);
   return buffer;
 }
 
-void WeightGatherer::give_buffer(void* buffer, size_t bytes) {
-  if (buffer) free_buffers_.emplace_back(buffer, bytes);
+void WeightGatherer::give_buffer(Arena& arena, void* buffer, size_t bytes) {
+  if (buffer) free_buffers_.push_back({&arena, buffer, bytes});
 }
 
 WeightGatherer::Slot* WeightGatherer::slot_of(int unit) {
@@ -100,13 +102,10 @@ void WeightGatherer::post(size_t index) {
   Slot slot;
   slot.unit = unit;
   slot.wire_bytes = per_rank * size_t(dp_.size());
-  slot.wire = take_buffer(slot.wire_bytes, "gathered unit");
-  if (config_.precision == Precision::kFp32 && !config_.quantized_weights) {
-    slot.weights = static_cast<float*>(slot.wire);
-  } else {
-    slot.weight_bytes = size_t(u.padded) * sizeof(float);
-    slot.weights = static_cast<float*>(take_buffer(slot.weight_bytes, "gathered unit in fp32"));
-  }
+  slot.wire = take_buffer(context_.wire, slot.wire_bytes, "gathered unit");
+  slot.weight_bytes = size_t(u.padded) * sizeof(float);
+  slot.weights =
+      static_cast<float*>(take_buffer(context_.device, slot.weight_bytes, "gathered unit in fp32"));
   slot.from_secondary = secondaries_[unit] != nullptr;
   if (slot.from_secondary) {
     // hpZ: the h ranks of this node's group hold consecutive runs of W/h shards; a ring among them rebuilds
@@ -116,9 +115,10 @@ void WeightGatherer::post(size_t index) {
     const uint8_t* own = shard_ + size_t(u.shard_offset) * element_bytes_;
     if (config_.quantized_weights) {
       slot.send_bytes = per_rank;
-      slot.send = take_buffer(per_rank, "quantized shard");
-      quant::quantize_slice(own, wire_dtype(config_.precision), u.shard, kWeightBits, config_.weight_block,
-                            static_cast<uint8_t*>(slot.send));
+      slot.send = take_buffer(context_.wire, per_rank, "quantized shard");
+      ops_.quantize(context_.view(slot.send, int64_t(per_rank), DType::kI8),
+                    context_.view(own, u.shard, wire_dtype(config_.precision)), u.shard, 1, kWeightBits,
+                    config_.weight_block);
       slot.request = dp_.all_gather(slot.send, slot.wire, per_rank, phase_);
     } else {
       slot.request = dp_.all_gather(own, slot.wire, per_rank, phase_);
@@ -130,12 +130,14 @@ void WeightGatherer::post(size_t index) {
 
 void WeightGatherer::decode(const Slot& slot) {
   const UnitPartition& u = partition_.unit(slot.unit);
+  const Tensor weights = context_.view(slot.weights, u.numel, DType::kF32);
   if (config_.quantized_weights) {
     // Every shard, this rank's own included, becomes dequant(quant(shard)) rounded to the compute dtype.
-    quant::dequantize_slices(static_cast<const uint8_t*>(slot.wire), u.shard, dp_.size(), kWeightBits,
-                             config_.weight_block, slot.weights, wire_dtype(config_.precision));
-  } else if (slot.weights != slot.wire) {
-    from_wire(config_.precision, slot.wire, slot.weights, u.numel);
+    ops_.dequantize(context_.view(slot.weights, u.padded, DType::kF32),
+                    context_.view(slot.wire, int64_t(slot.wire_bytes), DType::kI8), u.shard, dp_.size(),
+                    kWeightBits, config_.weight_block, wire_dtype(config_.precision));
+  } else {
+    ops_.cast(weights, context_.view(slot.wire, u.numel, wire_dtype(config_.precision)));
   }
 }
 
@@ -149,7 +151,7 @@ const float* WeightGatherer::acquire(int unit) {
   Slot* slot = slot_of(unit);
   slot->request.wait();
   events_.add(EngineEvent::Kind::kWaitGather, names_[unit], phase_ == comm::Phase::kParamGatherBwd);
-  give_buffer(slot->send, slot->send_bytes);
+  give_buffer(context_.wire, slot->send, slot->send_bytes);
   slot->send = nullptr;
   decode(*slot);
   slot->acquired = true;
@@ -165,12 +167,12 @@ void WeightGatherer::release(int unit) {
       // Keep this rank's slice of the group's share: the bytes of shards [j W/h, (j+1) W/h), j = rank mod h,
       // exactly as they arrived.
       const size_t bytes = secondary_bytes(unit);
-      secondaries_[unit] = arena_.allocate("hpZ secondary " + names_[unit], "hpz secondary", bytes);
+      secondaries_[unit] = context_.wire.allocate("hpZ secondary " + names_[unit], "hpz secondary", bytes);
       std::memcpy(secondaries_[unit], static_cast<uint8_t*>(it->wire) + size_t(hpz_->rank()) * bytes, bytes);
       secondary_peak_ = std::max(secondary_peak_, secondary_bytes_held());
     }
-    give_buffer(it->wire, it->wire_bytes);
-    if (it->weights != it->wire) give_buffer(it->weights, it->weight_bytes);
+    give_buffer(context_.wire, it->wire, it->wire_bytes);
+    give_buffer(context_.device, it->weights, it->weight_bytes);
     slots_.erase(it);
     return;
   }

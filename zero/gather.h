@@ -20,6 +20,7 @@
 #include "comm/communicator.h"
 #include "tensor/arena.h"
 #include "zero/config.h"
+#include "zero/context.h"
 #include "zero/events.h"
 #include "zero/partition.h"
 
@@ -29,15 +30,15 @@ class WeightGatherer {
  public:
   // hpz: the hpZ group (h consecutive ranks of one node), or null when hpZ is off.
   WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
-                 comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config, Arena& arena,
-                 EventLog& events);
+                 comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config,
+                 const EngineContext& context);
   ~WeightGatherer();
 
   // Starts a pass: the units to gather, in order, all in one phase. `shard` is this rank's compute-weight
-  // shard (dtype of the precision), which the optimizer updates between steps.
+  // shard (dtype of the precision, in wire memory), which the optimizer updates between steps.
   void begin_pass(std::vector<int> schedule, comm::Phase phase, const void* shard);
-  // The full weights of the next scheduled unit in fp32 (model layout, numel elements). Waits for its gather
-  // and, with overlap, posts the following one.
+  // The full weights of the next scheduled unit in fp32 on the device (model layout, numel elements). Waits
+  // for its gather and, with overlap, posts the following one.
   const float* acquire(int unit);
   // The unit's weights are no longer needed (hpZ keeps this rank's secondary slice of a primary gather).
   void release(int unit);
@@ -58,17 +59,18 @@ class WeightGatherer {
     int unit = -1;
     bool from_secondary = false;
     comm::Request request;
-    void* send = nullptr;      // qwZ: this rank's quantized shard, alive until the gather completes
-    void* wire = nullptr;      // what arrives: W shards, raw or quantized, rank-major
-    float* weights = nullptr;  // P_u fp32 (aliases wire in fp32 mode without qwZ)
+    void* send = nullptr;      // qwZ: this rank's quantized shard, alive until the gather completes (wire)
+    void* wire = nullptr;      // what arrives: W shards, raw or quantized, rank-major (wire)
+    float* weights = nullptr;  // P_u fp32 (device)
     size_t send_bytes = 0, wire_bytes = 0, weight_bytes = 0;
     bool acquired = false;
   };
   void post(size_t index);
   Slot* slot_of(int unit);
   void decode(const Slot& slot);
-  void* take_buffer(size_t bytes, const char* name, const char* category = "buffers");
-  void give_buffer(void* buffer, size_t bytes);
+  // Pooled buffers of one arena (wire or device), reused best-fit.
+  void* take_buffer(Arena& arena, size_t bytes, const char* name);
+  void give_buffer(Arena& arena, void* buffer, size_t bytes);
 
   const Partition& partition_;
   const std::vector<std::string>& names_;
@@ -76,7 +78,8 @@ class WeightGatherer {
   comm::Communicator* hpz_;
   ZeroConfig config_;
   size_t element_bytes_;
-  Arena& arena_;
+  const EngineContext& context_;
+  Ops& ops_;
   EventLog& events_;
 
   std::vector<int> schedule_;
@@ -84,7 +87,12 @@ class WeightGatherer {
   comm::Phase phase_ = comm::Phase::kParamGatherFwd;
   const uint8_t* shard_ = nullptr;
   std::vector<Slot> slots_;  // posted or acquired, not yet released
-  std::vector<std::pair<void*, size_t>> free_buffers_;
+  struct FreeBuffer {
+    Arena* arena;
+    void* data;
+    size_t bytes;
+  };
+  std::vector<FreeBuffer> free_buffers_;
   std::vector<void*> secondaries_;  // per unit: this rank's hpZ slice, or null
   size_t secondary_peak_ = 0;
 };

@@ -23,30 +23,35 @@ void EngineGradients::ready(int unit) {
 
 namespace {
 
-// Full fp32 gradients (padded layout), accumulated in place over the micro-steps of a step.
+// Full fp32 gradients (padded layout, device), accumulated in place over the micro-steps of a step.
 class FullGradients : public EngineGradients {
  public:
-  FullGradients(const GradientSinkParts& p)
-      : EngineGradients(p.partition), dp_(p.dp), precision_(p.config.precision) {
+  explicit FullGradients(const GradientSinkParts& p)
+      : EngineGradients(p.partition), context_(p.context), dp_(p.dp), wire_(wire_dtype(p.config.precision)) {
     grad_ = static_cast<float*>(
-        p.arena.allocate("fp32 gradients", "gradients", partition_.padded_total() * sizeof(float)));
+        context_.device.allocate("fp32 gradients", "gradients", partition_.padded_total() * sizeof(float)));
   }
-  void begin_step() override { std::fill(grad_, grad_ + partition_.padded_total(), 0.0f); }
+  void begin_step() override {
+    context_.ops.fill(context_.view(grad_, partition_.padded_total(), DType::kF32), 0);
+  }
   float* shard() override { return grad_; }
 
  protected:
   float* buffer_for(int unit) override { return grad_ + partition_.unit(unit).padded_offset; }
   void hand_over(int, float*) override {}
-  // The gradients in the wire dtype, pre-divided by the world size (the sum over ranks is then the mean).
-  std::vector<uint8_t> to_wire_mean() const {
+  // The gradients in the wire dtype, in wire memory, pre-divided by the world size (the sum over ranks is
+  // then the mean). The caller releases the buffer.
+  void* to_wire_mean() {
     const int64_t P = partition_.padded_total();
-    std::vector<uint8_t> wire(P * wire_bytes(precision_));
-    to_wire(precision_, grad_, wire.data(), P, 1.0f / float(dp_.size()));
+    void* wire = context_.wire.allocate("gradients on the wire", "buffers", dtype_bytes(wire_, P));
+    context_.ops.cast(context_.view(wire, P, wire_), context_.view(grad_, P, DType::kF32),
+                      1.0f / float(dp_.size()));
     return wire;
   }
 
+  const EngineContext& context_;
   comm::Communicator& dp_;
-  Precision precision_;
+  DType wire_;
   float* grad_ = nullptr;
 };
 
@@ -54,10 +59,11 @@ class AllReducedGradients final : public FullGradients {
  public:
   using FullGradients::FullGradients;
   void end_step() override {
-    std::vector<uint8_t> wire = to_wire_mean();
     const int64_t P = partition_.padded_total();
-    dp_.all_reduce(wire.data(), wire_dtype(precision_), P, 1.0f, comm::Phase::kGradReduce).wait();
-    from_wire(precision_, wire.data(), grad_, P);
+    void* wire = to_wire_mean();
+    dp_.all_reduce(wire, wire_, P, 1.0f, comm::Phase::kGradReduce).wait();
+    context_.ops.cast(context_.view(grad_, P, DType::kF32), context_.view(wire, P, wire_));
+    context_.wire.release(wire);
   }
 };
 
@@ -67,21 +73,23 @@ class ReduceScatteredGradients final : public FullGradients {
   // One reduce-scatter of the whole padded vector, rank-major by unit like the stage-2/3 buckets; the reduced
   // shard is kept at the front of the gradient buffer (the rank's shard layout), which the optimizer reads.
   void end_step() override {
-    const std::vector<uint8_t> wire = to_wire_mean();
     const int W = dp_.size();
-    const int64_t S = partition_.shard_total();
-    const size_t wb = wire_bytes(precision_);
-    std::vector<uint8_t> send(wire.size());
+    const int64_t S = partition_.shard_total(), P = partition_.padded_total();
+    const size_t wb = dtype_size(wire_);
+    uint8_t* wire = static_cast<uint8_t*>(to_wire_mean());
+    uint8_t* send = static_cast<uint8_t*>(context_.wire.allocate("gradients rank-major", "buffers", P * wb));
     for (const UnitPartition& u : partition_.units()) {
       for (int p = 0; p < W; ++p) {
-        std::memcpy(send.data() + (size_t(p) * S + u.shard_offset) * wb,
-                    wire.data() + (u.padded_offset + int64_t(p) * u.shard) * wb, u.shard * wb);
+        std::memcpy(send + (size_t(p) * S + u.shard_offset) * wb,
+                    wire + (u.padded_offset + int64_t(p) * u.shard) * wb, u.shard * wb);
       }
     }
-    std::vector<float> shard(S);
-    dp_.reduce_scatter(send.data(), wire_dtype(precision_), shard.data(), S, 1.0f, comm::Phase::kGradReduce)
-        .wait();
-    std::copy(shard.begin(), shard.end(), grad_);
+    float* shard =
+        static_cast<float*>(context_.wire.allocate("reduced gradient shard", "buffers", S * sizeof(float)));
+    dp_.reduce_scatter(send, wire_, shard, S, 1.0f, comm::Phase::kGradReduce).wait();
+    context_.ops.copy(context_.view(grad_, S, DType::kF32), context_.view(shard, S, DType::kF32));
+    for (void* buffer : {static_cast<void*>(wire), static_cast<void*>(send), static_cast<void*>(shard)})
+      context_.wire.release(buffer);
   }
 };
 
@@ -89,18 +97,20 @@ class ReduceScatteredGradients final : public FullGradients {
 // into its bucket at once, so the buffer is free again when ready returns.
 class BucketedGradients final : public EngineGradients {
  public:
-  explicit BucketedGradients(const GradientSinkParts& p) : EngineGradients(p.partition), arena_(p.arena) {
+  explicit BucketedGradients(const GradientSinkParts& p) : EngineGradients(p.partition), context_(p.context) {
     grad_ = static_cast<float*>(
-        p.arena.allocate("fp32 gradients", "gradients", partition_.shard_total() * sizeof(float)));
+        context_.device.allocate("fp32 gradients", "gradients", partition_.shard_total() * sizeof(float)));
     reducer_ = std::make_unique<GradientReducer>(partition_, p.unit_names, p.gradient_order, p.dp,
                                                  p.config.precision, p.config.reduce_bucket_size,
-                                                 p.config.overlap_comm, grad_, p.arena, p.events);
+                                                 p.config.overlap_comm, grad_, context_);
     if (p.qgz_node) reducer_->use_quantized_gradients(p.qgz_node, p.qgz_cross, p.config.gradient_block);
   }
   ~BucketedGradients() override {
-    for (const Buffer& b : buffers_) arena_.release(b.data);
+    for (const Buffer& b : buffers_) context_.device.release(b.data);
   }
-  void begin_step() override { std::fill(grad_, grad_ + partition_.shard_total(), 0.0f); }
+  void begin_step() override {
+    context_.ops.fill(context_.view(grad_, partition_.shard_total(), DType::kF32), 0);
+  }
   void end_micro_step() override { reducer_->finish(); }
   float* shard() override { return grad_; }
   bool take_local_finite() override { return reducer_->take_local_finite(); }
@@ -113,12 +123,12 @@ class BucketedGradients final : public EngineGradients {
       if (!b.in_use && b.numel >= n && (!best || b.numel < best->numel)) best = &b;
     }
     if (!best) {
-      void* data = arena_.allocate("unit gradient", "buffers", n * sizeof(float));
+      void* data = context_.device.allocate("unit gradient", "buffers", n * sizeof(float));
       buffers_.push_back({static_cast<float*>(data), n, false});
       best = &buffers_.back();
     }
     best->in_use = true;
-    std::fill(best->data, best->data + n, 0.0f);
+    context_.ops.fill(context_.view(best->data, n, DType::kF32), 0);
     return best->data;
   }
   void hand_over(int unit, float* gradient) override {
@@ -134,7 +144,7 @@ class BucketedGradients final : public EngineGradients {
     int64_t numel;
     bool in_use;
   };
-  Arena& arena_;
+  const EngineContext& context_;
   float* grad_ = nullptr;  // this rank's fp32 gradient shard
   std::unique_ptr<GradientReducer> reducer_;
   std::vector<Buffer> buffers_;

@@ -18,8 +18,8 @@
 
 #include "comm/communicator.h"
 #include "model/loop.h"
-#include "tensor/arena.h"
 #include "zero/config.h"
+#include "zero/context.h"
 #include "zero/events.h"
 #include "zero/partition.h"
 
@@ -36,7 +36,7 @@ class EngineGradients : public GradientSink<float> {
   virtual void begin_step() = 0;    // zeroes the accumulators
   virtual void end_micro_step() {}  // waits for this micro-step's reductions
   virtual void end_step() {}        // the reduction at the accumulation boundary
-  // This rank's reduced gradient shard (partition.shard_total() elements) after end_step.
+  // This rank's reduced gradient shard (partition.shard_total() fp32 elements on the device) after end_step.
   virtual float* shard() = 0;
   // Whether every gradient quantized on this rank since the last call was finite (qgZ never puts a gradient
   // on the wire unquantized, so the overflow check must look before quantization).
@@ -65,8 +65,7 @@ struct GradientSinkParts {
   comm::Communicator& dp;
   comm::Communicator* qgz_node;   // qgZ on two or more nodes: this rank's node group, else null
   comm::Communicator* qgz_cross;  // and the group of ranks with its local index
-  Arena& arena;
-  EventLog& events;
+  const EngineContext& context;
 };
 // The gradient sink of config.stage.
 std::unique_ptr<EngineGradients> make_gradient_sink(const GradientSinkParts& parts);

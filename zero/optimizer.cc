@@ -2,37 +2,38 @@
 #include "zero/optimizer.h"
 
 #include <algorithm>
-#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
 
 namespace gpt {
+namespace {
 
-void adamw_step_range(const ParamTable& table, int64_t begin, int64_t end, float* param, const float* grad,
-                      float* m, float* v, const cpu::AdamWHyper& hyper, int64_t step, float grad_scale) {
-  cpu::AdamWHyper no_decay = hyper;
+Tensor slice(const Tensor& t, int64_t at, int64_t n) {
+  return Tensor{static_cast<float*>(t.data) + at, {n}, t.dtype, t.device};
+}
+
+}  // namespace
+
+void adamw_step_range(Ops& ops, const ParamTable& table, int64_t begin, int64_t end, const AdamWState& state,
+                      int64_t at, const AdamWHyper& hyper, int64_t step, float grad_scale) {
+  AdamWHyper no_decay = hyper;
   no_decay.weight_decay = 0.0;
   for (const ParamInfo& p : table.params) {
     const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
     if (lo >= hi) continue;
-    const int64_t at = lo - begin;
-    cpu::adamw_update(param + at, grad + at, m + at, v + at, hi - lo, p.weight_decay ? hyper : no_decay, step,
-                      grad_scale);
+    const int64_t i = at + lo - begin, n = hi - lo;
+    ops.adamw(slice(state.param, i, n), slice(state.grad, i, n), slice(state.m, i, n), slice(state.v, i, n),
+              p.weight_decay ? hyper : no_decay, step, grad_scale);
   }
 }
 
-double sum_of_squares(const float* x, int64_t n) {
-  // Fixed-size chunks summed in a fixed order: the result does not depend on the thread count.
-  constexpr int64_t kChunk = 1 << 14;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(chunks, 0.0);
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    double sum = 0;
-    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) sum += double(x[i]) * double(x[i]);
-    partial[c] = sum;
-  }
-  double total = 0;
-  for (double p : partial) total += p;
-  return total;
+void adamw_step_range(const ParamTable& table, int64_t begin, int64_t end, float* param, const float* grad,
+                      float* m, float* v, const AdamWHyper& hyper, int64_t step, float grad_scale) {
+  auto host = [&](const float* data) {
+    return Tensor{const_cast<float*>(data), {end - begin}, DType::kF32, Device::kCPU};
+  };
+  adamw_step_range(cpu_ops(), table, begin, end, {host(param), host(grad), host(m), host(v)}, 0, hyper, step,
+                   grad_scale);
 }
 
 }  // namespace gpt

@@ -5,17 +5,23 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/adamw.h"
+#include "kernels/ops.h"
 #include "model/params.h"
 
 namespace gpt {
 
-// Updates flat elements [begin, end) held in param/grad/m/v (index 0 there is flat element begin).
-// step is the 1-based count of applied updates; grad_scale multiplies every gradient (unscale, clip).
-void adamw_step_range(const ParamTable& table, int64_t begin, int64_t end, float* param, const float* grad,
-                      float* m, float* v, const cpu::AdamWHyper& hyper, int64_t step, float grad_scale);
+// The four arrays of the update, on the ops' device; index `at` of each holds flat element `begin`.
+struct AdamWState {
+  Tensor param, grad, m, v;
+};
 
-// Sum of squares of n values, accumulated in double (for the global gradient norm).
-double sum_of_squares(const float* x, int64_t n);
+// Updates flat elements [begin, end), held from index `at` of each array of `state`, through ops. step is the
+// 1-based count of applied updates; grad_scale multiplies every gradient (unscale, clip).
+void adamw_step_range(Ops& ops, const ParamTable& table, int64_t begin, int64_t end, const AdamWState& state,
+                      int64_t at, const AdamWHyper& hyper, int64_t step, float grad_scale);
+
+// The same on host arrays with the CPU backend (the single-process trainers).
+void adamw_step_range(const ParamTable& table, int64_t begin, int64_t end, float* param, const float* grad,
+                      float* m, float* v, const AdamWHyper& hyper, int64_t step, float grad_scale);
 
 }  // namespace gpt

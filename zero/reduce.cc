@@ -28,15 +28,16 @@ std::vector<std::vector<int>> plan_buckets(const Partition& partition, const std
 GradientReducer::GradientReducer(const Partition& partition, const std::vector<std::string>& unit_names,
                                  const std::vector<int>& backward_order, comm::Communicator& dp,
                                  Precision precision, int64_t bucket_size, bool overlap, float* grad_shard,
-                                 Arena& arena, EventLog& events)
+                                 const EngineContext& context)
     : partition_(partition),
       names_(unit_names),
       dp_(dp),
       precision_(precision),
       overlap_(overlap),
       grad_shard_(grad_shard),
-      arena_(arena),
-      events_(events),
+      context_(context),
+      ops_(context.ops),
+      events_(context.events),
       buckets_(plan_buckets(partition, backward_order, bucket_size)),
       bucket_of_unit_(partition.units().size(), -1),
       backward_order_(backward_order) {
@@ -53,10 +54,10 @@ GradientReducer::GradientReducer(const Partition& partition, const std::vector<s
 GradientReducer::~GradientReducer() {
   for (Pending& p : pending_) {
     p.request.wait();
-    arena_.release(p.send);
-    arena_.release(p.recv);
+    context_.wire.release(p.send);
+    context_.wire.release(p.recv);
   }
-  arena_.release(current_send_);
+  context_.wire.release(current_send_);
 }
 
 void GradientReducer::use_quantized_gradients(comm::Communicator* node, comm::Communicator* cross,
@@ -82,7 +83,7 @@ void GradientReducer::add(int unit, const float* grad) {
   const size_t elem = qgz_node_ ? sizeof(float) : wire_bytes(precision_);
   if (units_in_current_ == 0) {
     current_send_bytes_ = size_t(bucket_shard_elements_[bucket]) * partition_.num_shards() * elem;
-    current_send_ = arena_.allocate("gradient bucket (send)", "buffers", current_send_bytes_);
+    current_send_ = context_.wire.allocate("gradient bucket (send)", "buffers", current_send_bytes_);
   }
   const std::vector<int>& units = buckets_[bucket];
   // Rank-major packing: rank p's part of the bucket is [shard p of each unit, in bucket order].
@@ -95,11 +96,12 @@ void GradientReducer::add(int unit, const float* grad) {
     const int64_t real = std::min<int64_t>(u.shard, u.numel - first);
     uint8_t* dst = send + (size_t(p) * bucket_shard_elements_[bucket] + offset_in_rank_part) * elem;
     // The padding stays zero (arena blocks come zero-filled).
+    const Tensor part = context_.view(grad + first, real, DType::kF32);
     if (qgz_node_) {
-      std::memcpy(dst, grad + first, size_t(real) * sizeof(float));  // qgZ divides by W at the end
+      ops_.copy(context_.view(dst, real, DType::kF32), part);  // qgZ divides by W at the end
     } else {
-      to_wire(precision_, grad + first, dst, real,
-              1.0f / float(dp_.size()));  // pre-divided: the sum is the mean
+      // Pre-divided: the sum over ranks is the mean.
+      ops_.cast(context_.view(dst, real, wire_dtype(precision_)), part, 1.0f / float(dp_.size()));
     }
   }
   if (++units_in_current_ == units.size()) {
@@ -114,7 +116,7 @@ void GradientReducer::post(int bucket) {
   p.send = current_send_;
   p.send_bytes = current_send_bytes_;
   p.recv_bytes = size_t(bucket_shard_elements_[bucket]) * sizeof(float);
-  p.recv = static_cast<float*>(arena_.allocate("gradient bucket (result)", "buffers", p.recv_bytes));
+  p.recv = static_cast<float*>(context_.wire.allocate("gradient bucket (result)", "buffers", p.recv_bytes));
   current_send_ = nullptr;
   const int64_t chunk = bucket_shard_elements_[bucket];
   if (qgz_node_) {
@@ -147,12 +149,12 @@ void GradientReducer::complete_oldest() {
   int64_t offset = 0;
   for (int unit : buckets_[p.bucket]) {
     const UnitPartition& u = partition_.unit(unit);
-    float* dst = grad_shard_ + u.shard_offset;
-    for (int64_t j = 0; j < u.shard; ++j) dst[j] += p.recv[offset + j];
+    ops_.add_into(context_.view(grad_shard_ + u.shard_offset, u.shard, DType::kF32),
+                  context_.view(p.recv + offset, u.shard, DType::kF32));
     offset += u.shard;
   }
-  arena_.release(p.send);
-  arena_.release(p.recv);
+  context_.wire.release(p.send);
+  context_.wire.release(p.recv);
 }
 
 void GradientReducer::finish() {

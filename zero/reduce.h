@@ -18,6 +18,7 @@
 #include "comm/communicator.h"
 #include "tensor/arena.h"
 #include "zero/config.h"
+#include "zero/context.h"
 #include "zero/events.h"
 #include "zero/partition.h"
 #include "zero/qgz.h"
@@ -32,18 +33,18 @@ class GradientReducer {
  public:
   GradientReducer(const Partition& partition, const std::vector<std::string>& unit_names,
                   const std::vector<int>& backward_order, comm::Communicator& dp, Precision precision,
-                  int64_t bucket_size, bool overlap, float* grad_shard, Arena& arena, EventLog& events);
+                  int64_t bucket_size, bool overlap, float* grad_shard, const EngineContext& context);
   // Turns on qgZ: node is this rank's node group, cross the group of ranks with its local index.
   void use_quantized_gradients(comm::Communicator* node, comm::Communicator* cross, int block);
   ~GradientReducer();
 
   const std::vector<std::vector<int>>& buckets() const { return buckets_; }
 
-  // Hands over unit's gradient (numel fp32 values, model layout); units must come in backward order. The
-  // gradient buffer may be reused as soon as this returns.
+  // Hands over unit's gradient (numel fp32 values on the device, model layout); units must come in backward
+  // order. The gradient buffer may be reused as soon as this returns.
   void add(int unit, const float* grad);
-  // Waits for every reduction of this micro-step. Each finished reduction is added into grad_shard (fp32, the
-  // rank's flat shard layout, given at construction).
+  // Waits for every reduction of this micro-step. Each finished reduction is added into grad_shard (fp32 on
+  // the device, the rank's flat shard layout, given at construction).
   void finish();
   // Whether every local gradient quantized by qgZ since the last call was finite (then resets).
   bool take_local_finite();
@@ -66,7 +67,8 @@ class GradientReducer {
   Precision precision_;
   bool overlap_;
   float* grad_shard_;
-  Arena& arena_;
+  const EngineContext& context_;
+  Ops& ops_;
   EventLog& events_;
   std::vector<std::vector<int>> buckets_;
   std::vector<int> bucket_of_unit_;

@@ -21,21 +21,28 @@ const float* EngineWeights::acquire(int unit) {
 
 namespace {
 
-// Full compute weights on every rank (padded layout), widened to fp32 for the loop when they are 16-bit.
+// Full compute weights on every rank (padded layout), in fp32 on the device for the loop.
 class ReplicatedWeights : public EngineWeights {
  public:
-  explicit ReplicatedWeights(const WeightSourceParts& p)
-      : EngineWeights(p.unit_names, p.events), partition_(p.partition), precision_(p.config.precision) {
+  // gathered: the compute weights arrive by all-gather, so they live in wire memory and always get a device
+  // copy; otherwise they are computed on the device, which needs a widened copy only when they are 16-bit.
+  ReplicatedWeights(const WeightSourceParts& p, bool gathered)
+      : EngineWeights(p.unit_names, p.context.events),
+        context_(p.context),
+        partition_(p.partition),
+        dtype_(wire_dtype(p.config.precision)) {
     const int64_t P = partition_.padded_total();
-    compute_ = p.arena.allocate("compute weights", "compute weights", P * wire_bytes(precision_));
-    if (precision_ != Precision::kFp32) {
+    Arena& home = gathered ? context_.wire : context_.device;
+    compute_ = home.allocate("compute weights", "compute weights", dtype_bytes(dtype_, P));
+    if (gathered || dtype_ != DType::kF32) {
       widened_ = static_cast<float*>(
-          p.arena.allocate("compute weights widened to fp32", "buffers", P * sizeof(float)));
+          context_.device.allocate("compute weights in fp32", "buffers", P * sizeof(float)));
     }
   }
   // Stage 0: the master is the whole padded vector.
   void refresh(const float* master) override {
-    to_wire(precision_, master, compute_, partition_.padded_total());
+    const int64_t P = partition_.padded_total();
+    context_.ops.cast(context_.view(compute_, P, dtype_), context_.view(master, P, DType::kF32));
     widen();
   }
   void release(int) override {}
@@ -47,29 +54,34 @@ class ReplicatedWeights : public EngineWeights {
     return widened_ ? widened_ + offset : static_cast<const float*>(compute_) + offset;
   }
   void widen() {
-    if (widened_) from_wire(precision_, compute_, widened_, partition_.padded_total());
+    const int64_t P = partition_.padded_total();
+    if (widened_)
+      context_.ops.cast(context_.view(widened_, P, DType::kF32), context_.view(compute_, P, dtype_));
   }
 
+  const EngineContext& context_;
   const Partition& partition_;
-  Precision precision_;
-  void* compute_ = nullptr;   // compute dtype, padded layout
-  float* widened_ = nullptr;  // fp32 copy of compute_ when that is fp16/bf16
+  DType dtype_;               // of the compute weights
+  void* compute_ = nullptr;   // padded layout
+  float* widened_ = nullptr;  // fp32 device copy of compute_, when the loop cannot use compute_ itself
 };
 
 class RegatheredWeights final : public ReplicatedWeights {
  public:
-  explicit RegatheredWeights(const WeightSourceParts& p) : ReplicatedWeights(p), dp_(p.dp) {}
+  explicit RegatheredWeights(const WeightSourceParts& p) : ReplicatedWeights(p, true), dp_(p.dp) {}
   // Round this rank's updated shard, then all-gather every rank's, unit by unit, into the padded layout.
   void refresh(const float* master) override {
-    const size_t cb = wire_bytes(precision_);
-    std::vector<uint8_t> shard(partition_.shard_total() * cb);
-    to_wire(precision_, master, shard.data(), partition_.shard_total());
+    const int64_t S = partition_.shard_total();
+    const size_t cb = dtype_size(dtype_);
+    void* shard = context_.wire.allocate("compute-weight shard", "buffers", S * cb);
+    context_.ops.cast(context_.view(shard, S, dtype_), context_.view(master, S, DType::kF32));
     for (const UnitPartition& u : partition_.units()) {
-      dp_.all_gather(shard.data() + u.shard_offset * cb,
+      dp_.all_gather(static_cast<uint8_t*>(shard) + u.shard_offset * cb,
                      static_cast<uint8_t*>(compute_) + u.padded_offset * cb, u.shard * cb,
                      comm::Phase::kParamGatherFwd)
           .wait();
     }
+    context_.wire.release(shard);
     widen();
   }
 
@@ -80,14 +92,18 @@ class RegatheredWeights final : public ReplicatedWeights {
 class GatheredWeights final : public EngineWeights {
  public:
   explicit GatheredWeights(const WeightSourceParts& p)
-      : EngineWeights(p.unit_names, p.events), partition_(p.partition), precision_(p.config.precision) {
-    shard_ = p.arena.allocate("compute weights", "compute weights",
-                              partition_.shard_total() * wire_bytes(precision_));
-    gatherer_ = std::make_unique<WeightGatherer>(partition_, p.unit_names, p.dp, p.hpz_group, p.config,
-                                                 p.arena, p.events);
+      : EngineWeights(p.unit_names, p.context.events),
+        context_(p.context),
+        partition_(p.partition),
+        dtype_(wire_dtype(p.config.precision)) {
+    shard_ = context_.wire.allocate("compute weights", "compute weights",
+                                    dtype_bytes(dtype_, partition_.shard_total()));
+    gatherer_ =
+        std::make_unique<WeightGatherer>(partition_, p.unit_names, p.dp, p.hpz_group, p.config, context_);
   }
   void refresh(const float* master) override {
-    to_wire(precision_, master, shard_, partition_.shard_total());
+    const int64_t S = partition_.shard_total();
+    context_.ops.cast(context_.view(shard_, S, dtype_), context_.view(master, S, DType::kF32));
     gatherer_->drop_secondaries();  // hpZ copies never outlive a weight change
   }
   size_t secondary_peak_bytes() const override { return gatherer_->secondary_bytes_peak(); }
@@ -100,9 +116,10 @@ class GatheredWeights final : public EngineWeights {
   const float* fetch(int unit) override { return gatherer_->acquire(unit); }
 
  private:
+  const EngineContext& context_;
   const Partition& partition_;
-  Precision precision_;
-  void* shard_ = nullptr;  // this rank's compute-weight shard (compute dtype)
+  DType dtype_;
+  void* shard_ = nullptr;  // this rank's compute-weight shard (wire memory: it is what a gather sends)
   std::unique_ptr<WeightGatherer> gatherer_;
 };
 
@@ -111,7 +128,7 @@ class GatheredWeights final : public EngineWeights {
 std::unique_ptr<EngineWeights> make_weight_source(const WeightSourceParts& parts) {
   switch (parts.config.stage) {
     case 0:
-      return std::make_unique<ReplicatedWeights>(parts);
+      return std::make_unique<ReplicatedWeights>(parts, false);
     case 1:
     case 2:
       return std::make_unique<RegatheredWeights>(parts);

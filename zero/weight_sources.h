@@ -4,7 +4,8 @@
 //                       all-gathered into full compute weights on every rank
 //   GatheredWeights     stage 3: compute weights stay sharded; each unit is all-gathered right before it
 //                       computes and released right after (WeightGatherer: prefetch, qwZ and hpZ as options)
-// The loop computes in fp32: fp16/bf16 compute weights are widened exactly before it sees them.
+// The loop computes in fp32 on the device: fp16/bf16 compute weights are widened exactly before it sees
+// them, and weights that arrive in wire memory are brought to the device.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +15,8 @@
 
 #include "comm/communicator.h"
 #include "model/loop.h"
-#include "tensor/arena.h"
 #include "zero/config.h"
+#include "zero/context.h"
 #include "zero/events.h"
 #include "zero/partition.h"
 
@@ -56,8 +57,7 @@ struct WeightSourceParts {
   const std::vector<std::string>& unit_names;
   comm::Communicator& dp;
   comm::Communicator* hpz_group;  // stage 3 with hpZ
-  Arena& arena;
-  EventLog& events;
+  const EngineContext& context;
 };
 // The weight source of config.stage.
 std::unique_ptr<EngineWeights> make_weight_source(const WeightSourceParts& parts);

@@ -14,6 +14,7 @@
 #include "model/llmc_format.h"
 #include "model/model.h"
 #include "tests/llmc/test_support.h"
+#include "kernels/cpu/adamw.h"
 #include "zero/optimizer.h"
 
 namespace {

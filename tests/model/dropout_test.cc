@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernels/cpu/cpu_ops.h"
 #include "model/layers.h"
 #include "model/model.h"
 #include "tests/model/gradient_check.h"
@@ -81,19 +82,21 @@ TEST_CASE("a block's forward with the same dropout replays the same masks (check
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * float(i));
   const int64_t windows[] = {11, 12};
   const Dropout dropout{0.1, 0.1, 8, windows};
-  BlockActivations<float> a1, a2;
-  a1.resize(config, B, T);
-  a2.resize(config, B, T);
+  Arena arena;
+  BlockActivations a1, a2;
+  a1.allocate(arena, DType::kF32, config, B, T);
+  a2.allocate(arena, DType::kF32, config, B, T);
   std::vector<float> y1(x.size()), y2(x.size()), y_plain(x.size()), y_other(x.size());
-  block_forward(config, weights, x.data(), y1.data(), a1, B, T, dropout, 1);
-  block_forward(config, weights, x.data(), y2.data(), a2, B, T, dropout, 1);
+  auto t = [&](std::vector<float>& v) { return Tensor{v.data(), {B, T, C}, DType::kF32, Device::kCPU}; };
+  Ops& ops = cpu_ops();
+  block_forward(ops, config, weights, t(x), t(y1), a1, dropout, 1);
+  block_forward(ops, config, weights, t(x), t(y2), a2, dropout, 1);
   CHECK(y1 == y2);
-  block_forward(config, weights, x.data(), y_plain.data(), a2, B, T);
+  block_forward(ops, config, weights, t(x), t(y_plain), a2);
   CHECK(y1 != y_plain);
-  block_forward(config, weights, x.data(), y_other.data(), a2, B, T, dropout, 0);
+  block_forward(ops, config, weights, t(x), t(y_other), a2, dropout, 0);
   CHECK(y1 != y_other);  // another layer, other masks
-  CHECK_THROWS_AS(block_forward(config, weights, x.data(), y2.data(), a2, B, T, dropout),
-                  std::invalid_argument);
+  CHECK_THROWS_AS(block_forward(ops, config, weights, t(x), t(y2), a2, dropout), std::invalid_argument);
 }
 
 // Per-sequence mean losses of the model's last forward.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "kernels/cpu/adamw.h"
 #include "zero/optimizer.h"
 
 TEST_CASE("a 2-layer model overfits one repeated batch") {

@@ -199,12 +199,13 @@ TEST_CASE("activation counts equal the sizes of the model's own buffers") {
   m.max_positions = 32;
   m.vocab = 300;
   const int B = 2;
-  gpt::BlockActivations<float> block;
-  gpt::BlockScratch<float> scratch;
-  gpt::HeadActivations<float> head;
-  block.resize(m, B, m.seq_len);
-  scratch.resize(m, B, m.seq_len);
-  head.resize(m, B, m.seq_len);
+  gpt::Arena arena;
+  gpt::BlockActivations block;
+  gpt::BlockScratch scratch;
+  gpt::HeadActivations head;
+  block.allocate(arena, gpt::DType::kF32, m, B, m.seq_len);
+  scratch.allocate(arena, gpt::DType::kF32, m, B, m.seq_len);
+  head.allocate(arena, gpt::DType::kF32, m, B, m.seq_len);
   const int64_t BTC = int64_t(B) * m.seq_len * m.hidden;
   const int64_t shared =
       (int64_t(scratch.bytes()) + int64_t(head.bytes())) / 4 + (m.num_layers + 1) * BTC + BTC;

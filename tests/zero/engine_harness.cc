@@ -54,7 +54,7 @@ void train_steps(ZeroEngine& engine, comm::Communicator& group, const GPTConfig&
 
 RunResult run(comm::Communicator& group, const GPTConfig& model, const RunSpec& spec) {
   TrainBatches batches = synthetic_batches(group, model, spec);
-  ZeroEngine engine(model, spec.zero, spec.micro_batch, group, spec.seed);
+  ZeroEngine engine(model, spec.zero, spec.micro_batch, group, spec.seed, spec.ops);
   if (spec.hook) engine.set_gradient_hook(spec.hook);
   RunResult result;
   for (int s = 0; s < spec.steps; ++s) {

@@ -23,6 +23,7 @@ struct RunSpec {
   uint64_t seed = 7;
   double lr = 1e-3;
   ZeroEngine::GradientHook hook;  // installed on the engine when set
+  Ops* ops = nullptr;             // the engine's backend (null: the CPU's)
 };
 
 struct RunResult {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/common/random.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/threads.h"
 #include "kernels/quant/quantize.h"
 #include "model/params.h"
@@ -159,8 +160,8 @@ TEST_CASE("qwZ: every rank gathers dequant(quant(shard)) bit for bit; with hpZ b
     config.overlap_comm = true;
     gpt::Arena arena;
     gpt::EventLog events(false);
-    gpt::WeightGatherer gatherer(partition, names, world(), h > 1 ? g.hpz.get() : nullptr, config, arena,
-                                 events);
+    const gpt::EngineContext context{gpt::cpu_ops(), arena, arena, events};
+    gpt::WeightGatherer gatherer(partition, names, world(), h > 1 ? g.hpz.get() : nullptr, config, context);
     std::vector<int> forward, backward;
     for (int u = 0; u < int(names.size()); ++u) forward.push_back(u);
     for (int u = int(names.size()) - 1; u >= 0; --u) backward.push_back(u);

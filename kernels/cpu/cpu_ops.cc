@@ -1,0 +1,290 @@
+// CpuOps: the device seam on the host; see cpu_ops.h.
+#include "kernels/cpu/cpu_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/adamw.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "kernels/cpu/dropout.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/gelu.h"
+#include "kernels/cpu/layernorm.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/residual.h"
+#include "kernels/quant/quantize.h"
+#include "tensor/half.h"
+
+namespace gpt {
+namespace {
+
+// Calls f.template operator()<Real>() for the float dtype of t (fp32 or fp64).
+template <typename F>
+void on_float(const Tensor& t, F&& f) {
+  if (t.dtype == DType::kF32) {
+    f.template operator()<float>();
+  } else if (t.dtype == DType::kF64) {
+    f.template operator()<double>();
+  } else {
+    throw std::invalid_argument(std::string("CpuOps: expected an f32 or f64 tensor, got ") + t.describe());
+  }
+}
+
+template <typename T>
+T* ptr(const Tensor& t) {
+  return static_cast<T*>(t.data);
+}
+
+int64_t last_dim(const Tensor& t) {
+  return t.shape.back();
+}
+
+}  // namespace
+
+CpuOps& cpu_ops() {
+  static CpuOps ops;
+  return ops;
+}
+
+void CpuOps::upload(const Tensor& dst, const void* host) {
+  std::memcpy(dst.data, host, dst.nbytes());
+}
+
+void CpuOps::download(void* host, const Tensor& src) {
+  std::memcpy(host, src.data, src.nbytes());
+}
+
+void CpuOps::copy(const Tensor& dst, const Tensor& src) {
+  if (dst.nbytes() != src.nbytes())
+    throw std::invalid_argument("CpuOps::copy: " + src.describe() + " into " + dst.describe());
+  if (dst.data != src.data) std::memcpy(dst.data, src.data, dst.nbytes());
+}
+
+void CpuOps::fill(const Tensor& t, double value) {
+  on_float(t, [&]<typename Real>() { std::fill(ptr<Real>(t), ptr<Real>(t) + t.numel(), Real(value)); });
+}
+
+void CpuOps::embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                               const Tensor& wpe) {
+  on_float(out, [&]<typename Real>() {
+    cpu::embedding_forward(ptr<Real>(out), ptr<int32_t>(tokens), ptr<Real>(wte), ptr<Real>(wpe),
+                           int(out.shape[0]), int(out.shape[1]), int(out.shape[2]));
+  });
+}
+
+void CpuOps::embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                                const Tensor& tokens) {
+  on_float(dout, [&]<typename Real>() {
+    cpu::embedding_backward(ptr<Real>(dwte), ptr<Real>(dwpe), ptr<Real>(dout), ptr<int32_t>(tokens),
+                            int(dout.shape[0]), int(dout.shape[1]), int(dout.shape[2]));
+  });
+}
+
+void CpuOps::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                               const Tensor& w, const Tensor& b) {
+  const int64_t C = w.numel();
+  on_float(x, [&]<typename Real>() {
+    cpu::layernorm_forward(ptr<Real>(out), ptr<Real>(mean), ptr<Real>(rstd), ptr<Real>(x), ptr<Real>(w),
+                           ptr<Real>(b), int(x.numel() / C), int(C));
+  });
+}
+
+void CpuOps::layernorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                                const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+  const int64_t C = w.numel();
+  on_float(x, [&]<typename Real>() {
+    cpu::layernorm_backward(ptr<Real>(dx), ptr<Real>(dw), ptr<Real>(db), ptr<Real>(dout), ptr<Real>(x),
+                            ptr<Real>(w), ptr<Real>(mean), ptr<Real>(rstd), int(x.numel() / C), int(C));
+  });
+}
+
+void CpuOps::linear_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b) {
+  const int64_t OC = w.shape[0], IC = w.shape[1];
+  on_float(x, [&]<typename Real>() {
+    cpu::linear_forward(ptr<Real>(out), ptr<Real>(x), ptr<Real>(w), ptr<Real>(b), int(x.numel() / IC),
+                        int(IC), int(OC));
+  });
+}
+
+void CpuOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                             const Tensor& x, const Tensor& w) {
+  const int64_t OC = w.shape[0], IC = w.shape[1];
+  on_float(x, [&]<typename Real>() {
+    cpu::linear_backward(ptr<Real>(dx), ptr<Real>(dw), ptr<Real>(db), ptr<Real>(dout), ptr<Real>(x),
+                         ptr<Real>(w), int(x.numel() / IC), int(IC), int(OC));
+  });
+}
+
+void CpuOps::attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
+                               const DropoutMask* dropout) {
+  const int B = int(att.shape[0]), NH = int(att.shape[1]), T = int(att.shape[2]), C = int(last_dim(out));
+  const cpu::AttentionDropout spec{dropout ? dropout->p : 0.0, dropout ? dropout->keys : nullptr};
+  on_float(qkv, [&]<typename Real>() {
+    cpu::attention_forward(ptr<Real>(out), ptr<Real>(att), ptr<Real>(qkv), B, T, C, NH,
+                           dropout ? &spec : nullptr);
+  });
+}
+
+void CpuOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                                const DropoutMask* dropout) {
+  const int B = int(att.shape[0]), NH = int(att.shape[1]), T = int(att.shape[2]), C = int(last_dim(dout));
+  const cpu::AttentionDropout spec{dropout ? dropout->p : 0.0, dropout ? dropout->keys : nullptr};
+  on_float(qkv, [&]<typename Real>() {
+    cpu::attention_backward(ptr<Real>(dqkv), ptr<Real>(dout), ptr<Real>(qkv), ptr<Real>(att), B, T, C, NH,
+                            dropout ? &spec : nullptr);
+  });
+}
+
+void CpuOps::gelu_forward(const Tensor& out, const Tensor& x) {
+  on_float(x, [&]<typename Real>() { cpu::gelu_forward(ptr<Real>(out), ptr<Real>(x), x.numel()); });
+}
+
+void CpuOps::gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dout) {
+  on_float(x, [&]<typename Real>() {
+    cpu::gelu_backward(ptr<Real>(dx), ptr<Real>(x), ptr<Real>(dout), x.numel());
+  });
+}
+
+void CpuOps::add(const Tensor& out, const Tensor& a, const Tensor& b) {
+  on_float(a, [&]<typename Real>() {
+    cpu::residual_forward(ptr<Real>(out), ptr<Real>(a), ptr<Real>(b), a.numel());
+  });
+}
+
+void CpuOps::dropout_forward(const Tensor& out, const Tensor& x, const DropoutMask& mask) {
+  const int B = int(x.shape[0]);
+  on_float(x, [&]<typename Real>() {
+    cpu::dropout_forward(ptr<Real>(out), ptr<Real>(x), mask.keys, mask.p, B, x.numel() / B);
+  });
+}
+
+void CpuOps::dropout_backward(const Tensor& dx, const Tensor& dout, const DropoutMask& mask) {
+  const int B = int(dout.shape[0]);
+  on_float(dout, [&]<typename Real>() {
+    cpu::dropout_backward(ptr<Real>(dx), ptr<Real>(dout), mask.keys, mask.p, B, dout.numel() / B);
+  });
+}
+
+void CpuOps::cross_entropy_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits,
+                                   const Tensor& targets, int vocab) {
+  on_float(logits, [&]<typename Real>() {
+    cpu::softmax_cross_entropy_forward(ptr<Real>(losses), ptr<Real>(probs), ptr<Real>(logits),
+                                       ptr<int32_t>(targets), int(logits.shape[0]), vocab,
+                                       int(logits.shape[1]));
+  });
+}
+
+void CpuOps::cross_entropy_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
+                                    const Tensor& dlosses, int vocab) {
+  on_float(probs, [&]<typename Real>() {
+    cpu::softmax_cross_entropy_backward(ptr<Real>(dlogits), ptr<Real>(probs), ptr<int32_t>(targets),
+                                        ptr<Real>(dlosses), int(probs.shape[0]), vocab, int(probs.shape[1]));
+  });
+}
+
+double CpuOps::sum(const Tensor& x) {
+  double total = 0;
+  on_float(x, [&]<typename Real>() {
+    for (int64_t i = 0; i < x.numel(); ++i) total += static_cast<double>(ptr<Real>(x)[i]);
+  });
+  return total;
+}
+
+void CpuOps::cast(const Tensor& dst, const Tensor& src, float scale) {
+  const int64_t n = src.numel();
+  if (src.dtype == DType::kF32 && dst.dtype == DType::kF32) {
+    if (scale == 1.0f) {
+      copy(dst, src);
+    } else {
+      for (int64_t i = 0; i < n; ++i) ptr<float>(dst)[i] = ptr<float>(src)[i] * scale;
+    }
+    return;
+  }
+  if (src.dtype == DType::kF32) {
+    // Scale a cache-sized piece at a time, then narrow it with the bulk (vectorized) conversion.
+    constexpr int64_t kPiece = 4096;
+    float scaled[kPiece];
+    for (int64_t begin = 0; begin < n; begin += kPiece) {
+      const int64_t len = std::min(kPiece, n - begin);
+      const float* piece = ptr<float>(src) + begin;
+      if (scale != 1.0f) {
+        for (int64_t i = 0; i < len; ++i) scaled[i] = piece[i] * scale;
+        piece = scaled;
+      }
+      if (dst.dtype == DType::kF16) {
+        f32_to_f16(piece, ptr<uint16_t>(dst) + begin, len);
+      } else if (dst.dtype == DType::kBF16) {
+        f32_to_bf16(piece, ptr<uint16_t>(dst) + begin, len);
+      } else {
+        throw std::invalid_argument("CpuOps::cast: f32 into " + dst.describe());
+      }
+    }
+    return;
+  }
+  if (dst.dtype != DType::kF32 || scale != 1.0f)
+    throw std::invalid_argument("CpuOps::cast: " + src.describe() + " into " + dst.describe() +
+                                " with a scale");
+  if (src.dtype == DType::kF16) {
+    f16_to_f32(ptr<uint16_t>(src), ptr<float>(dst), n);
+  } else if (src.dtype == DType::kBF16) {
+    bf16_to_f32(ptr<uint16_t>(src), ptr<float>(dst), n);
+  } else {
+    throw std::invalid_argument("CpuOps::cast: from " + src.describe());
+  }
+}
+
+void CpuOps::add_into(const Tensor& dst, const Tensor& src) {
+  float* d = ptr<float>(dst);
+  const float* s = ptr<float>(src);
+  for (int64_t j = 0; j < dst.numel(); ++j) d[j] += s[j];
+}
+
+double CpuOps::sum_of_squares(const Tensor& x) {
+  const float* v = ptr<float>(x);
+  const int64_t n = x.numel();
+  // Fixed-size chunks summed in a fixed order: the result does not depend on the thread count.
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(chunks, 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double s = 0;
+    for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i) s += double(v[i]) * double(v[i]);
+    partial[c] = s;
+  }
+  double total = 0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+bool CpuOps::all_finite(const Tensor& x) {
+  const float* v = ptr<float>(x);
+  const int64_t n = x.numel();
+  bool bad = false;
+#pragma omp parallel for reduction(|| : bad) schedule(static)
+  for (int64_t i = 0; i < n; ++i) bad = bad || !std::isfinite(v[i]);
+  return !bad;
+}
+
+void CpuOps::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                   const AdamWHyper& hyper, int64_t step, float grad_scale) {
+  cpu::adamw_update(ptr<float>(param), ptr<float>(grad), ptr<float>(m), ptr<float>(v), param.numel(), hyper,
+                    step, grad_scale);
+}
+
+bool CpuOps::quantize(const Tensor& out, const Tensor& x, int64_t slice_len, int64_t count, int bits,
+                      int block) {
+  return quant::quantize_slices(x.data, x.dtype, slice_len, count, bits, block, ptr<uint8_t>(out));
+}
+
+void CpuOps::dequantize(const Tensor& out, const Tensor& in, int64_t slice_len, int64_t count, int bits,
+                        int block, DType round_to) {
+  quant::dequantize_slices(ptr<uint8_t>(in), slice_len, count, bits, block, ptr<float>(out), round_to);
+}
+
+}  // namespace gpt

@@ -1,0 +1,66 @@
+// The CPU backend of the device seam (kernels/ops.h): every op on host memory, through the kernels of this
+// folder (Eigen GEMMs, OpenMP loops), the quantizers of kernels/quant and the exact conversions of tensor/.
+// Device memory and wire memory are both ordinary host memory, so a transfer is a memcpy.
+#pragma once
+
+#include "kernels/ops.h"
+
+namespace gpt {
+
+class CpuOps : public Ops {
+ public:
+  Device device() const override { return Device::kCPU; }
+  BlockSource& device_memory() override { return memory_; }
+  BlockSource& wire_memory() override { return memory_; }
+  void synchronize() override {}
+
+  void upload(const Tensor& dst, const void* host) override;
+  void download(void* host, const Tensor& src) override;
+  void copy(const Tensor& dst, const Tensor& src) override;
+  void fill(const Tensor& t, double value) override;
+
+  void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                         const Tensor& wpe) override;
+  void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                          const Tensor& tokens) override;
+  void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                         const Tensor& w, const Tensor& b) override;
+  void layernorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                          const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
+  void linear_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b) override;
+  void linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                       const Tensor& x, const Tensor& w) override;
+  void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
+                         const DropoutMask* dropout) override;
+  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                          const DropoutMask* dropout) override;
+  void gelu_forward(const Tensor& out, const Tensor& x) override;
+  void gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dout) override;
+  void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void dropout_forward(const Tensor& out, const Tensor& x, const DropoutMask& mask) override;
+  void dropout_backward(const Tensor& dx, const Tensor& dout, const DropoutMask& mask) override;
+  void cross_entropy_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits,
+                             const Tensor& targets, int vocab) override;
+  void cross_entropy_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
+                              const Tensor& dlosses, int vocab) override;
+  double sum(const Tensor& x) override;
+
+  void cast(const Tensor& dst, const Tensor& src, float scale) override;
+  void add_into(const Tensor& dst, const Tensor& src) override;
+  double sum_of_squares(const Tensor& x) override;
+  bool all_finite(const Tensor& x) override;
+  void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+             const AdamWHyper& hyper, int64_t step, float grad_scale) override;
+  bool quantize(const Tensor& out, const Tensor& x, int64_t slice_len, int64_t count, int bits,
+                int block) override;
+  void dequantize(const Tensor& out, const Tensor& in, int64_t slice_len, int64_t count, int bits, int block,
+                  DType round_to) override;
+
+ private:
+  HostBlockSource memory_;
+};
+
+// The process's CPU backend (stateless apart from its memory source).
+CpuOps& cpu_ops();
+
+}  // namespace gpt

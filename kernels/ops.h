@@ -1,0 +1,120 @@
+// The device seam: one interface for every computation on model state, so the model's layer loop and the
+// ZeRO engine never know which device they run on. A backend (the CPU's in kernels/cpu/cpu_ops.h; CUDA's in
+// kernels/cuda/cuda_ops.h) implements each op on tensors of its own device; the callers only allocate
+// tensors from an Arena over the backend's memory and call ops.
+//
+// Two kinds of memory:
+//   device memory - model state, gradients, activations: touched only inside op calls;
+//   wire memory   - communication buffers: the host's communicator reads and writes them, and ops may read
+//                   and write them too (the CPU's ordinary memory; pinned, device-mapped host memory for a
+//                   GPU). A gathered unit arrives in wire memory; an op turns it into device weights.
+// Ops run in issue order on one stream of the backend: a CPU backend completes each call before it returns;
+// an asynchronous backend must complete all earlier work before an op returns a value to the host (sum,
+// sum_of_squares, all_finite, download) and before synchronize() returns.
+//
+// Float ops take fp32 or fp64 tensors (fp64 for the gradient checks), all float tensors of one call the same
+// dtype. Shapes give the sizes: [N, C] rows for LayerNorm and linear, [B, T, C] activations, [B, NH, T, T]
+// attention probabilities. An empty tensor (null data) is an absent optional argument.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/arena.h"
+#include "tensor/tensor.h"
+
+namespace gpt {
+
+// AdamW's hyperparameters (lr is set per step by the schedule).
+struct AdamWHyper {
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // the caller passes 0 for biases and LayerNorm parameters
+  bool decoupled = true;  // AdamW; false: Adam with L2 regularization (weight decay added to the gradient)
+};
+
+// Dropout masks of one op: probability p and one key per sequence (host memory, [B]); see model/layers.h.
+struct DropoutMask {
+  double p = 0;
+  const uint64_t* keys = nullptr;
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual Device device() const = 0;
+  virtual BlockSource& device_memory() = 0;
+  virtual BlockSource& wire_memory() = 0;
+  // Waits for every op issued so far.
+  virtual void synchronize() = 0;
+
+  // Moving bytes: dst.nbytes() bytes; tensors may live in device or wire memory.
+  virtual void upload(const Tensor& dst, const void* host) = 0;
+  virtual void download(void* host, const Tensor& src) = 0;
+  virtual void copy(const Tensor& dst, const Tensor& src) = 0;
+  virtual void fill(const Tensor& t, double value) = 0;
+
+  // Transformer forward and backward. Backward ops accumulate into weight gradients (dw, db) and overwrite
+  // input gradients (dx) unless said otherwise.
+  virtual void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                 const Tensor& wpe) = 0;
+  // Accumulates into dwte and dwpe (either may be empty).
+  virtual void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                                  const Tensor& tokens) = 0;
+  virtual void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                                 const Tensor& w, const Tensor& b) = 0;
+  // Accumulates into dx as well (LayerNorm's input gradient joins a residual stream).
+  virtual void layernorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                                  const Tensor& x, const Tensor& w, const Tensor& mean,
+                                  const Tensor& rstd) = 0;
+  // out [N, OC] = x [N, IC] w^T (+ b); w is [OC, IC].
+  virtual void linear_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b) = 0;
+  // Accumulates into dx, dw and db (db may be empty).
+  virtual void linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                               const Tensor& x, const Tensor& w) = 0;
+  // Causal multi-head attention over qkv [B, T, 3C]; att [B, NH, T, T] keeps the probabilities (after
+  // dropout's masks, when given).
+  virtual void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
+                                 const DropoutMask* dropout) = 0;
+  // Accumulates into dqkv.
+  virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
+                                  const Tensor& att, const DropoutMask* dropout) = 0;
+  virtual void gelu_forward(const Tensor& out, const Tensor& x) = 0;
+  // Accumulates into dx.
+  virtual void gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dout) = 0;
+  // out = a + b (out may alias either).
+  virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
+  // x [B, n]: out = x * mask / (1 - p), the mask of element e of row b keyed by keys[b]; may work in place.
+  virtual void dropout_forward(const Tensor& out, const Tensor& x, const DropoutMask& mask) = 0;
+  virtual void dropout_backward(const Tensor& dx, const Tensor& dout, const DropoutMask& mask) = 0;
+  // Over logits [N, Vp] of which the first V are real: probs = softmax, losses [N] = -log probs[target].
+  virtual void cross_entropy_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits,
+                                     const Tensor& targets, int vocab) = 0;
+  // dlogits = (probs - onehot) * dlosses, per row.
+  virtual void cross_entropy_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
+                                      const Tensor& dlosses, int vocab) = 0;
+  // Sum of the elements, accumulated in double in index order.
+  virtual double sum(const Tensor& x) = 0;
+
+  // Engine ops, on fp32 state and fp32/fp16/bf16 compute weights and wire buffers.
+  // dst = round_to_dst_dtype(src * scale); between fp32, fp16 and bf16 (widening is exact).
+  virtual void cast(const Tensor& dst, const Tensor& src, float scale = 1.0f) = 0;
+  // dst += src (fp32).
+  virtual void add_into(const Tensor& dst, const Tensor& src) = 0;
+  // Sum of squares in double, in fixed-size chunks summed in a fixed order (independent of threads).
+  virtual double sum_of_squares(const Tensor& x) = 0;
+  virtual bool all_finite(const Tensor& x) = 0;
+  // One AdamW update of param, m and v from grad * grad_scale; step counts applied updates from 1.
+  virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                     const AdamWHyper& hyper, int64_t step, float grad_scale) = 0;
+  // Block quantization (kernels/quant): `count` slices of slice_len elements of x (fp32/fp16/bf16) into
+  // `out` (bytes), blocks restarting at each slice. Returns whether every value was finite.
+  virtual bool quantize(const Tensor& out, const Tensor& x, int64_t slice_len, int64_t count, int bits,
+                        int block) = 0;
+  // The inverse into out (fp32), each value rounded through round_to (fp32, fp16 or bf16).
+  virtual void dequantize(const Tensor& out, const Tensor& in, int64_t slice_len, int64_t count, int bits,
+                          int block, DType round_to) = 0;
+};
+
+}  // namespace gpt

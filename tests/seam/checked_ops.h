@@ -1,0 +1,98 @@
+// A test-only backend that proves the device seam holds: its device memory is inaccessible (PROT_NONE)
+// except while one of its ops runs, so any code outside the seam that reads or writes device memory (model
+// state, gradients, activations) dies with SIGSEGV at the offending line. It computes with the CPU backend;
+// wire memory (what the communicator touches) is ordinary host memory.
+#pragma once
+
+#include <map>
+#include <mutex>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/ops.h"
+
+namespace gpt::testing {
+
+// Blocks from mmap, zero-filled, kept PROT_NONE while closed.
+class ProtectedMemory final : public BlockSource {
+ public:
+  ~ProtectedMemory() override;
+  void* acquire(size_t bytes) override;
+  void release(void* block, size_t bytes) override;
+  Device device() const override { return Device::kCUDA; }  // "not the host": a stand-in device
+  // Makes every live block readable and writable (open) or inaccessible (closed).
+  void set_open(bool open);
+
+ private:
+  std::mutex mutex_;
+  std::map<void*, size_t> blocks_;
+  bool open_ = false;
+};
+
+class CheckedOps final : public Ops {
+ public:
+  Device device() const override { return Device::kCUDA; }
+  BlockSource& device_memory() override { return device_; }
+  BlockSource& wire_memory() override { return cpu_.wire_memory(); }
+  void synchronize() override {}
+
+  void upload(const Tensor& dst, const void* host) override;
+  void download(void* host, const Tensor& src) override;
+  void copy(const Tensor& dst, const Tensor& src) override;
+  void fill(const Tensor& t, double value) override;
+  void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                         const Tensor& wpe) override;
+  void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                          const Tensor& tokens) override;
+  void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                         const Tensor& w, const Tensor& b) override;
+  void layernorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                          const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
+  void linear_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b) override;
+  void linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                       const Tensor& x, const Tensor& w) override;
+  void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
+                         const DropoutMask* dropout) override;
+  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                          const DropoutMask* dropout) override;
+  void gelu_forward(const Tensor& out, const Tensor& x) override;
+  void gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dout) override;
+  void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void dropout_forward(const Tensor& out, const Tensor& x, const DropoutMask& mask) override;
+  void dropout_backward(const Tensor& dx, const Tensor& dout, const DropoutMask& mask) override;
+  void cross_entropy_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits,
+                             const Tensor& targets, int vocab) override;
+  void cross_entropy_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
+                              const Tensor& dlosses, int vocab) override;
+  double sum(const Tensor& x) override;
+  void cast(const Tensor& dst, const Tensor& src, float scale) override;
+  void add_into(const Tensor& dst, const Tensor& src) override;
+  double sum_of_squares(const Tensor& x) override;
+  bool all_finite(const Tensor& x) override;
+  void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+             const AdamWHyper& hyper, int64_t step, float grad_scale) override;
+  bool quantize(const Tensor& out, const Tensor& x, int64_t slice_len, int64_t count, int bits,
+                int block) override;
+  void dequantize(const Tensor& out, const Tensor& in, int64_t slice_len, int64_t count, int bits, int block,
+                  DType round_to) override;
+
+  int64_t calls() const { return calls_; }  // ops run so far
+
+ private:
+  // Runs f with device memory open.
+  template <typename F>
+  auto inside(F&& f) {
+    struct Open {
+      ProtectedMemory& memory;
+      explicit Open(ProtectedMemory& m) : memory(m) { memory.set_open(true); }
+      ~Open() { memory.set_open(false); }
+    } open(device_);
+    ++calls_;
+    return f();
+  }
+
+  CpuOps cpu_;
+  ProtectedMemory device_;
+  int64_t calls_ = 0;
+};
+
+}  // namespace gpt::testing
