@@ -3,11 +3,11 @@
 
 namespace gpt {
 
-LoopSchedule loop_schedule(const ParamTable& table) {
-  const int U = int(table.units.size()), L = U - 3;
+LoopSchedule loop_schedule(int num_units) {
+  const int U = num_units, L = U - 3;  // wte, wpe, the blocks, ln_f (params.h)
   LoopSchedule s;
   for (int u = 0; u < U; ++u) s.forward.push_back(u);
-  s.backward = {table.final_norm_unit(), ParamTable::kWte};
+  s.backward = {U - 1, ParamTable::kWte};
   for (int l = L - 1; l >= 0; --l) s.backward.push_back(ParamTable::block_unit(l));
   for (int u = U - 1; u >= 0; --u) s.gradients.push_back(u);
   return s;
@@ -18,7 +18,7 @@ LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, bool checkp
                            Arena& arena)
     : config_(config),
       table_(make_param_table(config)),
-      schedule_(loop_schedule(table_)),
+      schedule_(loop_schedule(int(table_.units.size()))),
       B_(micro_batch),
       T_(config.seq_len),
       checkpoint_(checkpoint_activations),

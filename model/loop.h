@@ -50,7 +50,8 @@ struct LoopSchedule {
   std::vector<int> backward;   // ln_f and wte (the head), then h.{L-1} .. h.0; the embedding needs no weights
   std::vector<int> gradients;  // ln_f, h.{L-1} .. h.0, wpe, wte: the reverse of the forward order
 };
-LoopSchedule loop_schedule(const ParamTable& table);
+// For a model of num_units gather units (the table of params.h).
+LoopSchedule loop_schedule(int num_units);
 
 template <typename Real>
 class LayerLoop {

@@ -29,6 +29,7 @@ NVCC_FLAGS = [
     # Intermediate files next to the object, not in /tmp: inside Bazel's sandbox every nvcc runs as pid 2,
     # so parallel compiles would collide on /tmp/tmpxft_00000002_* names.
     "--objdir-as-tempdir",
+    "--extended-lambda",  # __device__ lambdas in element-wise kernels (elementwise.cu)
     "-Xcompiler",
     "-fPIC",
 ]

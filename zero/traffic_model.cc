@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/quant/quantize.h"
+#include "model/loop.h"
 #include "model/params.h"
 #include "zero/reduce.h"
 #include "zero/wire.h"
@@ -68,17 +69,15 @@ comm::TrafficCounts expected_step_traffic(const TrafficModelInput& in) {
       add_ring(t, phase, s.W, s.N, shard_bytes(u), 1);
     }
   };
+  // The units each pass of the model's layer loop gathers, and the order its gradients become final.
+  const LoopSchedule schedule = loop_schedule(U);
   for (uint64_t m = 0; m < k; ++m) {
-    for (int u = 0; u < U; ++u) gather(Phase::kParamGatherFwd, u, m == 0);
-    for (int u = 0; u < U; ++u) {
-      if (u != ParamTable::kWpe) gather(Phase::kParamGatherBwd, u, false);  // wpe's backward needs no weights
-    }
+    for (int u : schedule.forward) gather(Phase::kParamGatherFwd, u, m == 0);
+    for (int u : schedule.backward) gather(Phase::kParamGatherBwd, u, false);
   }
 
   // Gradients, bucket by bucket, every micro-step.
-  std::vector<int> backward;
-  for (int u = U - 1; u >= 0; --u) backward.push_back(u);
-  for (const std::vector<int>& bucket : plan_buckets(p, backward, z.reduce_bucket_size)) {
+  for (const std::vector<int>& bucket : plan_buckets(p, schedule.gradients, z.reduce_bucket_size)) {
     uint64_t chunk = 0;  // elements per destination rank
     for (int u : bucket) chunk += p.unit(u).shard;
     if (z.quantized_gradients && s.N >= 2) {

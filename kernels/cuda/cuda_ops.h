@@ -1,0 +1,82 @@
+// The CUDA backend of the device seam (kernels/ops.h), on one GPU: device memory from cudaMalloc, wire
+// memory pinned and mapped into the device's address space (the communicator reads it on the host, kernels
+// read it directly), every op enqueued on the Context's stream.
+//
+// Implemented so far: transfers, fill, fp32 linear (cuBLAS) and GELU, add, add-into, the fp32 <-> fp16/bf16
+// casts, and the reductions sum, sum_of_squares and all_finite (these three through the host for now). The
+// other transformer ops, AdamW and the quantizers throw CudaError naming the op: the rest of the backend is
+// the CUDA issue's work, and this class is where it plugs in, without touching model/ or zero/.
+#pragma once
+
+#include "kernels/cuda/runtime.h"
+#include "kernels/ops.h"
+
+namespace gpt::cuda {
+
+// Pinned host memory mapped for the device (cudaHostAlloc with cudaHostAllocMapped), zero-filled.
+class PinnedBlockSource final : public gpt::BlockSource {
+ public:
+  void* acquire(size_t bytes) override;
+  void release(void* block, size_t bytes) override;
+  Device device() const override { return Device::kCPU; }
+};
+
+class CudaOps final : public Ops {
+ public:
+  explicit CudaOps(int device = 0) : context_(device) {}
+  const Context& context() const { return context_; }
+
+  Device device() const override { return Device::kCUDA; }
+  BlockSource& device_memory() override { return device_memory_; }
+  BlockSource& wire_memory() override { return wire_memory_; }
+  void synchronize() override { context_.synchronize(); }
+
+  void upload(const Tensor& dst, const void* host) override;
+  void download(void* host, const Tensor& src) override;
+  void copy(const Tensor& dst, const Tensor& src) override;
+  void fill(const Tensor& t, double value) override;
+
+  void embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                         const Tensor& wpe) override;
+  void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                          const Tensor& tokens) override;
+  void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                         const Tensor& w, const Tensor& b) override;
+  void layernorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                          const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
+  void linear_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b) override;
+  void linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                       const Tensor& x, const Tensor& w) override;
+  void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
+                         const DropoutMask* dropout) override;
+  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                          const DropoutMask* dropout) override;
+  void gelu_forward(const Tensor& out, const Tensor& x) override;
+  void gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dout) override;
+  void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
+  void dropout_forward(const Tensor& out, const Tensor& x, const DropoutMask& mask) override;
+  void dropout_backward(const Tensor& dx, const Tensor& dout, const DropoutMask& mask) override;
+  void cross_entropy_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits,
+                             const Tensor& targets, int vocab) override;
+  void cross_entropy_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
+                              const Tensor& dlosses, int vocab) override;
+  double sum(const Tensor& x) override;
+
+  void cast(const Tensor& dst, const Tensor& src, float scale) override;
+  void add_into(const Tensor& dst, const Tensor& src) override;
+  double sum_of_squares(const Tensor& x) override;
+  bool all_finite(const Tensor& x) override;
+  void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+             const AdamWHyper& hyper, int64_t step, float grad_scale) override;
+  bool quantize(const Tensor& out, const Tensor& x, int64_t slice_len, int64_t count, int bits,
+                int block) override;
+  void dequantize(const Tensor& out, const Tensor& in, int64_t slice_len, int64_t count, int bits, int block,
+                  DType round_to) override;
+
+ private:
+  Context context_;
+  DeviceBlockSource device_memory_;
+  PinnedBlockSource wire_memory_;
+};
+
+}  // namespace gpt::cuda

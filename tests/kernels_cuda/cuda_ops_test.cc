@@ -1,0 +1,110 @@
+// CudaOps, the CUDA backend of the device seam, against CpuOps on the ops it implements: the casts (bit for
+// bit: both round with tensor/half.h), add and add-into (bit for bit), sum of squares and the finite check,
+// and GELU and linear (within fp32 tolerances: cuBLAS and the CPU's Eigen sum in other orders). Tensors are
+// allocated from arenas over each backend's memory, exactly as the engine does. Without a device it prints a
+// SKIPPED: line and passes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "tensor/arena.h"
+
+namespace {
+
+bool have_device() {
+  const gpt::cuda::DeviceProbe probe = gpt::cuda::probe_devices();
+  if (probe.count > 0) return true;
+  std::printf("SKIPPED: CudaOps vs CpuOps: no CUDA device is present (%s)\n", probe.problem.c_str());
+  return false;
+}
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// The same host values on both backends, in device memory.
+struct Pair {
+  gpt::Tensor cpu, gpu;
+};
+
+class Backends {
+ public:
+  Backends() : gpu_arena_("cuda", gpt::Arena::kUnlimited, &gpu.device_memory()) {}
+  Pair make(const std::vector<float>& values, std::vector<int64_t> shape) {
+    Pair p{cpu_arena_.allocate_tensor("t", "test", shape, gpt::DType::kF32),
+           gpu_arena_.allocate_tensor("t", "test", shape, gpt::DType::kF32)};
+    cpu.upload(p.cpu, values.data());
+    gpu.upload(p.gpu, values.data());
+    return p;
+  }
+  gpt::Tensor make_like(const gpt::Tensor& t, gpt::DType dtype) {
+    return gpu_arena_.allocate_tensor("t", "test", t.shape, dtype);
+  }
+  gpt::Tensor make_cpu_like(const gpt::Tensor& t, gpt::DType dtype) {
+    return cpu_arena_.allocate_tensor("t", "test", t.shape, dtype);
+  }
+  template <typename T>
+  std::vector<T> host(gpt::Ops& ops, const gpt::Tensor& t) {
+    std::vector<T> out(t.nbytes() / sizeof(T));
+    ops.download(out.data(), t);
+    return out;
+  }
+
+  gpt::CpuOps& cpu = gpt::cpu_ops();
+  gpt::cuda::CudaOps gpu{0};
+
+ private:
+  gpt::Arena cpu_arena_;
+  gpt::Arena gpu_arena_;
+};
+
+}  // namespace
+
+TEST_CASE("CudaOps casts, adds and reduces exactly as CpuOps") {
+  if (!have_device()) return;
+  Backends b;
+  const int64_t n = 100003;
+  Pair x = b.make(random_values(n, 1), {n}), y = b.make(random_values(n, 2), {n});
+  for (gpt::DType dtype : {gpt::DType::kF16, gpt::DType::kBF16}) {
+    gpt::Tensor cpu_half = b.make_cpu_like(x.cpu, dtype), gpu_half = b.make_like(x.gpu, dtype);
+    b.cpu.cast(cpu_half, x.cpu, 0.25f);
+    b.gpu.cast(gpu_half, x.gpu, 0.25f);
+    CHECK(b.host<uint16_t>(b.cpu, cpu_half) == b.host<uint16_t>(b.gpu, gpu_half));
+    b.cpu.cast(y.cpu, cpu_half, 1.0f);
+    b.gpu.cast(y.gpu, gpu_half, 1.0f);
+    CHECK(b.host<float>(b.cpu, y.cpu) == b.host<float>(b.gpu, y.gpu));
+  }
+  b.cpu.add_into(x.cpu, y.cpu);
+  b.gpu.add_into(x.gpu, y.gpu);
+  CHECK(b.host<float>(b.cpu, x.cpu) == b.host<float>(b.gpu, x.gpu));
+  CHECK(b.cpu.sum_of_squares(x.cpu) == b.gpu.sum_of_squares(x.gpu));
+  CHECK(b.gpu.all_finite(x.gpu));
+}
+
+TEST_CASE("CudaOps GELU and linear agree with CpuOps within fp32 tolerance") {
+  if (!have_device()) return;
+  Backends b;
+  const int64_t N = 64, IC = 96, OC = 80;
+  Pair x = b.make(random_values(N * IC, 3), {N, IC}), w = b.make(random_values(OC * IC, 4), {OC, IC});
+  Pair bias = b.make(random_values(OC, 5), {OC}), out = b.make(std::vector<float>(N * OC), {N, OC});
+  b.cpu.linear_forward(out.cpu, x.cpu, w.cpu, bias.cpu);
+  b.gpu.linear_forward(out.gpu, x.gpu, w.gpu, bias.gpu);
+  Pair act = b.make(std::vector<float>(N * OC), {N, OC});
+  b.cpu.gelu_forward(act.cpu, out.cpu);
+  b.gpu.gelu_forward(act.gpu, out.gpu);
+  const std::vector<float> c = b.host<float>(b.cpu, act.cpu), g = b.host<float>(b.gpu, act.gpu);
+  double worst = 0;
+  for (size_t i = 0; i < c.size(); ++i) worst = std::max(worst, std::fabs(double(c[i]) - double(g[i])));
+  INFO("worst absolute difference " << worst);
+  CHECK(worst < 1e-3);
+}
