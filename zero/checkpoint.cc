@@ -173,6 +173,66 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
   return out;
 }
 
+namespace {
+
+// The manifest of a save: training position, loss scaler, model, partition and each shard file's digest.
+json make_manifest(const ZeroEngine& engine, int world_size, const TrainingPosition& position,
+                   const std::vector<std::string>& digests) {
+  const Partition& partition = engine.partition();
+  json manifest;
+  manifest["format"] = kFormat;
+  manifest["version"] = kVersion;
+  manifest["iteration"] = position.iteration;
+  manifest["skipped_total"] = position.skipped_total;
+  manifest["global_batch"] = position.global_batch;
+  manifest["seed"] = position.seed;
+  manifest["applied_steps"] = engine.applied_steps();
+  const LossScaler::State s = engine.loss_scaler().state();
+  manifest["loss_scaler"] = {{"scale", s.scale},
+                             {"hysteresis_left", s.hysteresis_left},
+                             {"iteration", s.iteration},
+                             {"last_overflow_iteration", s.last_overflow_iteration}};
+  manifest["model"] = model_json(engine.model());
+  manifest["world_size"] = world_size;
+  manifest["zero"] = {{"stage", engine.config().stage},
+                      {"precision", precision_name(engine.config().precision)}};
+  manifest["num_shards"] = partition.num_shards();
+  manifest["shard_total"] = partition.shard_total();
+  json units = json::array();
+  for (size_t u = 0; u < partition.units().size(); ++u) {
+    const UnitPartition& p = partition.unit(int(u));
+    units.push_back({{"name", engine.table().units[u].name},
+                     {"numel", p.numel},
+                     {"shard", p.shard},
+                     {"shard_offset", p.shard_offset}});
+  }
+  manifest["units"] = units;
+  json files = json::array();
+  for (int r = 0; r < partition.num_shards(); ++r) {
+    files.push_back({{"name", shard_name(r, partition.num_shards())},
+                     {"bytes", 3 * partition.shard_total() * int64_t(sizeof(float))},
+                     {"sha256", digests[r]}});
+  }
+  manifest["files"] = files;
+  return manifest;
+}
+
+// Keeps the newest `keep` saves in dir (by iteration), removing the older ones.
+void prune_checkpoints(const std::string& dir, int keep) {
+  std::error_code ec;
+  std::vector<std::pair<int64_t, fs::path>> found;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string n = entry.path().filename().string();
+    if (entry.is_directory() && n.rfind("global_step", 0) == 0 && n.find('.') == std::string::npos) {
+      found.emplace_back(std::atoll(n.c_str() + 11), entry.path());
+    }
+  }
+  std::sort(found.begin(), found.end());
+  for (size_t i = 0; i + keep < found.size(); ++i) fs::remove_all(found[i].second, ec);
+}
+
+}  // namespace
+
 std::string save_checkpoint(ZeroEngine& engine, comm::Communicator& world, const std::string& dir,
                             const TrainingPosition& position, int keep) {
   const std::string name = "global_step" + std::to_string(position.iteration);
@@ -202,41 +262,7 @@ std::string save_checkpoint(ZeroEngine& engine, comm::Communicator& world, const
   fault_point("shards", world);
 
   if (world.rank() == 0) {
-    json manifest;
-    manifest["format"] = kFormat;
-    manifest["version"] = kVersion;
-    manifest["iteration"] = position.iteration;
-    manifest["skipped_total"] = position.skipped_total;
-    manifest["global_batch"] = position.global_batch;
-    manifest["seed"] = position.seed;
-    manifest["applied_steps"] = engine.applied_steps();
-    const LossScaler::State s = engine.loss_scaler().state();
-    manifest["loss_scaler"] = {{"scale", s.scale},
-                               {"hysteresis_left", s.hysteresis_left},
-                               {"iteration", s.iteration},
-                               {"last_overflow_iteration", s.last_overflow_iteration}};
-    manifest["model"] = model_json(engine.model());
-    manifest["world_size"] = world.size();
-    manifest["zero"] = {{"stage", engine.config().stage},
-                        {"precision", precision_name(engine.config().precision)}};
-    manifest["num_shards"] = shards;
-    manifest["shard_total"] = partition.shard_total();
-    json units = json::array();
-    for (size_t u = 0; u < partition.units().size(); ++u) {
-      const UnitPartition& p = partition.unit(int(u));
-      units.push_back({{"name", engine.table().units[u].name},
-                       {"numel", p.numel},
-                       {"shard", p.shard},
-                       {"shard_offset", p.shard_offset}});
-    }
-    manifest["units"] = units;
-    json files = json::array();
-    for (int r = 0; r < shards; ++r) {
-      files.push_back({{"name", shard_name(r, shards)},
-                       {"bytes", 3 * partition.shard_total() * int64_t(sizeof(float))},
-                       {"sha256", digests[r]}});
-    }
-    manifest["files"] = files;
+    const json manifest = make_manifest(engine, world.size(), position, digests);
     write_text_atomically((tmp_path / "manifest.json").string(), manifest.dump(1) + "\n");
     fault_point("manifest", world);
     std::error_code ec;
@@ -246,33 +272,22 @@ std::string save_checkpoint(ZeroEngine& engine, comm::Communicator& world, const
     fault_point("rename", world);
     write_text_atomically((fs::path(dir) / "latest").string(), name + "\n");
     fault_point("latest", world);
-    if (keep > 0) {
-      // Prune by iteration, oldest first, never the one just written.
-      std::vector<std::pair<int64_t, fs::path>> found;
-      for (const auto& entry : fs::directory_iterator(dir, ec)) {
-        const std::string n = entry.path().filename().string();
-        if (entry.is_directory() && n.rfind("global_step", 0) == 0 && n.find('.') == std::string::npos) {
-          found.emplace_back(std::atoll(n.c_str() + 11), entry.path());
-        }
-      }
-      std::sort(found.begin(), found.end());
-      for (size_t i = 0; i + keep < found.size(); ++i) fs::remove_all(found[i].second, ec);
-    }
+    if (keep > 0) prune_checkpoints(dir, keep);
   }
   world.barrier().wait();
   return final_path.string();
 }
 
-LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, const std::string& dir,
-                                 bool weights_only) {
-  const auto [path, manifest] = read_manifest(dir);
-  const std::string manifest_path = (path / "manifest.json").string();
+namespace {
+
+// The training position, loss scaler and world size a manifest records, once its model is checked.
+LoadedCheckpoint read_position(const json& manifest, const std::string& manifest_path,
+                               const GPTConfig& model) {
   LoadedCheckpoint loaded;
-  loaded.path = path.string();
   try {
-    if (manifest.at("model") != model_json(engine.model())) {
+    if (manifest.at("model") != model_json(model)) {
       throw CheckpointError(manifest_path + ": made for the model " + manifest.at("model").dump() +
-                            ", but the flags describe " + model_json(engine.model()).dump() +
+                            ", but the flags describe " + model_json(model).dump() +
                             "; pass the model flags the checkpoint was trained with");
     }
     loaded.position.iteration = manifest.at("iteration");
@@ -287,22 +302,11 @@ LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, 
   } catch (const json::exception& e) {
     throw CheckpointError(manifest_path + ": missing or malformed field (" + e.what() + ")");
   }
+  return loaded;
+}
 
-  // Which old shard holds unit u's element x: shard x / old_shard, at old shard_offset + x % old_shard.
-  const int old_shards = manifest.at("num_shards");
-  const int64_t old_total = manifest.at("shard_total");
-  const json& old_units = manifest.at("units");
-  const json& files = manifest.at("files");
-  const Partition& partition = engine.partition();
-  if (old_units.size() != partition.units().size())
-    throw CheckpointError(manifest_path + ": unit count differs");
-  ZeroEngine::ShardState state = engine.shard_state();
-  std::fill(state.master, state.master + state.size, 0.0f);
-  if (!weights_only) {
-    std::fill(state.adam_m, state.adam_m + state.size, 0.0f);
-    std::fill(state.adam_v, state.adam_v + state.size, 0.0f);
-  }
-  // Rank 0 checks every shard file against the manifest and tells everyone, so all ranks stop together.
+// Rank 0 checks every shard file against the manifest and tells everyone, so all ranks stop together.
+void agree_shards_intact(comm::Communicator& world, const fs::path& path, const json& files, int old_shards) {
   std::string problem;
   if (world.rank() == 0) {
     for (int p = 0; p < old_shards && problem.empty(); ++p) problem = check_shard(path, files, p);
@@ -311,6 +315,17 @@ LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, 
   world.broadcast(problem.data(), problem.size(), 0, comm::Phase::kOther).wait();
   problem.resize(std::strlen(problem.c_str()));
   if (!problem.empty()) throw CheckpointError(problem);
+}
+
+// Reads this rank's ranges of every unit (master, and Adam's moments unless weights_only) from the old
+// shards that hold them: unit u's element x sits in old shard x / old_shard, at its shard_offset +
+// x % old_shard.
+void read_owned_ranges(const fs::path& path, const json& manifest, const Partition& partition, int me,
+                       const ZeroEngine::ShardState& state, bool weights_only) {
+  const int old_shards = manifest.at("num_shards");
+  const int64_t old_total = manifest.at("shard_total");
+  const json& old_units = manifest.at("units");
+  const json& files = manifest.at("files");
   std::vector<int> fds(old_shards, -1);
   auto open_shard = [&](int p) {
     if (fds[p] >= 0) return fds[p];
@@ -319,7 +334,6 @@ LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, 
     if (fds[p] < 0) throw CheckpointError(file + ": cannot open (" + std::strerror(errno) + ")");
     return fds[p];
   };
-  const int me = engine.shard_index();
   for (size_t u = 0; u < partition.units().size(); ++u) {
     const UnitPartition& now = partition.unit(int(u));
     const int64_t old_shard = old_units[u].at("shard"), old_offset = old_units[u].at("shard_offset");
@@ -345,6 +359,28 @@ LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, 
   for (int fd : fds) {
     if (fd >= 0) ::close(fd);
   }
+}
+
+}  // namespace
+
+LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, const std::string& dir,
+                                 bool weights_only) {
+  const auto [path, manifest] = read_manifest(dir);
+  const std::string manifest_path = (path / "manifest.json").string();
+  LoadedCheckpoint loaded = read_position(manifest, manifest_path, engine.model());
+  loaded.path = path.string();
+
+  const Partition& partition = engine.partition();
+  if (manifest.at("units").size() != partition.units().size())
+    throw CheckpointError(manifest_path + ": unit count differs");
+  ZeroEngine::ShardState state = engine.shard_state();
+  std::fill(state.master, state.master + state.size, 0.0f);
+  if (!weights_only) {
+    std::fill(state.adam_m, state.adam_m + state.size, 0.0f);
+    std::fill(state.adam_v, state.adam_v + state.size, 0.0f);
+  }
+  agree_shards_intact(world, path, manifest.at("files"), manifest.at("num_shards"));
+  read_owned_ranges(path, manifest, partition, engine.shard_index(), state, weights_only);
   if (!weights_only) engine.set_training_state(loaded.applied_steps, loaded.scaler);
   engine.commit_shard_state();
   world.barrier().wait();
