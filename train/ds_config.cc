@@ -12,7 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include "train/flags.h"
+#include "base/user_error.h"
 
 namespace gpt {
 namespace {
