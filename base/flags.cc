@@ -175,6 +175,8 @@ bool FlagParser::parse(int argc, const char* const* argv) {
       inline_value = true;
     }
     Flag* flag = find(name);
+    if (!flag && flags_.empty())
+      throw UsageError("unknown flag " + name + "; this program takes no flags (see --help)");
     if (!flag)
       throw UsageError("unknown flag " + name + "; did you mean " + closest(name) + "? (see --help)");
     if (flag->takes_value) {

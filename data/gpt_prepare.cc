@@ -63,9 +63,8 @@ bool parse_flags(int argc, char** argv, Options& options) {
                    "where to write, e.g. $GPT_DATA_DIR/sotu (directories are created)");
   flags.add_string("--val-fraction", &val_fraction,
                    "fraction of documents for validation, 0 <= F < 1; 0 writes no validation shard");
-  flags.add_string("--vocab-file", &options.vocab_file,
-                   "GPT-2 encoder.json (default: $GPT_DATA_DIR/encoder.json)");
-  flags.add_string("--merge-file", &options.merge_file, "GPT-2 vocab.bpe (default: $GPT_DATA_DIR/vocab.bpe)");
+  flags.add_string("--vocab-file", &options.vocab_file, "GPT-2 encoder.json (from $GPT_DATA_DIR)");
+  flags.add_string("--merge-file", &options.merge_file, "GPT-2 vocab.bpe (from $GPT_DATA_DIR)");
   flags.add_positional("INPUT", &options.inputs);
   if (!flags.parse(argc, argv)) return false;
   options.val_fraction = parse_fraction(val_fraction);

@@ -31,9 +31,8 @@ bool parse_flags(int argc, char** argv, Options& options) {
       "scripts/setup fills it.");
   flags.add_switch("--decode", &options.decode,
                    "read token ids (separated by whitespace) on stdin and write their bytes to stdout");
-  flags.add_string("--vocab-file", &options.vocab_file,
-                   "GPT-2 encoder.json (default: $GPT_DATA_DIR/encoder.json)");
-  flags.add_string("--merge-file", &options.merge_file, "GPT-2 vocab.bpe (default: $GPT_DATA_DIR/vocab.bpe)");
+  flags.add_string("--vocab-file", &options.vocab_file, "GPT-2 encoder.json (from $GPT_DATA_DIR)");
+  flags.add_string("--merge-file", &options.merge_file, "GPT-2 vocab.bpe (from $GPT_DATA_DIR)");
   return flags.parse(argc, argv);
 }
 

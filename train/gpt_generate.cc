@@ -61,8 +61,8 @@ bool parse_options(int argc, const char* const* argv, GenerateOptions& o) {
                 1 << 24);
   flags.add_int64("--seed", &o.seed, "sampling seed: the same seed gives the same text", 0, INT64_MAX);
   flags.group("Tokenizer and output");
-  flags.add_string("--vocab-file", &o.vocab_file, "GPT-2 encoder.json (default: $GPT_DATA_DIR/encoder.json)");
-  flags.add_string("--merge-file", &o.merge_file, "GPT-2 vocab.bpe (default: $GPT_DATA_DIR/vocab.bpe)");
+  flags.add_string("--vocab-file", &o.vocab_file, "GPT-2 encoder.json (from $GPT_DATA_DIR)");
+  flags.add_string("--merge-file", &o.merge_file, "GPT-2 vocab.bpe (from $GPT_DATA_DIR)");
   flags.add_switch("--print-ids", &o.print_ids, "after the text, print the prompt's and the new tokens' ids");
   flags.add_int("--threads", &o.threads, "CPU threads (0 = all cores)", 0, 1024);
   if (!flags.parse(argc, argv)) return false;

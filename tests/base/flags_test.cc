@@ -96,3 +96,16 @@ TEST_CASE("registering a flag again replaces it") {
   CHECK(flags.help().find("0 = at the end") != std::string::npos);
   CHECK(flags.help().find("every N steps (") == std::string::npos);
 }
+
+TEST_CASE("a program without flags says so") {
+  std::vector<std::string> files;
+  gpt::FlagParser flags("prog", "test");
+  flags.add_positional("FILE", &files);
+  const char* argv[] = {"prog", "--x"};
+  try {
+    flags.parse(2, argv);
+    FAIL("no error");
+  } catch (const gpt::UsageError& e) {
+    CHECK(std::string(e.what()) == "unknown flag --x; this program takes no flags (see --help)");
+  }
+}
