@@ -9,13 +9,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <thread>
 #include <vector>
 
-#include "comm/mpi_communicator.h"
+#include "base/flags.h"
+#include "comm/mpi_main.h"
 
 namespace {
 
@@ -69,17 +68,24 @@ int iterations_for(size_t bytes) {
   return int(std::clamp<size_t>((size_t(128) << 20) / std::max<size_t>(bytes, 1), 3, 200));
 }
 
-}  // namespace
+// Returns false when --help was printed.
+bool parse(int argc, char** argv, gpt::comm::MpiOptions& options, int64_t& max_mib) {
+  gpt::FlagParser flags(
+      "bench/comm",
+      "Bandwidth of our MPI collectives beside MPICH's, and the communication thread's CPU; "
+      "run under mpiexec -n 2 or -n 4.");
+  flags.add_int64("--max-mib", &max_mib, "largest buffer in MiB (sizes from 64 KiB, x8)", 1, 1 << 20);
+  flags.add_int("--max-sleep-us", &options.max_sleep_us, "the communication thread's backoff cap", 0,
+                1 << 24);
+  flags.add_int("--ranks-per-node", &options.ranks_per_node,
+                "simulate nodes of K consecutive ranks (0 = real nodes)", 0, 1 << 20);
+  return flags.parse(argc, argv);
+}
 
-int main(int argc, char** argv) {
-  MpiSession session(argc, argv);
+int run(MpiSession& session, int argc, char** argv) {
   gpt::comm::MpiOptions options;
-  size_t max_mib = 64;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (!std::strcmp(argv[i], "--max-mib")) max_mib = std::strtoull(argv[i + 1], nullptr, 10);
-    if (!std::strcmp(argv[i], "--max-sleep-us")) options.max_sleep_us = std::atoi(argv[i + 1]);
-    if (!std::strcmp(argv[i], "--ranks-per-node")) options.ranks_per_node = std::atoi(argv[i + 1]);
-  }
+  int64_t max_mib = 64;
+  if (!parse(argc, argv, options, max_mib)) return 0;
   auto world = session.world(options);
   const int w = world->size();
   int thread_level = 0;
@@ -97,7 +103,7 @@ int main(int argc, char** argv) {
                 "MPICH GB/s");
   }
 
-  for (size_t bytes = size_t(64) << 10; bytes <= (max_mib << 20); bytes *= 8) {
+  for (size_t bytes = size_t(64) << 10; bytes <= (size_t(max_mib) << 20); bytes *= 8) {
     const size_t total = bytes / (4 * w) * (4 * w);  // divisible into W fp16 chunks and fp32 ints
     const int iterations = iterations_for(total);
     std::vector<uint8_t> full(total), part(total / w);
@@ -170,4 +176,11 @@ int main(int argc, char** argv) {
         100 * waiting, 100 * idle);
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return gpt::comm::run_mpi_main("bench/comm", argc, argv,
+                                 [&](MpiSession& session) { return run(session, argc, argv); });
 }

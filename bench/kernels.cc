@@ -2,11 +2,10 @@
 // ms per call of each op's forward and backward, GFLOP/s for the GEMM ones, and each op's share of one
 // training step (calls per step x ms), next to Eigen's SGEMM rate on 2048^3 with the same threads.
 // Usage: bench/kernels [--threads N] [--reps R] [--layers L] [--batch B] [--seq T] [--hidden C] [--heads NH]
+// (and the other shape flags of gpt_train: --vocab-size, --max-position-embeddings; see --help)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -14,6 +13,8 @@
 
 #include <Eigen/Core>
 
+#include "base/flags.h"
+#include "base/main.h"
 #include "kernels/cpu/adamw.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
@@ -23,6 +24,7 @@
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/residual.h"
 #include "kernels/cpu/threads.h"
+#include "train/model_flags.h"
 
 namespace {
 
@@ -33,35 +35,24 @@ struct Options {
   int threads = 2, reps = 10, L = 12, B = 4, T = 64, C = 768, NH = 12, V = 50257, Vp = 50304, maxT = 1024;
 };
 
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    int* target = flag == "--threads"  ? &o.threads
-                  : flag == "--reps"   ? &o.reps
-                  : flag == "--layers" ? &o.L
-                  : flag == "--batch"  ? &o.B
-                  : flag == "--seq"    ? &o.T
-                  : flag == "--hidden" ? &o.C
-                  : flag == "--heads"  ? &o.NH
-                                       : nullptr;
-    char* end = nullptr;
-    const long value = (target && i + 1 < argc) ? std::strtol(argv[i + 1], &end, 10) : 0;
-    if (!target || end == argv[i + 1] || *end != '\0' || value < 1) {
-      std::fprintf(stderr,
-                   "bench/kernels: bad flag or value at '%s' (flags: --threads --reps --layers --batch "
-                   "--seq --hidden --heads, positive integers)\n",
-                   argv[i]);
-      std::exit(2);
-    }
-    *target = int(value);
-    ++i;
-  }
-  if (o.C % o.NH != 0) {
-    std::fprintf(stderr, "bench/kernels: --hidden %d is not divisible by --heads %d\n", o.C, o.NH);
-    std::exit(2);
-  }
-  return o;
+// Returns false when --help was printed. The shape flags are gpt_train's (with the short aliases); the
+// position table grows to any --seq unless given.
+bool parse(int argc, char** argv, Options& o) {
+  gpt::GPTConfig config;
+  config.seq_len = o.T;
+  gpt::FlagParser flags("bench/kernels", "Times each CPU kernel's forward and backward at a GPT-2 shape.");
+  gpt::add_model_flags(flags, &config);
+  gpt::add_short_model_aliases(flags);
+  flags.add_int("--micro-batch-size", &o.B, "sequences per call", 1, 1 << 16);
+  flags.add_alias("--batch", "--micro-batch-size");
+  flags.add_int("--threads", &o.threads, "CPU threads", 1, 1024);
+  flags.add_int("--reps", &o.reps, "timed calls per op (the median is shown)", 1, 1 << 20);
+  if (!flags.parse(argc, argv)) return false;
+  if (!flags.given("--max-position-embeddings")) config.max_positions = std::max(1024, config.seq_len);
+  if (std::string problem = config.validate(); !problem.empty()) throw gpt::UsageError(problem);
+  o.L = config.num_layers, o.T = config.seq_len, o.C = config.hidden, o.NH = config.heads;
+  o.V = config.vocab, o.Vp = config.padded_vocab(), o.maxT = config.max_positions;
+  return true;
 }
 
 Buf random_buf(int64_t n, std::mt19937& gen, float scale = 1.f) {
@@ -91,10 +82,9 @@ struct Row {
   int per_step;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+int run(int argc, char** argv) {
+  Options o;
+  if (!parse(argc, argv, o)) return 0;
   set_num_threads(o.threads);
   const int B = o.B, T = o.T, C = o.C, NH = o.NH, V = o.V, Vp = o.Vp, L = o.L, N = B * T;
   const int64_t NC = int64_t(N) * C;
@@ -238,4 +228,10 @@ int main(int argc, char** argv) {
       "\nsum over one training step: %.1f ms; its GEMM work runs at %.1f GFLOP/s overall = %.2f of SGEMM\n",
       step_ms, gemm_flop / (step_ms * 1e6), gemm_flop / (step_ms * 1e6) / sgemm_gflops);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return gpt::run_main("bench/kernels", [&] { return run(argc, argv); });
 }

@@ -17,11 +17,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "base/flags.h"
+#include "base/main.h"
 #include "kernels/quant/quantize.h"
 
 namespace {
@@ -32,29 +33,15 @@ struct Options {
   int reps = 5;
 };
 
-Options parse(int argc, char** argv) {
-  Options options;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h" || i + 1 == argc) {
-      std::fprintf(stderr, "usage: quantize [--n VALUES] [--threads T] [--reps R]\n");
-      std::exit(flag == "--help" || flag == "-h" ? 0 : 2);
-    }
-    const long long value = std::atoll(argv[++i]);
-    if (flag == "--n" && value > 0) {
-      options.n = value;
-    } else if (flag == "--threads" && value > 0) {
-      options.threads = static_cast<int>(value);
-    } else if (flag == "--reps" && value > 0) {
-      options.reps = static_cast<int>(value);
-    } else {
-      std::fprintf(stderr,
-                   "quantize: bad flag %s %s; flags are --n, --threads, --reps with a positive value\n",
-                   flag.c_str(), argv[i]);
-      std::exit(2);
-    }
-  }
-  return options;
+// Returns false when --help was printed.
+bool parse(int argc, char** argv, Options& options) {
+  gpt::FlagParser flags("bench/quantize",
+                        "Block quantizers (int8, int4): throughput and error by block size on three value "
+                        "distributions.");
+  flags.add_int64("--n", &options.n, "values per array", 1, int64_t(1) << 40);
+  flags.add_int("--threads", &options.threads, "OpenMP threads", 1, 1024);
+  flags.add_int("--reps", &options.reps, "timed calls per measurement (the median is shown)", 1, 1 << 20);
+  return flags.parse(argc, argv);
 }
 
 std::vector<float> make_data(const std::string& kind, int64_t n) {
@@ -107,11 +94,10 @@ Errors measure_errors(const std::vector<float>& x, const std::vector<float>& bac
   return {std::sqrt(sq_err / sq), abs_err / abs, max_err / max_abs};
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   using namespace gpt::quant;
-  const Options options = parse(argc, argv);
+  Options options;
+  if (!parse(argc, argv, options)) return 0;
   omp_set_num_threads(options.threads);
   const int64_t n = options.n;
   const double gb = 4.0 * double(n) / 1e9;  // fp32 input bytes
@@ -152,4 +138,10 @@ int main(int argc, char** argv) {
     }
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return gpt::run_main("bench/quantize", [&] { return run(argc, argv); });
 }

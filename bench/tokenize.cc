@@ -9,8 +9,11 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "base/flags.h"
+#include "base/main.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 
@@ -18,9 +21,7 @@ namespace {
 
 using gpt::data::DataError;
 
-std::vector<std::string> read_corpus(int argc, char** argv) {
-  std::vector<std::string> paths;
-  for (int i = 1; i < argc; ++i) paths.emplace_back(argv[i]);
+std::vector<std::string> read_corpus(std::vector<std::string> paths) {
   if (paths.empty()) {
     const std::string dir = gpt::data::default_data_dir() + "/sotu";
     std::error_code error;
@@ -42,11 +43,13 @@ std::vector<std::string> read_corpus(int argc, char** argv) {
 }
 
 int run(int argc, char** argv) {
-  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
-    std::puts("usage: tokenize [TEXT_FILE...]  (default: $GPT_DATA_DIR/sotu/*.txt)");
-    return 0;
-  }
-  const std::vector<std::string> texts = read_corpus(argc, argv);
+  std::vector<std::string> paths;
+  gpt::FlagParser flags("bench/tokenize",
+                        "GPT-2 BPE throughput, one thread, over the text files given (default: "
+                        "$GPT_DATA_DIR/sotu/*.txt).");
+  flags.add_positional("TEXT_FILE", &paths);
+  if (!flags.parse(argc, argv)) return 0;
+  const std::vector<std::string> texts = read_corpus(std::move(paths));
   int64_t bytes = 0;
   for (const std::string& text : texts) bytes += static_cast<int64_t>(text.size());
 
@@ -78,10 +81,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const DataError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
-  }
+  return gpt::run_main("bench/tokenize", [&] { return run(argc, argv); });
 }

@@ -7,11 +7,13 @@
 #include <cstdio>
 #include <vector>
 
+#include "base/flags.h"
+#include "base/main.h"
 #include "kernels/cpu/threads.h"
 #include "model/model.h"
-#include "train/flags.h"
 #include "train/metrics.h"
 #include "kernels/cpu/adamw.h"
+#include "train/model_flags.h"
 #include "zero/optimizer.h"
 
 namespace {
@@ -22,29 +24,33 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Options {
   gpt::GPTConfig config;
-  config.seq_len = 64;
   int batch = 4, steps = 5, threads = 2;
+};
+
+// Returns false when --help was printed. The position table grows to any --seq unless given.
+bool parse(int argc, char** argv, Options& o) {
+  o.config.seq_len = 64;
   gpt::FlagParser flags("bench/train_step",
                         "Times GPT-2 training steps and reports MFU against Eigen SGEMM.");
-  flags.add_int("--layers", &config.num_layers, "transformer blocks", 1, 1000);
-  flags.add_int("--hidden", &config.hidden, "model width", 1, 1 << 16);
-  flags.add_int("--heads", &config.heads, "attention heads", 1, 1024);
-  flags.add_int("--seq", &config.seq_len, "sequence length", 1, 1 << 16);
-  flags.add_int("--batch", &batch, "micro-batch", 1, 1 << 16);
-  flags.add_int("--steps", &steps, "timed steps (after one warm-up step)", 1, 1 << 20);
-  flags.add_int("--threads", &threads, "CPU threads", 1, 1024);
-  try {
-    if (!flags.parse(argc, argv)) return 0;
-    config.max_positions = std::max(1024, config.seq_len);
-    if (std::string problem = config.validate(); !problem.empty()) throw gpt::UsageError(problem);
-  } catch (const gpt::UsageError& e) {
-    std::fprintf(stderr, "bench/train_step: %s\n", e.what());
-    return 2;
-  }
+  gpt::add_model_flags(flags, &o.config);
+  gpt::add_short_model_aliases(flags);
+  flags.add_int("--micro-batch-size", &o.batch, "sequences per step", 1, 1 << 16);
+  flags.add_alias("--batch", "--micro-batch-size");
+  flags.add_int("--steps", &o.steps, "timed steps (after one warm-up step)", 1, 1 << 20);
+  flags.add_int("--threads", &o.threads, "CPU threads", 1, 1024);
+  if (!flags.parse(argc, argv)) return false;
+  if (!flags.given("--max-position-embeddings")) o.config.max_positions = std::max(1024, o.config.seq_len);
+  if (std::string problem = o.config.validate(); !problem.empty()) throw gpt::UsageError(problem);
+  return true;
+}
+
+int run(int argc, char** argv) {
+  Options o;
+  if (!parse(argc, argv, o)) return 0;
+  const gpt::GPTConfig& config = o.config;
+  const int batch = o.batch, steps = o.steps, threads = o.threads;
   gpt::cpu::set_num_threads(threads);
 
   const int T = config.seq_len;
@@ -97,4 +103,10 @@ int main(int argc, char** argv) {
       "\"mfu\": %.4f}\n",
       tokens_per_s, step_s * 1e3, model_gflops, sgemm_gflops, model_gflops / sgemm_gflops);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return gpt::run_main("bench/train_step", [&] { return run(argc, argv); });
 }

@@ -1,17 +1,20 @@
 // bench/zero_overlap: under mpiexec, tokens/s of ZeRO stage 0 and of stage 3 without and with overlap_comm,
 // from the same initial weights and batches, one JSON line per configuration, then the ratio stage 3
 // (overlap) / stage 0 and the time ranks spent blocked on communication by phase (mean over ranks).
-//   mpiexec -n 2 bazel-bin/bench/zero_overlap --layers 12 --hidden 768 --heads 12 --seq 64 --batch 4 --steps
-//   4
+//   mpiexec -n 2 bazel-bin/bench/zero_overlap --layers 12 --hidden 768 --heads 12 --seq 64 --batch 4
+//     --steps 4
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "comm/mpi_communicator.h"
+#include "base/flags.h"
+#include "base/main.h"
+#include "comm/mpi_main.h"
 #include "kernels/common/random.h"
 #include "kernels/cpu/threads.h"
-#include "train/flags.h"
+#include "train/model_flags.h"
 #include "zero/engine.h"
 
 namespace {
@@ -57,34 +60,32 @@ double mean_over_ranks(gpt::comm::Communicator& world, double value) {
   return v;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  gpt::comm::MpiSession session(argc, argv);
+struct Options {
   gpt::GPTConfig model;
-  model.seq_len = 64;
   int batch = 4, steps = 4, threads = 1;
   bool fp16 = false;
+};
+
+// Returns false when --help was printed. The position table grows to any --seq unless given.
+bool parse(int argc, char** argv, Options& o) {
+  o.model.seq_len = 64;
   gpt::FlagParser flags("bench/zero_overlap",
                         "ZeRO-3 with and without overlap_comm against stage 0, under mpiexec.");
-  flags.add_int("--layers", &model.num_layers, "transformer blocks", 1, 1000);
-  flags.add_int("--hidden", &model.hidden, "model width", 1, 1 << 16);
-  flags.add_int("--heads", &model.heads, "attention heads", 1, 1024);
-  flags.add_int("--seq", &model.seq_len, "sequence length", 1, 1 << 16);
-  flags.add_int("--batch", &batch, "micro-batch per rank", 1, 1 << 16);
-  flags.add_int("--steps", &steps, "timed steps per configuration (after one warm-up step)", 1, 1 << 20);
-  flags.add_int("--threads", &threads, "CPU threads per rank", 1, 1024);
-  flags.add_switch("--fp16", &fp16, "fp16 compute weights and gradients");
-  try {
-    if (!flags.parse(argc, argv)) return 0;
-    model.max_positions = std::max(1024, model.seq_len);
-    if (std::string problem = model.validate(); !problem.empty()) throw gpt::UsageError(problem);
-  } catch (const gpt::UsageError& e) {
-    std::fprintf(stderr, "bench/zero_overlap: %s\n", e.what());
-    return 2;
-  }
-  gpt::cpu::set_num_threads(threads);
-  auto world = session.world();
+  gpt::add_model_flags(flags, &o.model);
+  gpt::add_short_model_aliases(flags);
+  flags.add_int("--micro-batch-size", &o.batch, "micro-batch per rank", 1, 1 << 16);
+  flags.add_alias("--batch", "--micro-batch-size");
+  flags.add_int("--steps", &o.steps, "timed steps per configuration (after one warm-up step)", 1, 1 << 20);
+  flags.add_int("--threads", &o.threads, "CPU threads per rank", 1, 1024);
+  flags.add_switch("--fp16", &o.fp16, "fp16 compute weights and gradients");
+  if (!flags.parse(argc, argv)) return false;
+  if (!flags.given("--max-position-embeddings")) o.model.max_positions = std::max(1024, o.model.seq_len);
+  if (std::string problem = o.model.validate(); !problem.empty()) throw gpt::UsageError(problem);
+  return true;
+}
+
+// One JSON line per configuration (rank 0), then the ratio of stage 3 with overlap to stage 0.
+void compare(gpt::comm::Communicator& world, const Options& o) {
   struct Config {
     const char* name;
     int stage;
@@ -96,25 +97,36 @@ int main(int argc, char** argv) {
     gpt::ZeroConfig zero;
     zero.stage = c.stage;
     zero.overlap_comm = c.overlap;
-    zero.precision = fp16 ? gpt::Precision::kFp16 : gpt::Precision::kFp32;
+    zero.precision = o.fp16 ? gpt::Precision::kFp16 : gpt::Precision::kFp32;
     zero.hidden_dropout = zero.attention_dropout = 0.1;
     zero.reduce_bucket_size = 10'000'000;
-    const Measured m = measure(*world, model, zero, batch, steps);
+    const Measured m = measure(world, o.model, zero, o.batch, o.steps);
     std::string waits;
     for (int p = 0; p < gpt::comm::kNumPhases; ++p) {
-      const double w = mean_over_ranks(*world, m.traffic.wait_ms[p]);
+      const double w = mean_over_ranks(world, m.traffic.wait_ms[p]);
       waits += std::string(p ? ", " : "") + "\"" + gpt::comm::phase_name(gpt::comm::Phase(p)) +
                "\": " + std::to_string(w);
     }
     if (c.stage == 0) stage0 = m.tokens_per_s;
     if (c.overlap) overlapped = m.tokens_per_s;
-    if (world->rank() == 0) {
+    if (world.rank() == 0) {
       std::printf(
           "{\"config\": \"%s\", \"ranks\": %d, \"tokens_per_s\": %.2f, \"comm_wait_ms_per_step\": {%s}}\n",
-          c.name, world->size(), m.tokens_per_s, waits.c_str());
+          c.name, world.size(), m.tokens_per_s, waits.c_str());
       std::fflush(stdout);
     }
   }
-  if (world->rank() == 0) std::printf("{\"stage3_overlap_over_stage0\": %.3f}\n", overlapped / stage0);
-  return 0;
+  if (world.rank() == 0) std::printf("{\"stage3_overlap_over_stage0\": %.3f}\n", overlapped / stage0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return gpt::comm::run_mpi_main("bench/zero_overlap", argc, argv, [&](gpt::comm::MpiSession& session) {
+    Options o;
+    if (!parse(argc, argv, o)) return 0;
+    gpt::cpu::set_num_threads(o.threads);
+    compare(*session.world(), o);
+    return 0;
+  });
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/user_error.h"
 #include "comm/traffic.h"
 #include "tensor/tensor.h"
 
@@ -49,10 +50,10 @@ struct Topology {
 };
 
 // A topology the user asked for that cannot be: the message is one line naming the setting, the values and
-// the fix, identical on every rank, so that the caller can print it on every rank and exit with code 2.
-class TopologyError : public std::runtime_error {
+// the fix, identical on every rank, so that every rank prints it and exits with code 2 (a UsageError).
+class TopologyError : public UsageError {
  public:
-  using std::runtime_error::runtime_error;
+  using UsageError::UsageError;
 };
 
 // The topology with ranks_per_node consecutive ranks per node. Throws TopologyError when ranks_per_node is

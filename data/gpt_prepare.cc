@@ -17,30 +17,23 @@
 #include <string>
 #include <vector>
 
+#include "base/flags.h"
+#include "base/main.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: gpt_prepare --output-prefix PREFIX [options] INPUT...
-
-Tokenizes text files with GPT-2's BPE and writes PREFIX_train.bin and PREFIX_val.bin, token shards in
+constexpr const char* kSummary =
+    R"(Tokenizes text files with GPT-2's BPE and writes PREFIX_train.bin and PREFIX_val.bin, token shards in
 llm.c's format (what gpt_train --data-path and --valid-data-path read). Each file is one document and
 is preceded by <|endoftext|> (id 50256). Documents are sorted by path; the last --val-fraction of them
 (at least one) go to validation.
 
 INPUT is a text file, a directory (its *.txt files), or a quoted glob such as 'texts/*.txt'.
+Example: gpt_prepare --output-prefix "$GPT_DATA_DIR/sotu" "$GPT_DATA_DIR/sotu/")";
 
-  --output-prefix PREFIX  where to write, e.g. $GPT_DATA_DIR/sotu (directories are created)
-  --val-fraction F        fraction of documents for validation, 0 <= F < 1 (default 0.1);
-                          0 writes no validation shard
-  --vocab-file PATH       GPT-2 encoder.json (default: $GPT_DATA_DIR/encoder.json)
-  --merge-file PATH       GPT-2 vocab.bpe    (default: $GPT_DATA_DIR/vocab.bpe)
-  --help                  this text
-
-Example: gpt_prepare --output-prefix "$GPT_DATA_DIR/sotu" "$GPT_DATA_DIR/sotu/"
-)";
-
+using gpt::UsageError;
 using gpt::data::DataError;
 using Clock = std::chrono::steady_clock;
 
@@ -57,40 +50,27 @@ double parse_fraction(const std::string& text) {
   errno = 0;
   const double value = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || errno != 0 || !(value >= 0.0 && value < 1.0)) {
-    throw DataError("gpt_prepare: --val-fraction '" + text + "' is not a number in [0, 1); e.g. 0.1");
+    throw UsageError("--val-fraction '" + text + "' is not a number in [0, 1); e.g. 0.1");
   }
   return value;
 }
 
-Options parse_flags(int argc, char** argv) {
-  Options options;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw DataError("gpt_prepare: " + arg + " needs a value; see gpt_prepare --help");
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (arg == "--output-prefix") {
-      options.output_prefix = value();
-    } else if (arg == "--val-fraction") {
-      options.val_fraction = parse_fraction(value());
-    } else if (arg == "--vocab-file") {
-      options.vocab_file = value();
-    } else if (arg == "--merge-file") {
-      options.merge_file = value();
-    } else if (arg.starts_with("--")) {
-      throw DataError("gpt_prepare: unknown flag '" + arg + "'; see gpt_prepare --help");
-    } else {
-      options.inputs.push_back(arg);
-    }
-  }
-  if (options.output_prefix.empty()) throw DataError("gpt_prepare: --output-prefix is required; see --help");
-  if (options.inputs.empty())
-    throw DataError("gpt_prepare: no input text files given; see gpt_prepare --help");
-  return options;
+// Returns false when --help was printed.
+bool parse_flags(int argc, char** argv, Options& options) {
+  std::string val_fraction = "0.1";  // [0, 1): checked below, with its own message
+  gpt::FlagParser flags("gpt_prepare", kSummary);
+  flags.add_string("--output-prefix", &options.output_prefix,
+                   "where to write, e.g. $GPT_DATA_DIR/sotu (directories are created)");
+  flags.add_string("--val-fraction", &val_fraction,
+                   "fraction of documents for validation, 0 <= F < 1; 0 writes no validation shard");
+  flags.add_string("--vocab-file", &options.vocab_file, "GPT-2 encoder.json (from $GPT_DATA_DIR)");
+  flags.add_string("--merge-file", &options.merge_file, "GPT-2 vocab.bpe (from $GPT_DATA_DIR)");
+  flags.add_positional("INPUT", &options.inputs);
+  if (!flags.parse(argc, argv)) return false;
+  options.val_fraction = parse_fraction(val_fraction);
+  if (options.output_prefix.empty()) throw UsageError("--output-prefix is required; see --help");
+  if (options.inputs.empty()) throw UsageError("no input text files given; see gpt_prepare --help");
+  return true;
 }
 
 // Files, directories (their *.txt) and globs -> sorted, de-duplicated document paths.
@@ -141,10 +121,17 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// A bar redrawn in place on a terminal; on a pipe or log file, a plain line at every tenth of the work.
+// A bar redrawn in place on a terminal; on a pipe or log file, a plain line at every tenth of the work. A bar
+// left mid-line (an error stopped the work) is ended when the Progress goes, so the error gets its own line.
 class Progress {
  public:
   explicit Progress(int64_t total_bytes) : total_(std::max<int64_t>(total_bytes, 1)), tty_(isatty(2)) {}
+  ~Progress() {
+    if (mid_line_) std::fputc('\n', stderr);
+  }
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
   void update(int64_t done_bytes, size_t documents, size_t total_documents, int64_t tokens) {
     const int percent = static_cast<int>(100 * done_bytes / total_);
     if (!tty_ && percent / 10 == last_percent_ / 10) return;
@@ -156,12 +143,14 @@ class Progress {
     std::fprintf(stderr, "%s[%s] %3d%%  %zu/%zu documents  %lld tokens  %.1f MB/s%s", tty_ ? "\r" : "",
                  bar.c_str(), percent, documents, total_documents, static_cast<long long>(tokens), mb_per_s,
                  tty_ ? "" : "\n");
+    mid_line_ = tty_ && done_bytes < total_;
     if (tty_ && done_bytes >= total_) std::fputc('\n', stderr);
   }
 
  private:
   int64_t total_;
   bool tty_;
+  bool mid_line_ = false;
   int last_percent_ = -1;
   Clock::time_point start_ = Clock::now();
 };
@@ -172,7 +161,8 @@ void write_tokens(const std::string& path, const std::vector<int32_t>& ids) {
 }
 
 int run(int argc, char** argv) {
-  const Options options = parse_flags(argc, argv);
+  Options options;
+  if (!parse_flags(argc, argv, options)) return 0;
   const Clock::time_point start = Clock::now();
   const std::vector<std::string> documents = list_documents(options.inputs);
   const size_t n = documents.size();
@@ -180,9 +170,9 @@ int run(int argc, char** argv) {
   if (options.val_fraction > 0) {
     val_documents = std::max<size_t>(1, static_cast<size_t>(std::llround(options.val_fraction * n)));
     if (val_documents >= n) {
-      throw DataError("gpt_prepare: " + std::to_string(n) + " document(s) with --val-fraction " +
-                      std::to_string(options.val_fraction) +
-                      " leave none for training; give more files, or --val-fraction 0");
+      throw UsageError(std::to_string(n) + " document(s) with --val-fraction " +
+                       std::to_string(options.val_fraction) +
+                       " leave none for training; give more files, or --val-fraction 0");
     }
   }
   gpt::data::Tokenizer tokenizer(options.vocab_file, options.merge_file);
@@ -231,11 +221,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const DataError& e) {
-    // On a terminal the progress bar may be mid-line; the error gets a line of its own.
-    std::fprintf(stderr, "%s%s\n", isatty(2) ? "\n" : "", e.what());
-    return 2;
-  }
+  return gpt::run_main("gpt_prepare", [&] { return run(argc, argv); });
 }

@@ -3,27 +3,15 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "base/flags.h"
+#include "base/main.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 
 namespace {
-
-constexpr const char* kUsage = R"(usage: gpt_tokenize [--decode] [--vocab-file PATH] [--merge-file PATH]
-
-Reads text on stdin and prints its GPT-2 token ids on one line, separated by spaces. Any bytes are
-accepted (invalid UTF-8 too); "<|endoftext|>" in the text is ordinary text, never id 50256.
-
-  --decode            read token ids (separated by whitespace) on stdin and write their bytes to stdout
-  --vocab-file PATH   GPT-2 encoder.json (default: $GPT_DATA_DIR/encoder.json)
-  --merge-file PATH   GPT-2 vocab.bpe    (default: $GPT_DATA_DIR/vocab.bpe)
-  --help              this text
-
-$GPT_DATA_DIR defaults to ${XDG_CACHE_HOME:-$HOME/.cache}/gpt_zeropp; scripts/setup fills it.
-)";
 
 using gpt::data::DataError;
 
@@ -33,28 +21,19 @@ struct Options {
   std::string merge_file = gpt::data::default_merge_file();
 };
 
-Options parse_flags(int argc, char** argv) {
-  Options options;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw DataError("gpt_tokenize: " + flag + " needs a value; see gpt_tokenize --help");
-      return argv[++i];
-    };
-    if (flag == "--help" || flag == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (flag == "--decode") {
-      options.decode = true;
-    } else if (flag == "--vocab-file") {
-      options.vocab_file = value();
-    } else if (flag == "--merge-file") {
-      options.merge_file = value();
-    } else {
-      throw DataError("gpt_tokenize: unknown argument '" + flag + "'; see gpt_tokenize --help");
-    }
-  }
-  return options;
+// Returns false when --help was printed.
+bool parse_flags(int argc, char** argv, Options& options) {
+  gpt::FlagParser flags(
+      "gpt_tokenize",
+      "Reads text on stdin and prints its GPT-2 token ids on one line, separated by spaces. Any "
+      "bytes are\naccepted (invalid UTF-8 too); \"<|endoftext|>\" in the text is ordinary text, "
+      "never id 50256.\n$GPT_DATA_DIR defaults to ${XDG_CACHE_HOME:-$HOME/.cache}/gpt_zeropp; "
+      "scripts/setup fills it.");
+  flags.add_switch("--decode", &options.decode,
+                   "read token ids (separated by whitespace) on stdin and write their bytes to stdout");
+  flags.add_string("--vocab-file", &options.vocab_file, "GPT-2 encoder.json (from $GPT_DATA_DIR)");
+  flags.add_string("--merge-file", &options.merge_file, "GPT-2 vocab.bpe (from $GPT_DATA_DIR)");
+  return flags.parse(argc, argv);
 }
 
 std::string read_stdin() {
@@ -91,7 +70,8 @@ std::vector<int32_t> parse_ids(const std::string& input, int vocab_size) {
 }
 
 int run(int argc, char** argv) {
-  const Options options = parse_flags(argc, argv);
+  Options options;
+  if (!parse_flags(argc, argv, options)) return 0;
   gpt::data::Tokenizer tokenizer(options.vocab_file, options.merge_file);
   const std::string input = read_stdin();
   std::string output;
@@ -115,10 +95,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const DataError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
-  }
+  return gpt::run_main("gpt_tokenize", [&] { return run(argc, argv); });
 }

@@ -5,16 +5,17 @@
 
 #include <cstdint>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "base/user_error.h"
 
 namespace gpt::data {
 
 // An error the user can fix (bad file, bad flag value). what() is one complete line naming the file, the
-// problem, where, and what to do; tools print it and exit with code 2.
-struct DataError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+// problem, where, and what to do; a UsageError, so every main reports it and exits with code 2.
+struct DataError : UsageError {
+  using UsageError::UsageError;
 };
 
 inline constexpr int32_t kShardMagic = 20240520;

@@ -12,7 +12,7 @@
 #include <set>
 #include <sstream>
 
-#include "train/flags.h"
+#include "base/user_error.h"
 
 namespace gpt {
 namespace {
@@ -63,10 +63,132 @@ class Reader {
     return v;
   }
 
+  // Readers for the key table: each checks the value's type and range and stores it in `field`.
+  using ReadKey = std::function<void(const json& parent, const std::string& name, const std::string& key)>;
+  ReadKey integer_into(std::optional<int64_t>& field, int64_t min, int64_t max) const {
+    return [this, &field, min, max](const json& o, const std::string& n, const std::string& k) {
+      field = integer(o, n, k, min, max);
+    };
+  }
+  ReadKey number_into(std::optional<double>& field, double min, double max) const {
+    return [this, &field, min, max](const json& o, const std::string& n, const std::string& k) {
+      field = number(o, n, k, min, max);
+    };
+  }
+  ReadKey boolean_into(std::optional<bool>& field) const {
+    return [this, &field](const json& o, const std::string& n, const std::string& k) {
+      field = boolean(o, n, k);
+    };
+  }
+  ReadKey choice_into(std::optional<std::string>& field, std::vector<std::string> allowed) const {
+    return [this, &field, allowed](const json& o, const std::string& n, const std::string& k) {
+      const json& v = o.at(n);
+      std::string choices;
+      for (const auto& a : allowed) choices += (choices.empty() ? "" : " | ") + a;
+      if (!v.is_string() ||
+          std::find(allowed.begin(), allowed.end(), v.get<std::string>()) == allowed.end()) {
+        fail(k, "one of \"" + choices + "\"", v);
+      }
+      field = v.get<std::string>();
+    };
+  }
+  ReadKey betas_into() const {
+    return [this](const json& o, const std::string& n, const std::string& k) {
+      const json& v = o.at(n);
+      if (!v.is_array() || v.size() != 2 || !v[0].is_number() || !v[1].is_number() || v[0] < 0 || v[0] >= 1 ||
+          v[1] < 0 || v[1] >= 1) {
+        fail(k, "a pair [beta1, beta2] of numbers in [0, 1)", v);
+      }
+      config_.optimizer_beta1 = v[0].get<double>();
+      config_.optimizer_beta2 = v[1].get<double>();
+    };
+  }
+
  private:
   DeepSpeedConfig& config_;
   const std::string& path_;
 };
+
+// Every key we read, by its path.
+using KeyTable = std::map<std::string, Reader::ReadKey>;
+constexpr int64_t kBig = int64_t(1) << 50;
+
+void add_batch_and_precision_keys(const Reader& r, DeepSpeedConfig& c, KeyTable& keys) {
+  keys.insert({
+      {"train_batch_size", r.integer_into(c.train_batch_size, 1, kBig)},
+      {"train_micro_batch_size_per_gpu", r.integer_into(c.train_micro_batch_size_per_gpu, 1, kBig)},
+      {"gradient_accumulation_steps", r.integer_into(c.gradient_accumulation_steps, 1, kBig)},
+      {"gradient_clipping", r.number_into(c.gradient_clipping, 0, 1e12)},
+      {"fp16.enabled", r.boolean_into(c.fp16_enabled)},
+      {"fp16.loss_scale", r.number_into(c.loss_scale, 0, 1e30)},
+      {"fp16.initial_scale_power", r.integer_into(c.initial_scale_power, 0, 64)},
+      {"fp16.loss_scale_window", r.integer_into(c.loss_scale_window, 1, kBig)},
+      {"fp16.hysteresis", r.integer_into(c.hysteresis, 1, kBig)},
+      {"fp16.min_loss_scale", r.number_into(c.min_loss_scale, 1e-30, 1e30)},
+      {"bf16.enabled", r.boolean_into(c.bf16_enabled)},
+      {"bfloat16.enabled", r.boolean_into(c.bf16_enabled)},
+      {"steps_per_print", r.integer_into(c.steps_per_print, 1, kBig)},
+      {"wall_clock_breakdown", r.boolean_into(c.wall_clock_breakdown)},
+  });
+}
+
+void add_zero_keys(const Reader& r, DeepSpeedConfig& c, KeyTable& keys) {
+  const std::string z = "zero_optimization.";
+  keys.insert({
+      {z + "stage", r.integer_into(c.zero_stage, 0, 3)},
+      {z + "reduce_bucket_size", r.integer_into(c.reduce_bucket_size, 1, kBig)},
+      {z + "overlap_comm", r.boolean_into(c.overlap_comm)},
+      {z + "zero_quantized_weights", r.boolean_into(c.zero_quantized_weights)},
+      {z + "zero_quantized_gradients", r.boolean_into(c.zero_quantized_gradients)},
+      {z + "zero_hpz_partition_size", r.integer_into(c.zero_hpz_partition_size, 1, 1 << 20)},
+      // Block sizes are checked ("a positive multiple of 8") with the rest of ZeRO++'s settings.
+      {z + "zeropp_weight_block_size", r.integer_into(c.zeropp_weight_block_size, -kBig, kBig)},
+      {z + "zeropp_gradient_block_size", r.integer_into(c.zeropp_gradient_block_size, -kBig, kBig)},
+      {z + "reduce_scatter", r.boolean_into(c.reduce_scatter)},
+      {z + "contiguous_gradients", r.boolean_into(c.contiguous_gradients)},
+      {z + "stage3_prefetch_bucket_size", r.number_into(c.stage3_prefetch_bucket_size, 0, 1e15)},
+      {z + "stage3_param_persistence_threshold",
+       r.number_into(c.stage3_param_persistence_threshold, 0, 1e15)},
+      {z + "stage3_max_live_parameters", r.number_into(c.stage3_max_live_parameters, 0, 1e15)},
+  });
+}
+
+void add_optimizer_keys(const Reader& r, DeepSpeedConfig& c, KeyTable& keys) {
+  keys.insert({
+      {"optimizer.type", r.choice_into(c.optimizer_type, {"Adam", "AdamW"})},
+      {"optimizer.params.lr", r.number_into(c.optimizer_lr, 0, 10)},
+      {"optimizer.params.betas", r.betas_into()},
+      {"optimizer.params.eps", r.number_into(c.optimizer_eps, 0, 1)},
+      {"optimizer.params.weight_decay", r.number_into(c.optimizer_weight_decay, 0, 10)},
+      {"optimizer.params.adam_w_mode", r.boolean_into(c.adam_w_mode)},
+      {"scheduler.type", r.choice_into(c.scheduler_type, {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"})},
+      {"scheduler.params.warmup_min_lr", r.number_into(c.warmup_min_lr, 0, 10)},
+      {"scheduler.params.warmup_max_lr", r.number_into(c.warmup_max_lr, 0, 10)},
+      {"scheduler.params.warmup_num_steps", r.integer_into(c.warmup_num_steps, 0, kBig)},
+      {"scheduler.params.total_num_steps", r.integer_into(c.total_num_steps, 1, kBig)},
+      {"scheduler.params.warmup_type", r.choice_into(c.warmup_type, {"log", "linear"})},
+      {"scheduler.params.warmup_min_ratio", r.number_into(c.warmup_min_ratio, 0, 1)},
+      {"scheduler.params.cos_min_ratio", r.number_into(c.cos_min_ratio, 0, 1)},
+  });
+}
+
+// Reads every key of `object` (at `prefix`): a known key is checked and stored, a known section is entered,
+// anything else is reported as ignored.
+void walk(Reader& r, const KeyTable& keys, const json& object, const std::string& prefix) {
+  static const std::set<std::string> sections = {
+      "fp16",      "bf16",      "bfloat16",         "zero_optimization",
+      "optimizer", "scheduler", "optimizer.params", "scheduler.params"};
+  for (const auto& [name, value] : object.items()) {
+    const std::string key = prefix.empty() ? name : prefix + "." + name;
+    if (auto it = keys.find(key); it != keys.end()) {
+      it->second(object, name, key);
+    } else if (sections.count(key)) {
+      walk(r, keys, r.object(object, name, key), key);
+    } else {
+      r.unknown(key);
+    }
+  }
+}
 
 // Line and column of a byte offset, for parse errors.
 std::string where(const std::string& text, size_t offset) {
@@ -80,11 +202,7 @@ std::string where(const std::string& text, size_t offset) {
   return "line " + std::to_string(line) + ", column " + std::to_string(column);
 }
 
-}  // namespace
-
-DeepSpeedConfig parse_deepspeed_config(const std::string& text, const std::string& path) {
-  DeepSpeedConfig config;
-  config.path = path;
+json parse_object(const std::string& text, const std::string& path) {
   json root;
   try {
     root = json::parse(text);
@@ -93,108 +211,21 @@ DeepSpeedConfig parse_deepspeed_config(const std::string& text, const std::strin
                      "; fix the syntax (DeepSpeed configs are plain JSON, no comments or trailing commas)");
   }
   if (!root.is_object()) throw UsageError(path + ": the config must be a JSON object { ... }");
+  return root;
+}
+
+}  // namespace
+
+DeepSpeedConfig parse_deepspeed_config(const std::string& text, const std::string& path) {
+  DeepSpeedConfig config;
+  config.path = path;
+  const json root = parse_object(text, path);
   Reader r(config, path);
-  constexpr int64_t kBig = int64_t(1) << 50;
-
-  // Every key we read, by its path: a reader that checks the value's type and range and stores it.
-  using ReadKey = std::function<void(const json& parent, const std::string& name, const std::string& key)>;
-  auto integer = [&](std::optional<int64_t>& field, int64_t min, int64_t max) -> ReadKey {
-    return [&, min, max](const json& o, const std::string& n, const std::string& k) {
-      field = r.integer(o, n, k, min, max);
-    };
-  };
-  auto number = [&](std::optional<double>& field, double min, double max) -> ReadKey {
-    return [&, min, max](const json& o, const std::string& n, const std::string& k) {
-      field = r.number(o, n, k, min, max);
-    };
-  };
-  auto boolean = [&](std::optional<bool>& field) -> ReadKey {
-    return [&](const json& o, const std::string& n, const std::string& k) { field = r.boolean(o, n, k); };
-  };
-  auto choice = [&](std::optional<std::string>& field, std::vector<std::string> allowed) -> ReadKey {
-    return [&, allowed](const json& o, const std::string& n, const std::string& k) {
-      const json& v = o.at(n);
-      std::string choices;
-      for (const auto& a : allowed) choices += (choices.empty() ? "" : " | ") + a;
-      if (!v.is_string() ||
-          std::find(allowed.begin(), allowed.end(), v.get<std::string>()) == allowed.end()) {
-        r.fail(k, "one of \"" + choices + "\"", v);
-      }
-      field = v.get<std::string>();
-    };
-  };
-  auto betas = [&](const json& o, const std::string& n, const std::string& k) {
-    const json& v = o.at(n);
-    if (!v.is_array() || v.size() != 2 || !v[0].is_number() || !v[1].is_number() || v[0] < 0 || v[0] >= 1 ||
-        v[1] < 0 || v[1] >= 1) {
-      r.fail(k, "a pair [beta1, beta2] of numbers in [0, 1)", v);
-    }
-    config.optimizer_beta1 = v[0].get<double>();
-    config.optimizer_beta2 = v[1].get<double>();
-  };
-  const std::map<std::string, ReadKey> keys = {
-      {"train_batch_size", integer(config.train_batch_size, 1, kBig)},
-      {"train_micro_batch_size_per_gpu", integer(config.train_micro_batch_size_per_gpu, 1, kBig)},
-      {"gradient_accumulation_steps", integer(config.gradient_accumulation_steps, 1, kBig)},
-      {"gradient_clipping", number(config.gradient_clipping, 0, 1e12)},
-      {"fp16.enabled", boolean(config.fp16_enabled)},
-      {"fp16.loss_scale", number(config.loss_scale, 0, 1e30)},
-      {"fp16.initial_scale_power", integer(config.initial_scale_power, 0, 64)},
-      {"fp16.loss_scale_window", integer(config.loss_scale_window, 1, kBig)},
-      {"fp16.hysteresis", integer(config.hysteresis, 1, kBig)},
-      {"fp16.min_loss_scale", number(config.min_loss_scale, 1e-30, 1e30)},
-      {"bf16.enabled", boolean(config.bf16_enabled)},
-      {"bfloat16.enabled", boolean(config.bf16_enabled)},
-      {"zero_optimization.stage", integer(config.zero_stage, 0, 3)},
-      {"zero_optimization.reduce_bucket_size", integer(config.reduce_bucket_size, 1, kBig)},
-      {"zero_optimization.overlap_comm", boolean(config.overlap_comm)},
-      {"zero_optimization.zero_quantized_weights", boolean(config.zero_quantized_weights)},
-      {"zero_optimization.zero_quantized_gradients", boolean(config.zero_quantized_gradients)},
-      {"zero_optimization.zero_hpz_partition_size", integer(config.zero_hpz_partition_size, 1, 1 << 20)},
-      // Block sizes are checked ("a positive multiple of 8") with the rest of ZeRO++'s settings.
-      {"zero_optimization.zeropp_weight_block_size", integer(config.zeropp_weight_block_size, -kBig, kBig)},
-      {"zero_optimization.zeropp_gradient_block_size",
-       integer(config.zeropp_gradient_block_size, -kBig, kBig)},
-      {"zero_optimization.reduce_scatter", boolean(config.reduce_scatter)},
-      {"zero_optimization.contiguous_gradients", boolean(config.contiguous_gradients)},
-      {"zero_optimization.stage3_prefetch_bucket_size", number(config.stage3_prefetch_bucket_size, 0, 1e15)},
-      {"zero_optimization.stage3_param_persistence_threshold",
-       number(config.stage3_param_persistence_threshold, 0, 1e15)},
-      {"zero_optimization.stage3_max_live_parameters", number(config.stage3_max_live_parameters, 0, 1e15)},
-      {"optimizer.type", choice(config.optimizer_type, {"Adam", "AdamW"})},
-      {"optimizer.params.lr", number(config.optimizer_lr, 0, 10)},
-      {"optimizer.params.betas", betas},
-      {"optimizer.params.eps", number(config.optimizer_eps, 0, 1)},
-      {"optimizer.params.weight_decay", number(config.optimizer_weight_decay, 0, 10)},
-      {"optimizer.params.adam_w_mode", boolean(config.adam_w_mode)},
-      {"scheduler.type", choice(config.scheduler_type, {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"})},
-      {"scheduler.params.warmup_min_lr", number(config.warmup_min_lr, 0, 10)},
-      {"scheduler.params.warmup_max_lr", number(config.warmup_max_lr, 0, 10)},
-      {"scheduler.params.warmup_num_steps", integer(config.warmup_num_steps, 0, kBig)},
-      {"scheduler.params.total_num_steps", integer(config.total_num_steps, 1, kBig)},
-      {"scheduler.params.warmup_type", choice(config.warmup_type, {"log", "linear"})},
-      {"scheduler.params.warmup_min_ratio", number(config.warmup_min_ratio, 0, 1)},
-      {"scheduler.params.cos_min_ratio", number(config.cos_min_ratio, 0, 1)},
-      {"steps_per_print", integer(config.steps_per_print, 1, kBig)},
-      {"wall_clock_breakdown", boolean(config.wall_clock_breakdown)},
-  };
-  const std::set<std::string> sections = {"fp16",      "bf16",      "bfloat16",         "zero_optimization",
-                                          "optimizer", "scheduler", "optimizer.params", "scheduler.params"};
-
-  std::function<void(const json&, const std::string&)> walk = [&](const json& object,
-                                                                  const std::string& prefix) {
-    for (const auto& [name, value] : object.items()) {
-      const std::string key = prefix.empty() ? name : prefix + "." + name;
-      if (auto it = keys.find(key); it != keys.end()) {
-        it->second(object, name, key);
-      } else if (sections.count(key)) {
-        walk(r.object(object, name, key), key);
-      } else {
-        r.unknown(key);
-      }
-    }
-  };
-  walk(root, "");
+  KeyTable keys;
+  add_batch_and_precision_keys(r, config, keys);
+  add_zero_keys(r, config, keys);
+  add_optimizer_keys(r, config, keys);
+  walk(r, keys, root, "");
   return config;
 }
 

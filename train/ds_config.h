@@ -62,8 +62,8 @@ struct DeepSpeedConfig {
   std::vector<std::string> warnings;  // "unknown key zero_optimization.foo (ignored)"
 };
 
-// Reads and checks FILE; throws UsageError (train/flags.h) with one line naming the file, the key path and
-// the expected form.
+// Reads and checks FILE; throws UsageError (base/user_error.h) with one line naming the file, the key path
+// and the expected form.
 DeepSpeedConfig read_deepspeed_config(const std::string& path);
 // The same from a JSON text (tests); `path` only labels messages.
 DeepSpeedConfig parse_deepspeed_config(const std::string& json_text, const std::string& path);

@@ -4,14 +4,17 @@
 // and --seed. Exit code 2 on any error the user can fix, with one line on stderr.
 #include <cstdint>
 #include <cstdio>
+#include <new>
 #include <string>
 #include <vector>
 
+#include "base/flags.h"
+#include "base/main.h"
 #include "model/config.h"
 #include "model/init.h"
 #include "model/llmc_format.h"
 #include "model/params.h"
-#include "train/flags.h"
+#include "train/model_flags.h"
 #include "train/model_source.h"
 
 namespace gpt {
@@ -38,14 +41,7 @@ bool parse_options(int argc, const char* const* argv, ExportOptions& o) {
   flags.add_switch("--init-only", &o.init_only,
                    "the GPT-2 initialization of the model flags and --seed (as gpt_train starts)");
   flags.group("Model (with --init-only; defaults: GPT-2 124M)");
-  flags.add_int("--num-layers", &o.model.num_layers, "transformer blocks", 1, 1 << 16);
-  flags.add_int("--hidden-size", &o.model.hidden, "model width C", 1, 1 << 20);
-  flags.add_int("--num-attention-heads", &o.model.heads, "attention heads (must divide the hidden size)", 1,
-                1 << 16);
-  flags.add_int("--max-position-embeddings", &o.model.max_positions, "rows of the position table", 1,
-                1 << 20);
-  flags.add_int("--vocab-size", &o.model.vocab, "vocabulary (padded to a multiple of 128 in the file)", 2,
-                65536);
+  add_model_flags(flags, &o.model, SeqLengthFlag::kNo);
   flags.add_int64("--seed", &o.seed, "initialization seed (gpt_train's --seed)", 0, INT64_MAX);
   flags.group("Output");
   flags.add_string("--output", &o.output, "the model file to write (via a temporary name and a rename)");
@@ -109,15 +105,11 @@ int run(int argc, const char* const* argv) {
 }  // namespace gpt
 
 int main(int argc, char** argv) {
-  try {
-    return gpt::run(argc, argv);
-  } catch (const gpt::UsageError& e) {
-    std::fprintf(stderr, "gpt_export: %s\n", e.what());
-  } catch (const gpt::ModelFileError& e) {
-    std::fprintf(stderr, "gpt_export: %s\n", e.what());
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr,
-                 "gpt_export: out of memory holding the model; export on a machine with more memory\n");
-  }
-  return 2;
+  return gpt::run_main("gpt_export", [&] {
+    try {
+      return gpt::treat_as_usage_errors<gpt::ModelFileError>([&] { return gpt::run(argc, argv); });
+    } catch (const std::bad_alloc&) {
+      throw gpt::UsageError("out of memory holding the model; export on a machine with more memory");
+    }
+  });
 }

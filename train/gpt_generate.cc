@@ -13,16 +13,18 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <new>
 #include <string>
 #include <vector>
 
+#include "base/flags.h"
+#include "base/main.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "kernels/common/random.h"
 #include "kernels/cpu/threads.h"
 #include "model/llmc_format.h"
 #include "model/model.h"
-#include "train/flags.h"
 #include "train/model_source.h"
 
 namespace gpt {
@@ -59,8 +61,8 @@ bool parse_options(int argc, const char* const* argv, GenerateOptions& o) {
                 1 << 24);
   flags.add_int64("--seed", &o.seed, "sampling seed: the same seed gives the same text", 0, INT64_MAX);
   flags.group("Tokenizer and output");
-  flags.add_string("--vocab-file", &o.vocab_file, "GPT-2 encoder.json (default: $GPT_DATA_DIR/encoder.json)");
-  flags.add_string("--merge-file", &o.merge_file, "GPT-2 vocab.bpe (default: $GPT_DATA_DIR/vocab.bpe)");
+  flags.add_string("--vocab-file", &o.vocab_file, "GPT-2 encoder.json (from $GPT_DATA_DIR)");
+  flags.add_string("--merge-file", &o.merge_file, "GPT-2 vocab.bpe (from $GPT_DATA_DIR)");
   flags.add_switch("--print-ids", &o.print_ids, "after the text, print the prompt's and the new tokens' ids");
   flags.add_int("--threads", &o.threads, "CPU threads (0 = all cores)", 0, 1024);
   if (!flags.parse(argc, argv)) return false;
@@ -117,6 +119,45 @@ std::string join_ids(const std::vector<int32_t>& ids, size_t begin, size_t end) 
   return text;
 }
 
+// The prompt's ids, each inside the model's vocabulary V; an empty prompt starts from <|endoftext|>, as
+// GPT-2's unconditional samples do.
+std::vector<int32_t> prompt_ids(data::Tokenizer& tokenizer, const std::string& prompt, int V) {
+  std::vector<int32_t> ids = tokenizer.encode(prompt);
+  if (ids.empty()) {
+    if (V <= data::kEndOfText) {
+      throw UsageError("--prompt is empty and this model's vocabulary (" + std::to_string(V) +
+                       " tokens) lacks <|endoftext|> to start from; give a --prompt");
+    }
+    ids.push_back(data::kEndOfText);
+  }
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] >= V) {
+      throw UsageError("--prompt token " + std::to_string(i) + " has id " + std::to_string(ids[i]) +
+                       ", outside this model's vocabulary of " + std::to_string(V) + " tokens");
+    }
+  }
+  return ids;
+}
+
+// Appends max_new_tokens sampled tokens to ids, writing each one's bytes as it comes.
+void sample(GPT2<float>& model, const GPTConfig& config, const data::Tokenizer& tokenizer,
+            const GenerateOptions& o, std::vector<int32_t>& ids) {
+  const uint64_t key = random::derive_key(static_cast<uint64_t>(o.seed), 0x67656e657261ULL);  // "genera"
+  const int V = config.vocab, window = config.seq_len;
+  const int64_t Vp = config.padded_vocab();
+  std::vector<int32_t> inputs(window, 0), candidates;
+  for (int step = 0; step < o.max_new_tokens; ++step) {
+    const size_t n = std::min(ids.size(), size_t(window));
+    std::copy(ids.end() - n, ids.end(), inputs.begin());
+    std::fill(inputs.begin() + n, inputs.end(), 0);
+    model.forward(inputs.data(), nullptr);
+    const float* logits = model.logits() + int64_t(n - 1) * Vp;
+    const int32_t next = pick_token(logits, V, o, key, static_cast<uint64_t>(step), candidates);
+    ids.push_back(next);
+    write_out(tokenizer.token_bytes(next));
+  }
+}
+
 int run(int argc, const char* const* argv) {
   GenerateOptions o;
   if (!parse_options(argc, argv, o)) return 0;
@@ -138,21 +179,7 @@ int run(int argc, const char* const* argv) {
                      " tokens is larger than the GPT-2 tokenizer's " +
                      std::to_string(tokenizer.vocab_size()) + "; its extra tokens could not be printed");
   }
-  std::vector<int32_t> ids = tokenizer.encode(o.prompt);
-  if (ids.empty()) {
-    // GPT-2's unconditional samples start from the document separator.
-    if (V <= data::kEndOfText) {
-      throw UsageError("--prompt is empty and this model's vocabulary (" + std::to_string(V) +
-                       " tokens) lacks <|endoftext|> to start from; give a --prompt");
-    }
-    ids.push_back(data::kEndOfText);
-  }
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] >= V) {
-      throw UsageError("--prompt token " + std::to_string(i) + " has id " + std::to_string(ids[i]) +
-                       ", outside this model's vocabulary of " + std::to_string(V) + " tokens");
-    }
-  }
+  std::vector<int32_t> ids = prompt_ids(tokenizer, o.prompt, V);
   const size_t prompt_length = ids.size();
 
   const int window = static_cast<int>(
@@ -176,19 +203,7 @@ int run(int argc, const char* const* argv) {
   }
 
   write_out(o.prompt.empty() ? tokenizer.token_bytes(data::kEndOfText) : o.prompt);
-  const uint64_t key = random::derive_key(static_cast<uint64_t>(o.seed), 0x67656e657261ULL);  // "genera"
-  const int64_t Vp = config.padded_vocab();
-  std::vector<int32_t> inputs(window, 0), candidates;
-  for (int step = 0; step < o.max_new_tokens; ++step) {
-    const size_t n = std::min(ids.size(), size_t(window));
-    std::copy(ids.end() - n, ids.end(), inputs.begin());
-    std::fill(inputs.begin() + n, inputs.end(), 0);
-    model.forward(inputs.data(), nullptr);
-    const float* logits = model.logits() + int64_t(n - 1) * Vp;
-    const int32_t next = pick_token(logits, V, o, key, static_cast<uint64_t>(step), candidates);
-    ids.push_back(next);
-    write_out(tokenizer.token_bytes(next));
-  }
+  sample(model, config, tokenizer, o, ids);
   write_out("\n");
   if (o.print_ids) {
     write_out("prompt ids: " + join_ids(ids, 0, prompt_length) + "\n");
@@ -201,16 +216,11 @@ int run(int argc, const char* const* argv) {
 }  // namespace gpt
 
 int main(int argc, char** argv) {
-  try {
-    return gpt::run(argc, argv);
-  } catch (const gpt::UsageError& e) {
-    std::fprintf(stderr, "gpt_generate: %s\n", e.what());
-  } catch (const gpt::ModelFileError& e) {
-    std::fprintf(stderr, "gpt_generate: %s\n", e.what());
-  } catch (const gpt::data::DataError& e) {
-    std::fprintf(stderr, "gpt_generate: %s\n", e.what());
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "gpt_generate: out of memory holding the model; use a machine with more memory\n");
-  }
-  return 2;
+  return gpt::run_main("gpt_generate", [&] {
+    try {
+      return gpt::treat_as_usage_errors<gpt::ModelFileError>([&] { return gpt::run(argc, argv); });
+    } catch (const std::bad_alloc&) {
+      throw gpt::UsageError("out of memory holding the model; use a machine with more memory");
+    }
+  });
 }

@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "comm/mpi_communicator.h"
+#include "base/main.h"
+#include "comm/mpi_main.h"
 #include "data/loader.h"
 #include "data/shard.h"
 #include "kernels/cpu/threads.h"
 #include "model/llmc_format.h"
 #include "train/batches.h"
-#include "train/flags.h"
 #include "train/metrics.h"
 #include "train/options.h"
 #include "train/planner.h"
@@ -114,217 +114,259 @@ void print_banner(const TrainOptions& o, const comm::Communicator& world, const 
   std::fflush(stdout);
 }
 
+// Validation data: --valid-data-path, or the --split share of --data-path. Without enough windows for one
+// batch per rank, --valid-data-path is a mistake (checked now, before any work can be lost) and a split turns
+// validation off with a note.
+struct Validation {
+  std::unique_ptr<data::ValidLoader> loader;
+  std::string note;
+};
+
+Validation make_validation(const TrainOptions& o, const comm::Communicator& world) {
+  const int B = o.micro_batch, T = o.model.seq_len, W = world.size();
+  Validation v;
+  if (!o.valid_data_path.empty()) {
+    v.loader =
+        std::make_unique<data::ValidLoader>(data::expand_data_path(o.valid_data_path), o.model.vocab, T);
+    if (v.loader->num_batches(B) < W) {
+      throw UsageError("--valid-data-path " + o.valid_data_path + " holds " +
+                       std::to_string(v.loader->num_windows()) + " windows of " + std::to_string(T + 1) +
+                       " tokens, fewer than one batch of " + std::to_string(B) + " per rank for " +
+                       std::to_string(W) +
+                       " ranks; give more validation text or a smaller --micro-batch-size");
+    }
+  } else if (o.split_valid > 0) {
+    try {
+      v.loader = std::make_unique<data::ValidLoader>(data::expand_data_path(o.data_path), o.model.vocab, T,
+                                                     o.split_train, o.split_train + o.split_valid);
+    } catch (const data::DataError&) {
+      v.loader.reset();  // the split leaves no window: said below
+    }
+    if (!v.loader || v.loader->num_batches(B) < W) {
+      v.note = "validation off: --split " + o.split + " leaves " +
+               std::to_string(v.loader ? v.loader->num_windows() : 0) + " validation windows, fewer than " +
+               std::to_string(int64_t(B) * W) + " (one batch per rank); give --valid-data-path or more data";
+      v.loader.reset();
+    }
+  }
+  return v;
+}
+
+// The sums behind one progress line: the steps since the previous line.
+struct Interval {
+  double loss = 0, ms = 0;
+  int steps = 0;
+  comm::TrafficCounts traffic;
+};
+
+// One training run: the engine, its data and outputs, and the position in the data stream (the step count
+// is all the state a resume needs besides the engine's).
+class Run {
+ public:
+  Run(const TrainOptions& o, comm::Communicator& world);
+  void loop();
+
+ private:
+  void start_from_model_file_or_checkpoint();
+  StepMetrics measure(const ZeroEngine::StepResult& r, double lr, double ms);
+  void after_step(const ZeroEngine::StepResult& r, const StepMetrics& s, bool& exit_now);
+  void print_progress(const ZeroEngine::StepResult& r, const StepMetrics& s);
+  double evaluate();
+  void save(const char* why);
+
+  const TrainOptions& o_;
+  comm::Communicator& world_;
+  const bool rank0_;
+  TrainBatches batches_;
+  Validation valid_;
+  ZeroEngine engine_;
+  int64_t iteration_ = 0, skipped_total_ = 0, first_iteration_ = 0;
+  std::unique_ptr<MetricsFile> metrics_;
+  double sgemm_gflops_ = 0, last_val_ = -1;
+  std::chrono::steady_clock::time_point run_start_;
+  Interval interval_;
+};
+
+Run::Run(const TrainOptions& o, comm::Communicator& world)
+    : o_(o),
+      world_(world),
+      rank0_(world.rank() == 0),
+      batches_(o.data_path, o.model.vocab, o.model.seq_len, o.micro_batch, o.accumulation_steps, world,
+               uint64_t(o.seed), 0.0, o.valid_data_path.empty() ? o.split_train : 1.0),
+      valid_(make_validation(o, world)),
+      engine_(o.model, o.zero, o.micro_batch, world, uint64_t(o.seed)) {
+  start_from_model_file_or_checkpoint();
+  if (rank0_ && !o.metrics_file.empty())
+    metrics_ = std::make_unique<MetricsFile>(o.metrics_file, iteration_ > 0);
+  sgemm_gflops_ = measure_sgemm_gflops(512);
+  if (rank0_) print_banner(o, world, engine_, batches_.loader(), valid_.loader != nullptr);
+  if (rank0_ && !valid_.note.empty()) std::printf("  note: %s\n", valid_.note.c_str());
+  std::signal(SIGTERM, on_stop_signal);
+  std::signal(SIGINT, on_stop_signal);
+}
+
+void Run::start_from_model_file_or_checkpoint() {
+  if (!o_.init_from.empty()) {
+    std::vector<float> params;
+    load_llmc_into_model_layout(o_.init_from, o_.model, params);
+    engine_.load_model_weights(params.data());
+    if (rank0_) std::printf("gpt_train: weights from %s\n", o_.init_from.c_str());
+  }
+  if (o_.load.empty()) return;
+  const LoadedCheckpoint c = load_checkpoint(engine_, world_, o_.load, o_.finetune);
+  if (!o_.finetune) {
+    if (c.position.global_batch != o_.global_batch) {
+      throw UsageError("--load " + c.path + " was trained with a global batch of " +
+                       std::to_string(c.position.global_batch) + " sequences, this run has " +
+                       std::to_string(o_.global_batch) +
+                       "; the data position is a stream offset, so set --global-batch-size " +
+                       std::to_string(c.position.global_batch) + " (or use --finetune)");
+    }
+    iteration_ = c.position.iteration;
+    skipped_total_ = c.position.skipped_total;
+  }
+  if (rank0_) {
+    std::printf("gpt_train: loaded %s (saved at %d ranks)%s\n", c.path.c_str(), c.saved_world_size,
+                o_.finetune ? ", weights only (--finetune)"
+                            : (", resuming after step " + std::to_string(iteration_)).c_str());
+  }
+}
+
+void Run::loop() {
+  StepTraffic traffic(world_);
+  run_start_ = std::chrono::steady_clock::now();
+  first_iteration_ = iteration_;
+  bool exit_now = false;
+  while (iteration_ < o_.train_iters && !exit_now) {
+    const auto start = std::chrono::steady_clock::now();
+    const double lr = o_.schedule.at(engine_.applied_steps());
+    const ZeroEngine::StepResult r = engine_.train_step(batches_.at(iteration_), lr, stop_signal != 0);
+    ++iteration_;  // the data position advances on skipped steps too
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    StepMetrics s = measure(r, lr, ms);
+    s.traffic = traffic.collect();
+    if (metrics_) metrics_->write(s);
+    interval_.loss += r.loss, interval_.ms += ms, ++interval_.steps, interval_.traffic += s.traffic;
+    after_step(r, s, exit_now);
+  }
+}
+
+StepMetrics Run::measure(const ZeroEngine::StepResult& r, double lr, double ms) {
+  StepMetrics s;
+  s.step = iteration_;
+  s.loss = r.loss;
+  s.lr = lr;
+  s.loss_scale = r.loss_scale;
+  s.grad_norm = r.grad_norm;
+  s.skipped = r.skipped;
+  s.skipped_total = skipped_total_ += r.skipped ? 1 : 0;
+  s.ms = ms;
+  s.tokens_per_s = double(o_.global_batch) * o_.model.seq_len / (ms / 1000.0);
+  s.mfu = o_.model.model_flops_per_token() * s.tokens_per_s / world_.size() / (sgemm_gflops_ * 1e9);
+  return s;
+}
+
+// Validation, the progress line, checkpoints and stopping, in that order, after every step.
+void Run::after_step(const ZeroEngine::StepResult& r, const StepMetrics& s, bool& exit_now) {
+  if (rank0_ && iteration_ == first_iteration_ + 1) {
+    // Gather and bucket buffers and hpZ secondaries exist only once a step has run.
+    std::printf("after the first step, %s", engine_.memory_table().c_str());
+  }
+  const bool last = iteration_ == o_.train_iters;
+  if (valid_.loader && (iteration_ % o_.eval_interval == 0 || last)) last_val_ = evaluate();
+  if (rank0_ && (iteration_ % o_.log_interval == 0 || last || r.stop)) print_progress(r, s);
+  exit_now = r.stop || (o_.exit_interval > 0 && iteration_ % o_.exit_interval == 0);
+  if (!o_.save.empty() &&
+      ((o_.save_interval > 0 && iteration_ % o_.save_interval == 0) || last || exit_now)) {
+    save(r.stop ? "stop signal" : last ? "end of training" : "interval");
+  }
+  if (exit_now && rank0_) {
+    std::printf("gpt_train: stopping after step %lld (%s)\n", static_cast<long long>(iteration_),
+                r.stop ? "SIGTERM/SIGINT" : "--exit-interval");
+  }
+}
+
+void Run::print_progress(const ZeroEngine::StepResult& r, const StepMetrics& s) {
+  const Interval& in = interval_;
+  const double per_step = in.ms / in.steps;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start_).count();
+  const double eta = elapsed / double(iteration_ - first_iteration_) * double(o_.train_iters - iteration_);
+  std::string line = "step " + std::string(5 - std::min<size_t>(5, std::to_string(iteration_).size()), ' ') +
+                     std::to_string(iteration_) + "/" + std::to_string(o_.train_iters);
+  char rest[512];
+  std::snprintf(
+      rest, sizeof rest,
+      " | loss %.4f%s | lr %.3e | scale %g | grad norm %s | skipped %lld | %.1f ms | %.0f tokens/s | "
+      "MFU %.1f%% | intra %s | inter %s per step | ETA %s",
+      in.loss / in.steps,
+      last_val_ >= 0 ? (" | val loss " + std::to_string(last_val_).substr(0, 6)).c_str() : "", s.lr,
+      r.loss_scale, r.skipped ? "overflow" : std::to_string(r.grad_norm).substr(0, 6).c_str(),
+      static_cast<long long>(skipped_total_), per_step,
+      double(o_.global_batch) * o_.model.seq_len / (per_step / 1000), 100 * s.mfu,
+      bytes_text(double(in.traffic.total(comm::Link::kIntraNode)) / in.steps).c_str(),
+      bytes_text(double(in.traffic.total(comm::Link::kInterNode)) / in.steps).c_str(),
+      duration_text(eta).c_str());
+  std::printf("%s%s\n", line.c_str(), rest);
+  if (o_.wall_clock_breakdown) {
+    std::printf("  time (rank 0): forward %.1f ms, backward %.1f ms, step %.1f ms; waits %s\n", r.forward_ms,
+                r.backward_ms, r.optimizer_ms, s.traffic.describe().c_str());
+  }
+  std::fflush(stdout);
+  interval_ = Interval{};
+}
+
+double Run::evaluate() {
+  const double loss =
+      validation_loss(engine_, *valid_.loader, o_.micro_batch, o_.model.seq_len, o_.eval_iters, world_);
+  if (rank0_) {
+    std::printf("validation after step %lld | val loss %.4f | ppl %.2f\n", static_cast<long long>(iteration_),
+                loss, std::exp(loss));
+    if (metrics_)
+      metrics_->write_raw("{\"step\": " + std::to_string(iteration_) +
+                          ", \"val_loss\": " + to_json_number(loss) + "}");
+  }
+  return loss;
+}
+
+void Run::save(const char* why) {
+  const TrainingPosition position{iteration_, skipped_total_, o_.global_batch, uint64_t(o_.seed)};
+  const std::string path = save_checkpoint(engine_, world_, o_.save, position, o_.keep_checkpoints);
+  if (rank0_) std::printf("gpt_train: saved %s (%s)\n", path.c_str(), why);
+  std::fflush(stdout);
+}
+
 int train(const TrainOptions& o, comm::Communicator& world) {
-  const bool rank0 = world.rank() == 0;
   if (o.threads > 0) cpu::set_num_threads(o.threads);
   if (std::string problem = ZeroEngine::check_zeropp(o.zero, world.topology()); !problem.empty()) {
     throw UsageError(problem);
   }
-  const GPTConfig& config = o.model;
-  const int B = o.micro_batch, T = config.seq_len;
-  const double train_share = o.split_train, valid_share = o.split_valid;
-  const bool split_data = o.valid_data_path.empty();
-  TrainBatches batches(o.data_path, config.vocab, T, B, o.accumulation_steps, world, uint64_t(o.seed), 0.0,
-                       split_data ? train_share : 1.0);
-  // Validation needs at least one batch of B sequences per rank; checked now, before any work can be lost.
-  std::unique_ptr<data::ValidLoader> valid;
-  std::string validation_note;
-  if (!split_data) {
-    valid = std::make_unique<data::ValidLoader>(data::expand_data_path(o.valid_data_path), config.vocab, T);
-    if (valid->num_batches(B) < world.size()) {
-      throw UsageError("--valid-data-path " + o.valid_data_path + " holds " +
-                       std::to_string(valid->num_windows()) + " windows of " + std::to_string(T + 1) +
-                       " tokens, fewer than one batch of " + std::to_string(B) + " per rank for " +
-                       std::to_string(world.size()) +
-                       " ranks; give more validation text or a smaller --micro-batch-size");
-    }
-  } else if (valid_share > 0) {
-    try {
-      valid = std::make_unique<data::ValidLoader>(data::expand_data_path(o.data_path), config.vocab, T,
-                                                  train_share, train_share + valid_share);
-    } catch (const data::DataError&) {
-      valid.reset();  // the split leaves no window: said below
-    }
-    if (!valid || valid->num_batches(B) < world.size()) {
-      validation_note = "validation off: --split " + o.split + " leaves " +
-                        std::to_string(valid ? valid->num_windows() : 0) +
-                        " validation windows, fewer than " + std::to_string(int64_t(B) * world.size()) +
-                        " (one batch per rank); give --valid-data-path or more data";
-      valid.reset();
-    }
-  }
-
-  ZeroEngine engine(config, o.zero, B, world, uint64_t(o.seed));
-  int64_t iteration = 0, skipped_total = 0;
-  if (!o.init_from.empty()) {
-    std::vector<float> params;
-    load_llmc_into_model_layout(o.init_from, config, params);
-    engine.load_model_weights(params.data());
-    if (rank0) std::printf("gpt_train: weights from %s\n", o.init_from.c_str());
-  }
-  if (!o.load.empty()) {
-    const LoadedCheckpoint c = load_checkpoint(engine, world, o.load, o.finetune);
-    if (!o.finetune) {
-      if (c.position.global_batch != o.global_batch) {
-        throw UsageError("--load " + c.path + " was trained with a global batch of " +
-                         std::to_string(c.position.global_batch) + " sequences, this run has " +
-                         std::to_string(o.global_batch) +
-                         "; the data position is a stream offset, so set --global-batch-size " +
-                         std::to_string(c.position.global_batch) + " (or use --finetune)");
-      }
-      iteration = c.position.iteration;
-      skipped_total = c.position.skipped_total;
-    }
-    if (rank0) {
-      std::printf("gpt_train: loaded %s (saved at %d ranks)%s\n", c.path.c_str(), c.saved_world_size,
-                  o.finetune ? ", weights only (--finetune)"
-                             : (", resuming after step " + std::to_string(iteration)).c_str());
-    }
-  }
-  std::unique_ptr<MetricsFile> metrics;
-  if (rank0 && !o.metrics_file.empty())
-    metrics = std::make_unique<MetricsFile>(o.metrics_file, iteration > 0);
-  const double sgemm_gflops = measure_sgemm_gflops(512);
-  if (rank0) print_banner(o, world, engine, batches.loader(), valid != nullptr);
-  if (rank0 && !validation_note.empty()) std::printf("  note: %s\n", validation_note.c_str());
-  std::signal(SIGTERM, on_stop_signal);
-  std::signal(SIGINT, on_stop_signal);
-
-  auto save = [&](const char* why) {
-    const TrainingPosition position{iteration, skipped_total, o.global_batch, uint64_t(o.seed)};
-    const std::string path = save_checkpoint(engine, world, o.save, position, o.keep_checkpoints);
-    if (rank0) std::printf("gpt_train: saved %s (%s)\n", path.c_str(), why);
-    std::fflush(stdout);
-  };
-  auto evaluate = [&]() {
-    const double loss = validation_loss(engine, *valid, B, T, o.eval_iters, world);
-    if (rank0) {
-      std::printf("validation after step %lld | val loss %.4f | ppl %.2f\n",
-                  static_cast<long long>(iteration), loss, std::exp(loss));
-      if (metrics)
-        metrics->write_raw("{\"step\": " + std::to_string(iteration) +
-                           ", \"val_loss\": " + to_json_number(loss) + "}");
-    }
-    return loss;
-  };
-
-  StepTraffic traffic(world);
-  const auto run_start = std::chrono::steady_clock::now();
-  const int64_t first_iteration = iteration;
-  double interval_loss = 0, interval_ms = 0, last_val = -1;
-  int interval_steps = 0;
-  comm::TrafficCounts interval_traffic;
-  while (iteration < o.train_iters) {
-    const auto start = std::chrono::steady_clock::now();
-    const double lr = o.schedule.at(engine.applied_steps());
-    const ZeroEngine::StepResult r = engine.train_step(batches.at(iteration), lr, stop_signal != 0);
-    ++iteration;  // the data position advances on skipped steps too
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    StepMetrics s;
-    s.step = iteration;
-    s.loss = r.loss;
-    s.lr = lr;
-    s.loss_scale = r.loss_scale;
-    s.grad_norm = r.grad_norm;
-    s.skipped = r.skipped;
-    s.skipped_total = skipped_total += r.skipped ? 1 : 0;
-    s.ms = ms;
-    s.tokens_per_s = double(o.global_batch) * T / (ms / 1000.0);
-    s.mfu = config.model_flops_per_token() * s.tokens_per_s / world.size() / (sgemm_gflops * 1e9);
-    s.traffic = traffic.collect();
-    if (metrics) metrics->write(s);
-    interval_loss += r.loss, interval_ms += ms, ++interval_steps, interval_traffic += s.traffic;
-
-    if (rank0 && iteration == first_iteration + 1) {
-      // Gather and bucket buffers and hpZ secondaries exist only once a step has run.
-      std::printf("after the first step, %s", engine.memory_table().c_str());
-    }
-    const bool last = iteration == o.train_iters;
-    if (valid && (iteration % o.eval_interval == 0 || last)) last_val = evaluate();
-    if (rank0 && (iteration % o.log_interval == 0 || last || r.stop)) {
-      const double per_step = interval_ms / interval_steps;
-      const double elapsed =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-      const double eta = elapsed / double(iteration - first_iteration) * double(o.train_iters - iteration);
-      std::string line = "step " +
-                         std::string(5 - std::min<size_t>(5, std::to_string(iteration).size()), ' ') +
-                         std::to_string(iteration) + "/" + std::to_string(o.train_iters);
-      char rest[512];
-      std::snprintf(
-          rest, sizeof rest,
-          " | loss %.4f%s | lr %.3e | scale %g | grad norm %s | skipped %lld | %.1f ms | %.0f tokens/s | "
-          "MFU %.1f%% | intra %s | inter %s per step | ETA %s",
-          interval_loss / interval_steps,
-          last_val >= 0 ? (" | val loss " + std::to_string(last_val).substr(0, 6)).c_str() : "", lr,
-          r.loss_scale, r.skipped ? "overflow" : std::to_string(r.grad_norm).substr(0, 6).c_str(),
-          static_cast<long long>(skipped_total), per_step, double(o.global_batch) * T / (per_step / 1000),
-          100 * s.mfu,
-          bytes_text(double(interval_traffic.total(comm::Link::kIntraNode)) / interval_steps).c_str(),
-          bytes_text(double(interval_traffic.total(comm::Link::kInterNode)) / interval_steps).c_str(),
-          duration_text(eta).c_str());
-      std::printf("%s%s\n", line.c_str(), rest);
-      if (o.wall_clock_breakdown) {
-        std::printf("  time (rank 0): forward %.1f ms, backward %.1f ms, step %.1f ms; waits %s\n",
-                    r.forward_ms, r.backward_ms, r.optimizer_ms, s.traffic.describe().c_str());
-      }
-      std::fflush(stdout);
-      interval_loss = interval_ms = 0, interval_steps = 0, interval_traffic = comm::TrafficCounts{};
-    }
-    const bool exit_now = r.stop || (o.exit_interval > 0 && iteration % o.exit_interval == 0);
-    if (!o.save.empty() && ((o.save_interval > 0 && iteration % o.save_interval == 0) || last || exit_now)) {
-      save(r.stop ? "stop signal" : last ? "end of training" : "interval");
-    }
-    if (exit_now) {
-      if (rank0)
-        std::printf("gpt_train: stopping after step %lld (%s)\n", static_cast<long long>(iteration),
-                    r.stop ? "SIGTERM/SIGINT" : "--exit-interval");
-      break;
-    }
-  }
+  Run run(o, world);
+  run.loop();
   return 0;
+}
+
+// Every rank validates the same inputs, so a mistake stops every rank with the same line (no hang).
+int run(comm::MpiSession& session, int argc, char** argv) {
+  TrainOptions options;
+  if (!parse_train_options(argc, argv, session.world_size(), &options)) return 0;
+  if (options.plan.enabled) {
+    if (session.world_rank() == 0) std::fputs(plan_report(options).c_str(), stdout);
+    return 0;
+  }
+  comm::MpiOptions mpi_options;
+  mpi_options.ranks_per_node = options.ranks_per_node;
+  std::unique_ptr<comm::Communicator> world = session.world(mpi_options);
+  return train(options, *world);
 }
 
 }  // namespace
 }  // namespace gpt
 
-namespace {
-
-int run(gpt::comm::MpiSession& session, int argc, char** argv) {
-  // Every rank validates the same inputs, so a mistake stops every rank with the same line (no hang).
-  auto fail = [&](const char* what) {
-    std::fprintf(stderr, "gpt_train: %s\n", what);
-    return 2;
-  };
-  try {
-    gpt::TrainOptions options;
-    if (!gpt::parse_train_options(argc, argv, session.world_size(), &options)) return 0;
-    if (options.plan.enabled) {
-      if (session.world_rank() == 0) std::fputs(gpt::plan_report(options).c_str(), stdout);
-      return 0;
-    }
-    gpt::comm::MpiOptions mpi_options;
-    mpi_options.ranks_per_node = options.ranks_per_node;
-    std::unique_ptr<gpt::comm::Communicator> world = session.world(mpi_options);
-    return gpt::train(options, *world);
-  } catch (const gpt::UsageError& e) {
-    return fail(e.what());
-  } catch (const gpt::data::DataError& e) {
-    return fail(e.what());
-  } catch (const gpt::comm::TopologyError& e) {
-    return fail(e.what());
-  } catch (const gpt::CheckpointError& e) {
-    return fail(e.what());
-  } catch (const gpt::ModelFileError& e) {
-    return fail(e.what());
-  }
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  gpt::comm::MpiSession session(argc, argv);
-  const int code = run(session, argc, argv);
-  session.set_exit_code(code);  // for the finished-work marker (see MpiSession's destructor)
-  return code;
+  return gpt::comm::run_mpi_main("gpt_train", argc, argv, [&](gpt::comm::MpiSession& session) {
+    // model/ and zero/ report a bad model file or checkpoint with their own types (not UsageError yet).
+    return gpt::treat_as_usage_errors<gpt::CheckpointError, gpt::ModelFileError>(
+        [&] { return gpt::run(session, argc, argv); });
+  });
 }

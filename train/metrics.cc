@@ -9,7 +9,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "train/flags.h"
+#include "base/user_error.h"
 
 namespace gpt {
 

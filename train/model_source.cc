@@ -1,7 +1,7 @@
 // load_checkpoint_weights; see model_source.h.
 #include "train/model_source.h"
 
-#include "train/flags.h"
+#include "base/user_error.h"
 #include "zero/checkpoint.h"
 
 namespace gpt {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "train/ds_config.h"
-#include "train/flags.h"
+#include "train/model_flags.h"
 #include "train/units.h"
 
 namespace gpt {
@@ -113,73 +113,63 @@ std::pair<double, double> split_fractions(const std::string& split) {
   return {w[0] / total, w[1] / total};
 }
 
-}  // namespace
+using Values = TrainFlags::Values;
 
-bool parse_train_options(int argc, const char* const* argv, int world_size, TrainOptions* out) {
-  TrainOptions& o = *out;
-  o.model.seq_len = 1024;
-  o.zero.hidden_dropout = 0.1;  // Megatron's and GPT-2's default
-  o.zero.attention_dropout = 0.1;
-  int micro = 4, stage = 0, tensor_parallel = 1, pipeline_parallel = 1;
-  int64_t global = 0, warmup = 0, decay_iters = 0;
-  double lr = 6e-4, min_lr = 0, clip = 1.0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  std::string decay_style = "constant", gpu_memory = "32GB", intra_bw = "150GB/s", inter_bw = "100Gb/s";
-  bool fp16 = false, bf16 = false, checkpoint = false, deepspeed = false, ds_checkpointing = false;
-
-  FlagParser flags(
-      "gpt_train",
-      "Trains GPT-2 with ZeRO / ZeRO++ over MPI: mpiexec -n N gpt_train [flags] (see README.md).");
+void add_model_group(FlagParser& flags, TrainOptions& o, Values& v) {
   flags.group("Model");
-  flags.add_int("--num-layers", &o.model.num_layers, "transformer blocks", 1, 1 << 16);
-  flags.add_int("--hidden-size", &o.model.hidden, "model width C", 1, 1 << 20);
-  flags.add_int("--num-attention-heads", &o.model.heads, "attention heads (must divide the hidden size)", 1,
-                1 << 16);
-  flags.add_int("--seq-length", &o.model.seq_len, "tokens per training sequence", 1, 1 << 20);
-  flags.add_int("--max-position-embeddings", &o.model.max_positions, "rows of the position table", 1,
-                1 << 20);
-  flags.add_int("--vocab-size", &o.model.vocab, "vocabulary (padded to a multiple of 128 inside)", 2, 65536);
+  add_model_flags(flags, &o.model);
   flags.add_double("--hidden-dropout", &o.zero.hidden_dropout, "dropout on embeddings and residual branches",
                    0.0, 0.99);
   flags.add_double("--attention-dropout", &o.zero.attention_dropout, "dropout on attention probabilities",
                    0.0, 0.99);
-  flags.add_int("--tensor-model-parallel-size", &tensor_parallel, "tensor parallelism (only 1 is supported)",
-                1, 1 << 20);
-  flags.add_int("--pipeline-model-parallel-size", &pipeline_parallel,
+  flags.add_int("--tensor-model-parallel-size", &v.tensor_parallel,
+                "tensor parallelism (only 1 is supported)", 1, 1 << 20);
+  flags.add_int("--pipeline-model-parallel-size", &v.pipeline_parallel,
                 "pipeline parallelism (only 1 is supported)", 1, 1 << 20);
+}
+
+void add_optimization_group(FlagParser& flags, TrainOptions& o, Values& v) {
   flags.group("Batch and optimization");
-  flags.add_int("--micro-batch-size", &micro, "sequences per rank per micro-step", 1, 1 << 20);
+  flags.add_int("--micro-batch-size", &v.micro, "sequences per rank per micro-step", 1, 1 << 20);
   flags.add_alias("--batch-size", "--micro-batch-size");
-  flags.add_int64("--global-batch-size", &global, "sequences per optimizer step over all ranks", 1,
+  flags.add_int64("--global-batch-size", &v.global, "sequences per optimizer step over all ranks", 1,
                   int64_t(1) << 40);
   flags.add_int("--train-iters", &o.train_iters, "optimizer steps (0: start up, load or plan, and stop)", 0,
                 1 << 30);
-  flags.add_double("--lr", &lr, "peak learning rate", 0.0, 10.0);
-  flags.add_double("--min-lr", &min_lr, "learning rate at the end of the decay", 0.0, 10.0);
-  flags.add_string("--lr-decay-style", &decay_style, "constant | linear | cosine");
-  flags.add_int64("--lr-warmup-iters", &warmup, "linear warmup steps from 0 to --lr", 0, int64_t(1) << 40);
-  flags.add_int64("--lr-decay-iters", &decay_iters,
+  flags.add_double("--lr", &v.lr, "peak learning rate", 0.0, 10.0);
+  flags.add_double("--min-lr", &v.min_lr, "learning rate at the end of the decay", 0.0, 10.0);
+  flags.add_string("--lr-decay-style", &v.decay_style, "constant | linear | cosine");
+  flags.add_int64("--lr-warmup-iters", &v.warmup, "linear warmup steps from 0 to --lr", 0, int64_t(1) << 40);
+  flags.add_int64("--lr-decay-iters", &v.decay_iters,
                   "step where the decay reaches --min-lr (default --train-iters)", 0, int64_t(1) << 40);
-  flags.add_double("--weight-decay", &weight_decay, "AdamW decoupled weight decay (not on biases/LayerNorm)",
-                   0.0, 10.0);
-  flags.add_double("--clip-grad", &clip, "global gradient-norm clipping, 0 = off", 0.0, 1e9);
-  flags.add_double("--adam-beta1", &beta1, "Adam beta1", 0.0, 0.999999);
-  flags.add_double("--adam-beta2", &beta2, "Adam beta2", 0.0, 0.999999);
-  flags.add_double("--adam-eps", &eps, "Adam epsilon", 0.0, 1.0);
+  flags.add_double("--weight-decay", &v.weight_decay,
+                   "AdamW decoupled weight decay (not on biases/LayerNorm)", 0.0, 10.0);
+  flags.add_double("--clip-grad", &v.clip, "global gradient-norm clipping, 0 = off", 0.0, 1e9);
+  flags.add_double("--adam-beta1", &v.beta1, "Adam beta1", 0.0, 0.999999);
+  flags.add_double("--adam-beta2", &v.beta2, "Adam beta2", 0.0, 0.999999);
+  flags.add_double("--adam-eps", &v.eps, "Adam epsilon", 0.0, 1.0);
   flags.add_int64("--seed", &o.seed, "initialization, data order and dropout seed", 0, INT64_MAX);
+}
+
+void add_precision_and_cluster_groups(FlagParser& flags, TrainOptions& o, Values& v) {
   flags.group("Precision and memory");
-  flags.add_switch("--fp16", &fp16, "fp16 compute weights and gradients, dynamic loss scaling");
-  flags.add_switch("--bf16", &bf16, "bf16 compute weights and gradients");
-  flags.add_switch("--checkpoint-activations", &checkpoint, "keep only block inputs; recompute in backward");
-  flags.add_switch("--deepspeed-activation-checkpointing", &ds_checkpointing,
+  flags.add_switch("--fp16", &v.fp16, "fp16 compute weights and gradients, dynamic loss scaling");
+  flags.add_switch("--bf16", &v.bf16, "bf16 compute weights and gradients");
+  flags.add_switch("--checkpoint-activations", &v.checkpoint,
+                   "keep only block inputs; recompute in backward");
+  flags.add_switch("--deepspeed-activation-checkpointing", &v.ds_checkpointing,
                    "accepted (the tutorial's); checkpointing is the engine's own");
   flags.group("ZeRO and the cluster");
-  flags.add_int("--zero-stage", &stage, "0 data parallel, 1 +optimizer states, 2 +gradients, 3 +weights",
+  flags.add_int("--zero-stage", &v.stage, "0 data parallel, 1 +optimizer states, 2 +gradients, 3 +weights",
                 -1000, 1000);
   flags.add_string("--deepspeed_config", &o.deepspeed_config, "DeepSpeed JSON config file");
-  flags.add_switch("--deepspeed", &deepspeed, "accepted for DeepSpeed command lines; does nothing");
+  flags.add_switch("--deepspeed", &v.deepspeed, "accepted for DeepSpeed command lines; does nothing");
   flags.add_int("--ranks-per-node", &o.ranks_per_node,
                 "simulate nodes of K consecutive ranks (0 = real nodes)", 0, 1 << 20);
   flags.add_int("--threads", &o.threads, "CPU threads per rank (0 = all cores)", 0, 1024);
+}
+
+void add_data_and_logging_groups(FlagParser& flags, TrainOptions& o) {
   flags.group("Data");
   flags.add_string("--data-path", &o.data_path, "a token shard, or a glob of shards ('data/train_*.bin')");
   flags.add_string("--valid-data-path", &o.valid_data_path,
@@ -194,6 +184,9 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
                 1 << 30);
   flags.add_int("--eval-iters", &o.eval_iters, "validation batches per evaluation", 1, 1 << 30);
   flags.add_string("--metrics-file", &o.metrics_file, "JSON Lines: every step and every validation (rank 0)");
+}
+
+void add_checkpoint_and_plan_groups(FlagParser& flags, TrainOptions& o, Values& v) {
   flags.group("Checkpoints and initialization");
   flags.add_string("--save", &o.save, "checkpoint directory (DIR/global_stepN, DIR/latest)");
   flags.add_int("--save-interval", &o.save_interval, "a checkpoint every N steps (0: at the end only)", 0,
@@ -212,58 +205,76 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
                    "print memory, bytes and time per step for a cluster, then exit");
   flags.add_int("--nodes", &o.plan.nodes, "nodes of the planned cluster", 1, 1 << 20);
   flags.add_int("--gpus-per-node", &o.plan.gpus_per_node, "GPUs per node of the planned cluster", 1, 1 << 20);
-  flags.add_string("--gpu-memory", &gpu_memory, "memory per GPU, e.g. 32GB");
-  flags.add_string("--intra-node-bandwidth", &intra_bw, "per-GPU bandwidth inside a node, e.g. 150GB/s");
-  flags.add_string("--inter-node-bandwidth", &inter_bw, "per-node network bandwidth, e.g. 100Gb/s");
+  flags.add_string("--gpu-memory", &v.gpu_memory, "memory per GPU, e.g. 32GB");
+  flags.add_string("--intra-node-bandwidth", &v.intra_bw, "per-GPU bandwidth inside a node, e.g. 150GB/s");
+  flags.add_string("--inter-node-bandwidth", &v.inter_bw, "per-node network bandwidth, e.g. 100Gb/s");
   flags.add_double("--gpu-tflops", &o.plan.gpu_tflops, "achievable fp16 TFLOP/s per GPU", 0.001, 1e6);
-  if (!flags.parse(argc, argv)) return false;
+}
 
-  if (tensor_parallel != 1 || pipeline_parallel != 1) {
+// A flag given on the command line wins over the JSON key; a banner note says so when both were given and
+// differ.
+class FlagOrJson {
+ public:
+  FlagOrJson(const FlagParser& flags, const DeepSpeedConfig& ds, std::vector<std::string>& notes)
+      : flags_(flags), ds_(ds), notes_(notes) {}
+
+  template <typename T>
+  std::optional<T> operator()(const char* flag, T flag_value, const char* key,
+                              std::optional<T> json_value) const {
+    if (!flags_.given(flag)) return json_value;
+    if (json_value && *json_value != flag_value) {
+      std::ostringstream note;
+      note << flag << " " << flag_value << " (command line) overrides " << key << " " << *json_value
+           << " from " << ds_.path;
+      notes_.push_back(note.str());
+    }
+    return flag_value;
+  }
+
+ private:
+  const FlagParser& flags_;
+  const DeepSpeedConfig& ds_;
+  std::vector<std::string>& notes_;
+};
+
+void check_parallelism(const Values& v) {
+  if (v.tensor_parallel != 1 || v.pipeline_parallel != 1) {
     throw UsageError(
-        std::string(tensor_parallel != 1 ? "--tensor-model-parallel-size " + str(tensor_parallel)
-                                         : "--pipeline-model-parallel-size " + str(pipeline_parallel)) +
+        std::string(v.tensor_parallel != 1 ? "--tensor-model-parallel-size " + str(v.tensor_parallel)
+                                           : "--pipeline-model-parallel-size " + str(v.pipeline_parallel)) +
         ": tensor and pipeline parallelism are not supported yet; use 1 (ZeRO data parallelism only)");
   }
-  if (o.plan.enabled) {
-    // The plan is for the described cluster, not for the processes running this command.
-    world_size = o.plan.nodes * o.plan.gpus_per_node;
-    o.ranks_per_node = o.plan.gpus_per_node;
-    o.plan.gpu_memory_bytes = parse_bytes(gpu_memory, "--gpu-memory");
-    o.plan.intra_node_bytes_per_s = parse_rate(intra_bw, "--intra-node-bandwidth");
-    o.plan.inter_node_bytes_per_s = parse_rate(inter_bw, "--inter-node-bandwidth");
-  }
+}
 
-  DeepSpeedConfig ds;
-  if (!o.deepspeed_config.empty()) ds = read_deepspeed_config(o.deepspeed_config);
-  for (const std::string& w : ds.warnings) o.notes.push_back(ds.path + ": " + w);
-  // A flag on the command line wins over the JSON key; say so when both were given and differ.
-  auto pick = [&]<typename T>(const char* flag, T flag_value, const char* key, std::optional<T> json_value) {
-    if (flags.given(flag)) {
-      if (json_value && *json_value != flag_value) {
-        std::ostringstream note;
-        note << flag << " " << flag_value << " (command line) overrides " << key << " " << *json_value
-             << " from " << ds.path;
-        o.notes.push_back(note.str());
-      }
-      return std::optional<T>(flag_value);
-    }
-    return json_value;
-  };
+// The plan is for the described cluster, not for the processes running this command: returns its size.
+int apply_plan(const Values& v, int world_size, TrainOptions& o) {
+  if (!o.plan.enabled) return world_size;
+  o.ranks_per_node = o.plan.gpus_per_node;
+  o.plan.gpu_memory_bytes = parse_bytes(v.gpu_memory, "--gpu-memory");
+  o.plan.intra_node_bytes_per_s = parse_rate(v.intra_bw, "--intra-node-bandwidth");
+  o.plan.inter_node_bytes_per_s = parse_rate(v.inter_bw, "--inter-node-bandwidth");
+  return o.plan.nodes * o.plan.gpus_per_node;
+}
 
+void resolve_stage_and_batch(const FlagOrJson& pick, const DeepSpeedConfig& ds, const Values& v,
+                             int world_size, TrainOptions& o) {
   o.zero.stage =
-      int(pick("--zero-stage", int64_t(stage), "zero_optimization.stage", ds.zero_stage).value_or(0));
+      int(pick("--zero-stage", int64_t(v.stage), "zero_optimization.stage", ds.zero_stage).value_or(0));
   if (o.zero.stage < 0 || o.zero.stage > 3) {
     throw UsageError("--zero-stage is " + str(o.zero.stage) + "; ZeRO stages are 0, 1, 2 and 3");
   }
-  resolve_batch(pick("--micro-batch-size", int64_t(micro), "train_micro_batch_size_per_gpu",
+  resolve_batch(pick("--micro-batch-size", int64_t(v.micro), "train_micro_batch_size_per_gpu",
                      ds.train_micro_batch_size_per_gpu),
                 ds.gradient_accumulation_steps,
-                pick("--global-batch-size", global, "train_batch_size", ds.train_batch_size), world_size, &o);
+                pick("--global-batch-size", v.global, "train_batch_size", ds.train_batch_size), world_size,
+                &o);
   o.zero.gradient_clipping =
-      pick("--clip-grad", clip, "gradient_clipping", ds.gradient_clipping).value_or(clip);
+      pick("--clip-grad", v.clip, "gradient_clipping", ds.gradient_clipping).value_or(v.clip);
+}
 
-  const bool use_fp16 = fp16 || (!bf16 && ds.fp16_enabled.value_or(false));
-  const bool use_bf16 = bf16 || (!fp16 && ds.bf16_enabled.value_or(false));
+void resolve_precision(const DeepSpeedConfig& ds, const Values& v, TrainOptions& o) {
+  const bool use_fp16 = v.fp16 || (!v.bf16 && ds.fp16_enabled.value_or(false));
+  const bool use_bf16 = v.bf16 || (!v.fp16 && ds.bf16_enabled.value_or(false));
   if (use_fp16 && use_bf16) {
     throw UsageError(
         "both fp16 and bf16 are enabled; choose one (--fp16 or --bf16, or one \"enabled\": true)");
@@ -275,13 +286,17 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
   ls.loss_scale_window = int(ds.loss_scale_window.value_or(ls.loss_scale_window));
   ls.hysteresis = int(ds.hysteresis.value_or(ls.hysteresis));
   ls.min_loss_scale = ds.min_loss_scale.value_or(ls.min_loss_scale);
-  o.zero.reduce_bucket_size = ds.reduce_bucket_size.value_or(o.zero.reduce_bucket_size);
-  o.zero.overlap_comm = ds.overlap_comm.value_or(o.zero.stage == 3);  // DeepSpeed: on by default for stage 3
-  o.zero.checkpoint_activations = checkpoint;
-  if (ds_checkpointing && !checkpoint) {
+  o.zero.checkpoint_activations = v.checkpoint;
+  if (v.ds_checkpointing && !v.checkpoint) {
     o.notes.push_back(
         "--deepspeed-activation-checkpointing accepted: add --checkpoint-activations to recompute");
   }
+}
+
+// Buckets, overlap and ZeRO++ from the JSON's zero_optimization.
+void resolve_zero_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
+  o.zero.reduce_bucket_size = ds.reduce_bucket_size.value_or(o.zero.reduce_bucket_size);
+  o.zero.overlap_comm = ds.overlap_comm.value_or(o.zero.stage == 3);  // DeepSpeed: on by default for stage 3
   o.zero.quantized_weights = ds.zero_quantized_weights.value_or(false);
   o.zero.hpz_partition_size = int(ds.zero_hpz_partition_size.value_or(1));
   o.zero.quantized_gradients = ds.zero_quantized_gradients.value_or(false);
@@ -291,56 +306,70 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
   o.zero.weight_block = block(ds.zeropp_weight_block_size, o.zero.weight_block);
   o.zero.gradient_block = block(ds.zeropp_gradient_block_size, o.zero.gradient_block);
   note_accepted_keys(ds, o.zero, o.notes);
+}
 
-  // Optimizer: DeepSpeed's "Adam" is AdamW unless adam_w_mode is false.
+// Optimizer: DeepSpeed's "Adam" is AdamW unless adam_w_mode is false.
+void resolve_adam(const FlagOrJson& pick, const DeepSpeedConfig& ds, const Values& v, TrainOptions& o) {
   cpu::AdamWHyper& adam = o.zero.adam;
-  adam.beta1 = pick("--adam-beta1", beta1, "optimizer.params.betas[0]", ds.optimizer_beta1).value_or(beta1);
-  adam.beta2 = pick("--adam-beta2", beta2, "optimizer.params.betas[1]", ds.optimizer_beta2).value_or(beta2);
-  adam.eps = pick("--adam-eps", eps, "optimizer.params.eps", ds.optimizer_eps).value_or(eps);
+  adam.beta1 =
+      pick("--adam-beta1", v.beta1, "optimizer.params.betas[0]", ds.optimizer_beta1).value_or(v.beta1);
+  adam.beta2 =
+      pick("--adam-beta2", v.beta2, "optimizer.params.betas[1]", ds.optimizer_beta2).value_or(v.beta2);
+  adam.eps = pick("--adam-eps", v.eps, "optimizer.params.eps", ds.optimizer_eps).value_or(v.eps);
   adam.weight_decay =
-      pick("--weight-decay", weight_decay, "optimizer.params.weight_decay", ds.optimizer_weight_decay)
-          .value_or(weight_decay);
+      pick("--weight-decay", v.weight_decay, "optimizer.params.weight_decay", ds.optimizer_weight_decay)
+          .value_or(v.weight_decay);
   adam.decoupled = !(ds.optimizer_type.value_or("AdamW") == "Adam" && !ds.adam_w_mode.value_or(true));
   if (!adam.decoupled) o.notes.push_back("optimizer: Adam with L2 regularization (adam_w_mode false)");
+}
 
-  // Learning rate: Megatron's flags, or the JSON scheduler when one is given and no schedule flag is.
-  LrSchedule& sched = o.schedule;
-  sched.lr = pick("--lr", lr, "optimizer.params.lr", ds.optimizer_lr).value_or(lr);
-  sched.min_lr = min_lr;
-  if (decay_style != "constant" && decay_style != "linear" && decay_style != "cosine") {
-    throw UsageError("--lr-decay-style is '" + decay_style + "'; choose constant, linear or cosine");
+// The JSON scheduler, used when no --lr-* schedule flag was given.
+void json_schedule(const DeepSpeedConfig& ds, LrSchedule& sched) {
+  const std::string& t = *ds.scheduler_type;
+  sched.kind = t == "WarmupLR"        ? LrSchedule::Kind::kWarmupLR
+               : t == "WarmupDecayLR" ? LrSchedule::Kind::kWarmupDecayLR
+                                      : LrSchedule::Kind::kWarmupCosineLR;
+  sched.warmup_min_lr = ds.warmup_min_lr.value_or(0.0);
+  sched.warmup_max_lr = ds.warmup_max_lr.value_or(0.001);
+  sched.warmup_steps = ds.warmup_num_steps.value_or(1000);
+  sched.warmup_type = ds.warmup_type.value_or("log");
+  sched.warmup_min_ratio = ds.warmup_min_ratio.value_or(0.0);
+  sched.cos_min_ratio = ds.cos_min_ratio.value_or(0.0001);
+  if (sched.kind != LrSchedule::Kind::kWarmupLR && !ds.total_num_steps) {
+    throw UsageError(ds.path + ": scheduler.params.total_num_steps is required for " + t);
   }
-  sched.decay_style = decay_style;
-  sched.warmup_steps = warmup;
-  sched.decay_steps = decay_iters > 0 ? decay_iters : o.train_iters;
+  sched.total_steps = ds.total_num_steps.value_or(0);
+}
+
+// Learning rate: Megatron's flags, or the JSON scheduler when one is given and no schedule flag is.
+void resolve_schedule(const FlagParser& flags, const FlagOrJson& pick, const DeepSpeedConfig& ds,
+                      const Values& v, TrainOptions& o) {
+  LrSchedule& sched = o.schedule;
+  sched.lr = pick("--lr", v.lr, "optimizer.params.lr", ds.optimizer_lr).value_or(v.lr);
+  sched.min_lr = v.min_lr;
+  if (v.decay_style != "constant" && v.decay_style != "linear" && v.decay_style != "cosine") {
+    throw UsageError("--lr-decay-style is '" + v.decay_style + "'; choose constant, linear or cosine");
+  }
+  sched.decay_style = v.decay_style;
+  sched.warmup_steps = v.warmup;
+  sched.decay_steps = v.decay_iters > 0 ? v.decay_iters : o.train_iters;
   const bool schedule_flags = flags.given("--lr-decay-style") || flags.given("--lr-warmup-iters") ||
                               flags.given("--min-lr") || flags.given("--lr-decay-iters");
   if (ds.scheduler_type && schedule_flags) {
     o.notes.push_back("the --lr-* flags (command line) override scheduler " + *ds.scheduler_type + " from " +
                       ds.path);
   } else if (ds.scheduler_type) {
-    const std::string& t = *ds.scheduler_type;
-    sched.kind = t == "WarmupLR"        ? LrSchedule::Kind::kWarmupLR
-                 : t == "WarmupDecayLR" ? LrSchedule::Kind::kWarmupDecayLR
-                                        : LrSchedule::Kind::kWarmupCosineLR;
-    sched.warmup_min_lr = ds.warmup_min_lr.value_or(0.0);
-    sched.warmup_max_lr = ds.warmup_max_lr.value_or(0.001);
-    sched.warmup_steps = ds.warmup_num_steps.value_or(1000);
-    sched.warmup_type = ds.warmup_type.value_or("log");
-    sched.warmup_min_ratio = ds.warmup_min_ratio.value_or(0.0);
-    sched.cos_min_ratio = ds.cos_min_ratio.value_or(0.0001);
-    if (sched.kind != LrSchedule::Kind::kWarmupLR && !ds.total_num_steps) {
-      throw UsageError(ds.path + ": scheduler.params.total_num_steps is required for " + t);
-    }
-    sched.total_steps = ds.total_num_steps.value_or(0);
+    json_schedule(ds, sched);
   }
-
   if (!flags.given("--log-interval") && ds.steps_per_print) o.log_interval = int(*ds.steps_per_print);
   o.wall_clock_breakdown = ds.wall_clock_breakdown.value_or(false);
+}
 
+// The checks on the whole that need no JSON: the shape, the split, and (unless planning) data and topology.
+void check_whole(int world_size, TrainOptions& o) {
   if (std::string problem = o.model.validate(); !problem.empty()) throw UsageError(problem);
   std::tie(o.split_train, o.split_valid) = split_fractions(o.split);
-  if (o.plan.enabled) return true;  // planning needs no data
+  if (o.plan.enabled) return;  // planning needs no data
   if (o.data_path.empty())
     throw UsageError("--data-path is required: give a token shard or a glob of shards");
   if (o.ranks_per_node > 0 && world_size % o.ranks_per_node != 0) {
@@ -352,6 +381,42 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
         "--init-from and --load both given; use --load to resume a checkpoint or --init-from to start "
         "from a model file");
   }
+}
+
+}  // namespace
+
+TrainFlags::TrainFlags(FlagParser& flags, TrainOptions* options) : flags_(flags), o_(*options) {
+  o_.zero.hidden_dropout = 0.1;  // Megatron's and GPT-2's default
+  o_.zero.attention_dropout = 0.1;
+  add_model_group(flags, o_, v_);
+  add_optimization_group(flags, o_, v_);
+  add_precision_and_cluster_groups(flags, o_, v_);
+  add_data_and_logging_groups(flags, o_);
+  add_checkpoint_and_plan_groups(flags, o_, v_);
+}
+
+void TrainFlags::finish(int world_size) {
+  check_parallelism(v_);
+  world_size = apply_plan(v_, world_size, o_);
+  DeepSpeedConfig ds;
+  if (!o_.deepspeed_config.empty()) ds = read_deepspeed_config(o_.deepspeed_config);
+  for (const std::string& w : ds.warnings) o_.notes.push_back(ds.path + ": " + w);
+  const FlagOrJson pick(flags_, ds, o_.notes);
+  resolve_stage_and_batch(pick, ds, v_, world_size, o_);
+  resolve_precision(ds, v_, o_);
+  resolve_zero_keys(ds, o_);
+  resolve_adam(pick, ds, v_, o_);
+  resolve_schedule(flags_, pick, ds, v_, o_);
+  check_whole(world_size, o_);
+}
+
+bool parse_train_options(int argc, const char* const* argv, int world_size, TrainOptions* options) {
+  FlagParser flags(
+      "gpt_train",
+      "Trains GPT-2 with ZeRO / ZeRO++ over MPI: mpiexec -n N gpt_train [flags] (see README.md).");
+  TrainFlags train(flags, options);
+  if (!flags.parse(argc, argv)) return false;
+  train.finish(world_size);
   return true;
 }
 

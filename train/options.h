@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "base/flags.h"
 #include "model/config.h"
 #include "train/lr_schedule.h"
 #include "zero/config.h"
@@ -62,5 +63,34 @@ struct TrainOptions {
 // Parses argv and the JSON file it names, for a world of world_size ranks. Throws UsageError with one line.
 // Returns false when --help was printed.
 bool parse_train_options(int argc, const char* const* argv, int world_size, TrainOptions* options);
+
+// gpt_train's flags on a parser that may carry more (bench/zeropp adds its own), in two steps:
+//   FlagParser flags(...);  TrainFlags train(flags, &options);  ...more flags...
+//   if (!flags.parse(argc, argv)) return 0;  train.finish(world_size);
+class TrainFlags {
+ public:
+  // Registers every gpt_train flag, by group, writing into *options (whose values are the defaults).
+  TrainFlags(FlagParser& flags, TrainOptions* options);
+  TrainFlags(const TrainFlags&) = delete;
+  TrainFlags& operator=(const TrainFlags&) = delete;
+
+  // After flags.parse(): merges the DeepSpeed JSON (a flag given wins), resolves the batch sizes and checks
+  // the whole for a world of world_size ranks. Throws UsageError with one line.
+  void finish(int world_size);
+
+  // The flags merged with JSON keys or converted after parsing; the rest go straight into TrainOptions.
+  struct Values {
+    int micro = 4, stage = 0, tensor_parallel = 1, pipeline_parallel = 1;
+    int64_t global = 0, warmup = 0, decay_iters = 0;
+    double lr = 6e-4, min_lr = 0, clip = 1.0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+    std::string decay_style = "constant", gpu_memory = "32GB", intra_bw = "150GB/s", inter_bw = "100Gb/s";
+    bool fp16 = false, bf16 = false, checkpoint = false, deepspeed = false, ds_checkpointing = false;
+  };
+
+ private:
+  FlagParser& flags_;
+  TrainOptions& o_;
+  Values v_;
+};
 
 }  // namespace gpt

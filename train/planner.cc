@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <functional>
 
+#include "base/user_error.h"
 #include "kernels/quant/quantize.h"
 #include "model/params.h"
-#include "train/flags.h"
 #include "zero/engine.h"
 #include "zero/partition.h"
 #include "zero/reduce.h"

@@ -6,7 +6,7 @@
 #include <initializer_list>
 #include <utility>
 
-#include "train/flags.h"
+#include "base/user_error.h"
 
 namespace gpt {
 namespace {

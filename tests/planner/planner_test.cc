@@ -13,8 +13,8 @@
 #include <sstream>
 #include <string>
 
+#include "base/user_error.h"
 #include "model/layers.h"
-#include "train/flags.h"
 
 namespace {
 

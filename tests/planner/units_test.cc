@@ -7,7 +7,7 @@
 #include <cmath>
 #include <string>
 
-#include "train/flags.h"
+#include "base/user_error.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // FlagParser: see flags.h.
-#include "train/flags.h"
+#include "base/flags.h"
 
 #include <algorithm>
 #include <charconv>
@@ -71,6 +71,7 @@ FlagParser::Flag& FlagParser::add(const std::string& name, const std::string& he
   flag.default_text = std::move(default_text);
   flag.takes_value = takes_value;
   flag.set = std::move(set);
+  std::erase_if(flags_, [&](const Flag& f) { return f.name == name; });
   flags_.push_back(std::move(flag));
   return flags_.back();
 }
@@ -115,6 +116,11 @@ void FlagParser::add_alias(const std::string& alias, const std::string& name) {
   aliases_.emplace_back(alias, name);
 }
 
+void FlagParser::add_positional(const std::string& hint, std::vector<std::string>* target) {
+  positional_hint_ = hint;
+  positional_ = target;
+}
+
 FlagParser::Flag* FlagParser::find(const std::string& name) {
   return const_cast<Flag*>(static_cast<const FlagParser*>(this)->find(name));
 }
@@ -154,6 +160,10 @@ bool FlagParser::parse(int argc, const char* const* argv) {
       std::fputs(help().c_str(), stdout);
       return false;
     }
+    if (arg.rfind("--", 0) != 0 && positional_) {
+      positional_->push_back(arg);
+      continue;
+    }
     if (arg.rfind("--", 0) != 0) {
       throw UsageError("unexpected argument '" + arg + "'; every option is a --flag (see --help)");
     }
@@ -165,6 +175,8 @@ bool FlagParser::parse(int argc, const char* const* argv) {
       inline_value = true;
     }
     Flag* flag = find(name);
+    if (!flag && flags_.empty())
+      throw UsageError("unknown flag " + name + "; this program takes no flags (see --help)");
     if (!flag)
       throw UsageError("unknown flag " + name + "; did you mean " + closest(name) + "? (see --help)");
     if (flag->takes_value) {
@@ -184,7 +196,8 @@ bool FlagParser::parse(int argc, const char* const* argv) {
 
 std::string FlagParser::help() const {
   std::ostringstream out;
-  out << "usage: " << program_ << " [flags]\n" << summary_ << "\n";
+  out << "usage: " << program_ << " [flags]" << (positional_ ? " " + positional_hint_ + "..." : "") << "\n"
+      << summary_ << "\n";
   std::string group = "\x01";
   for (const Flag& f : flags_) {
     if (f.group != group) {

@@ -1,5 +1,5 @@
 // The flag parser: values in both spellings, ranges, switches, aliases, and the messages users see.
-#include "train/flags.h"
+#include "base/flags.h"
 
 #include <doctest/doctest.h>
 
@@ -70,4 +70,42 @@ TEST_CASE("help lists groups, aliases and defaults") {
   const std::string help = flags.help();
   CHECK(help.find("--num-layers N, --layers") != std::string::npos);
   CHECK(help.find("(default 12)") != std::string::npos);
+}
+
+TEST_CASE("positional arguments are collected only where the tool takes them") {
+  std::vector<std::string> files;
+  int n = 1;
+  gpt::FlagParser flags("prog", "test");
+  flags.add_int("--n", &n, "a count", 1, 10);
+  flags.add_positional("FILE", &files);
+  const char* argv[] = {"prog", "a.txt", "--n", "3", "b.txt"};
+  CHECK(flags.parse(5, argv));
+  CHECK(files == std::vector<std::string>{"a.txt", "b.txt"});
+  CHECK(n == 3);
+  CHECK(flags.help().find("usage: prog [flags] FILE...") != std::string::npos);
+}
+
+TEST_CASE("registering a flag again replaces it") {
+  int interval = 5;
+  gpt::FlagParser flags("prog", "test");
+  flags.add_int("--eval-interval", &interval, "every N steps", 1, 100);
+  flags.add_int("--eval-interval", &interval, "every N steps, 0 = at the end", 0, 100);
+  const char* argv[] = {"prog", "--eval-interval", "0"};
+  CHECK(flags.parse(3, argv));
+  CHECK(interval == 0);
+  CHECK(flags.help().find("0 = at the end") != std::string::npos);
+  CHECK(flags.help().find("every N steps (") == std::string::npos);
+}
+
+TEST_CASE("a program without flags says so") {
+  std::vector<std::string> files;
+  gpt::FlagParser flags("prog", "test");
+  flags.add_positional("FILE", &files);
+  const char* argv[] = {"prog", "--x"};
+  try {
+    flags.parse(2, argv);
+    FAIL("no error");
+  } catch (const gpt::UsageError& e) {
+    CHECK(std::string(e.what()) == "unknown flag --x; this program takes no flags (see --help)");
+  }
 }

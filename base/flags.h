@@ -1,20 +1,16 @@
-// A small command-line parser for Megatron-style flags: `--name value` or `--name=value`, typed targets with
-// ranges, boolean switches, aliases, groups for --help, and errors that name the flag, the bad value and the
-// fix (an unknown flag names the closest known one).
+// The command-line parser every binary uses: Megatron-style flags `--name value` or `--name=value`, typed
+// targets with ranges, boolean switches, aliases, groups for --help, optional positional arguments (files),
+// and errors that name the flag, the bad value and the fix (an unknown flag names the closest known one).
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
-namespace gpt {
+#include "base/user_error.h"
 
-// A mistake on the command line; the message is one complete line for the user. Callers exit with code 2.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+namespace gpt {
 
 class FlagParser {
  public:
@@ -29,6 +25,12 @@ class FlagParser {
   void add_string(const std::string& name, std::string* target, const std::string& help);
   void add_switch(const std::string& name, bool* target, const std::string& help);  // no value; sets true
   void add_alias(const std::string& alias, const std::string& name);
+  // Registering a name again replaces the earlier flag (a tool that reuses another's flag set can give one of
+  // them its own default, range or meaning); it moves to the current group.
+
+  // Arguments that are not flags are appended to *target (shown as `hint...` in the usage line); without
+  // this call they are refused.
+  void add_positional(const std::string& hint, std::vector<std::string>* target);
 
   // Parses argv[1..]; throws UsageError. Returns false when --help was given (the help has been printed).
   bool parse(int argc, const char* const* argv);
@@ -52,7 +54,8 @@ class FlagParser {
   const Flag* find(const std::string& name) const;
   std::string closest(const std::string& name) const;
 
-  std::string program_, summary_, current_group_;
+  std::string program_, summary_, current_group_, positional_hint_;
+  std::vector<std::string>* positional_ = nullptr;
   std::vector<Flag> flags_;
   std::vector<std::pair<std::string, std::string>> aliases_;  // alias -> name
 };
