@@ -19,19 +19,4 @@ int run_main(const char* program, const std::function<int()>& body);
 // Call inside a catch block: prints the exception in flight as above and returns its exit code (2 or 1).
 int report_exception(const char* program) noexcept;
 
-// Runs body, rethrowing the exception types Errors... as UsageError with the same message: for rooms whose
-// user-error types do not derive from UsageError (yet).
-template <typename Error, typename... Errors>
-int treat_as_usage_errors(const std::function<int()>& body) {
-  try {
-    if constexpr (sizeof...(Errors) == 0) {
-      return body();
-    } else {
-      return treat_as_usage_errors<Errors...>(body);
-    }
-  } catch (const Error& e) {
-    throw UsageError(e.what());
-  }
-}
-
 }  // namespace gpt

@@ -17,14 +17,15 @@
 #include <string>
 #include <vector>
 
+#include "base/user_error.h"
 #include "model/config.h"
 
 namespace gpt {
 
 // A model file that cannot be read or written, or does not match the expected model. The message is one line
 // naming the file, the problem, the byte offset where it applies and what to do. Tools exit with code 2.
-struct ModelFileError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct ModelFileError : UsageError {
+  using UsageError::UsageError;
 };
 
 inline constexpr int32_t kLlmcMagic = 20240326;

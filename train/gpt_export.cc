@@ -107,7 +107,7 @@ int run(int argc, const char* const* argv) {
 int main(int argc, char** argv) {
   return gpt::run_main("gpt_export", [&] {
     try {
-      return gpt::treat_as_usage_errors<gpt::ModelFileError>([&] { return gpt::run(argc, argv); });
+      return gpt::run(argc, argv);
     } catch (const std::bad_alloc&) {
       throw gpt::UsageError("out of memory holding the model; export on a machine with more memory");
     }

@@ -218,7 +218,7 @@ int run(int argc, const char* const* argv) {
 int main(int argc, char** argv) {
   return gpt::run_main("gpt_generate", [&] {
     try {
-      return gpt::treat_as_usage_errors<gpt::ModelFileError>([&] { return gpt::run(argc, argv); });
+      return gpt::run(argc, argv);
     } catch (const std::bad_alloc&) {
       throw gpt::UsageError("out of memory holding the model; use a machine with more memory");
     }

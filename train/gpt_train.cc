@@ -364,9 +364,6 @@ int run(comm::MpiSession& session, int argc, char** argv) {
 }  // namespace gpt
 
 int main(int argc, char** argv) {
-  return gpt::comm::run_mpi_main("gpt_train", argc, argv, [&](gpt::comm::MpiSession& session) {
-    // model/ and zero/ report a bad model file or checkpoint with their own types (not UsageError yet).
-    return gpt::treat_as_usage_errors<gpt::CheckpointError, gpt::ModelFileError>(
-        [&] { return gpt::run(session, argc, argv); });
-  });
+  return gpt::comm::run_mpi_main(
+      "gpt_train", argc, argv, [&](gpt::comm::MpiSession& session) { return gpt::run(session, argc, argv); });
 }

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "base/user_error.h"
+
 #include "comm/communicator.h"
 #include "zero/engine.h"
 #include "zero/loss_scaler.h"
@@ -21,8 +23,8 @@ namespace gpt {
 
 // A checkpoint that cannot be used: missing, truncated, altered, or made for another model. what() is one
 // line naming the file and the problem; the trainer prints it and exits with code 2.
-struct CheckpointError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+struct CheckpointError : UsageError {
+  using UsageError::UsageError;
 };
 
 // The training position a checkpoint carries besides the engine's state.
