@@ -97,7 +97,7 @@ void compare(gpt::comm::Communicator& world, const Options& o) {
     gpt::ZeroConfig zero;
     zero.stage = c.stage;
     zero.overlap_comm = c.overlap;
-    zero.precision = o.fp16 ? gpt::Precision::kFp16 : gpt::Precision::kFp32;
+    zero.precision = o.fp16 ? gpt::DType::kF16 : gpt::DType::kF32;
     zero.hidden_dropout = zero.attention_dropout = 0.1;
     zero.reduce_bucket_size = 10'000'000;
     const Measured m = measure(world, o.model, zero, o.batch, o.steps);

@@ -279,7 +279,7 @@ void resolve_precision(const DeepSpeedConfig& ds, const Values& v, TrainOptions&
     throw UsageError(
         "both fp16 and bf16 are enabled; choose one (--fp16 or --bf16, or one \"enabled\": true)");
   }
-  o.zero.precision = use_fp16 ? Precision::kFp16 : use_bf16 ? Precision::kBf16 : Precision::kFp32;
+  o.zero.precision = use_fp16 ? DType::kF16 : use_bf16 ? DType::kBF16 : DType::kF32;
   LossScalerConfig& ls = o.zero.loss_scaler;
   ls.loss_scale = ds.loss_scale.value_or(ls.loss_scale);
   ls.initial_scale_power = int(ds.initial_scale_power.value_or(ls.initial_scale_power));
@@ -310,7 +310,7 @@ void resolve_zero_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
 
 // Optimizer: DeepSpeed's "Adam" is AdamW unless adam_w_mode is false.
 void resolve_adam(const FlagOrJson& pick, const DeepSpeedConfig& ds, const Values& v, TrainOptions& o) {
-  cpu::AdamWHyper& adam = o.zero.adam;
+  AdamWHyper& adam = o.zero.adam;
   adam.beta1 =
       pick("--adam-beta1", v.beta1, "optimizer.params.betas[0]", ds.optimizer_beta1).value_or(v.beta1);
   adam.beta2 =

@@ -19,7 +19,6 @@
 #include "zero/partition.h"
 #include "zero/reduce.h"
 #include "zero/traffic_model.h"
-#include "zero/wire.h"
 
 namespace gpt {
 namespace {
@@ -55,7 +54,7 @@ double sum_of_largest(const std::vector<T>& items, size_t count, const std::func
 std::vector<PlanMemoryLine> buffer_lines(const Partition& p, const ZeroConfig& z, int nodes) {
   std::vector<PlanMemoryLine> lines;
   if (z.stage < 2) return lines;  // the full gradient is the "gradients" line; reductions run in place
-  const double W = p.world_size(), cb = double(wire_bytes(z.precision));
+  const double W = p.world_size(), cb = double(dtype_size(z.precision));
   const std::string dtype = precision_name(z.precision);
   const std::vector<UnitPartition>& units = p.units();
   if (z.stage == 3) {
@@ -175,7 +174,7 @@ PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, i
   const ParamTable table = make_param_table(model);
   const Partition p = make_partition(table, z, world);
   const double P = double(p.padded_total()), S = double(p.shard_total());  // S = P at stage 0
-  const double cb = double(wire_bytes(z.precision));
+  const double cb = double(dtype_size(z.precision));
   const std::string c = cb == 2 ? "2" : "4";
   PlanMemory m;
   m.states.push_back({"compute weights", z.stage == 3 ? cb * S : cb * P, z.stage == 3 ? c + "P/W" : c + "P"});

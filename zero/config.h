@@ -4,7 +4,8 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/cpu/adamw.h"
+#include "kernels/ops.h"
+#include "tensor/tensor.h"
 #include "zero/loss_scaler.h"
 
 namespace gpt {
@@ -12,16 +13,16 @@ namespace gpt {
 // Compute precision: the dtype of compute weights and of gradients on the wire. fp32 is the default (as in
 // Megatron) and keeps every comparison exact; fp16 adds dynamic loss scaling; bf16 does without.
 enum class Precision { kFp32, kFp16, kBf16 };
-const char* precision_name(Precision precision);
+const char* precision_name(DType precision);
 
 struct ZeroConfig {
   int stage = 0;  // 0: data parallel, 1: +optimizer states, 2: +gradients, 3: +weights
   int64_t reduce_bucket_size = 500'000'000;  // elements per gradient bucket (DeepSpeed's default 5e8)
   bool overlap_comm = false;  // prefetch the next gather, reduce buckets while backward goes on
-  Precision precision = Precision::kFp32;
+  DType precision = DType::kF32;
   LossScalerConfig loss_scaler;         // used with fp16
   double gradient_clipping = 0;         // global L2 norm; 0 = off
-  cpu::AdamWHyper adam;                 // lr is set per step by the schedule
+  AdamWHyper adam;                      // lr is set per step by the schedule
   bool checkpoint_activations = false;  // keep only block inputs; recompute in backward
   double hidden_dropout = 0;            // Megatron's --hidden-dropout (embedding and residual branches)
   double attention_dropout = 0;         // Megatron's --attention-dropout (attention probabilities)

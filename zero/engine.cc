@@ -10,18 +10,12 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "model/init.h"
 #include "zero/optimizer.h"
-#include "zero/wire.h"
 
 namespace gpt {
-const char* precision_name(Precision precision) {
-  switch (precision) {
-    case Precision::kFp16:
-      return "fp16";
-    case Precision::kBf16:
-      return "bf16";
-    case Precision::kFp32:
-      break;
-  }
+
+const char* precision_name(DType precision) {
+  if (precision == DType::kF16) return "fp16";
+  if (precision == DType::kBF16) return "bf16";
   return "fp32";
 }
 
@@ -38,7 +32,7 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
       arena_("device", Arena::kUnlimited, &ops_.device_memory()),
       wire_arena_("wire", Arena::kUnlimited, &ops_.wire_memory()),
       events_(config.record_events),
-      scaler_(config.loss_scaler, config.precision == Precision::kFp16 && config.loss_scaler.loss_scale == 0),
+      scaler_(config.loss_scaler, config.precision == DType::kF16 && config.loss_scaler.loss_scale == 0),
       loop_(model, micro_batch, config.checkpoint_activations, ops_, arena_) {
   if (config.stage < 0 || config.stage > 3) throw std::invalid_argument("ZeRO stage must be 0, 1, 2 or 3");
   if (std::string problem = check_zeropp(config, dp.topology()); !problem.empty()) {
@@ -267,7 +261,7 @@ std::vector<float> ZeroEngine::gather_master() {
 
 std::vector<ZeroEngine::MemoryLine> ZeroEngine::memory() const {
   const double P = double(partition_.padded_total()), W = dp_.size();
-  const double cb = double(wire_bytes(config_.precision));
+  const double cb = double(dtype_size(config_.precision));
   const int s = config_.stage;
   auto usage = [&](const std::string& category) -> size_t {
     size_t bytes = 0;

@@ -7,7 +7,6 @@
 #include <stdexcept>
 
 #include "kernels/quant/quantize.h"
-#include "zero/wire.h"
 
 namespace gpt {
 namespace {
@@ -24,7 +23,7 @@ WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std
       dp_(dp),
       hpz_(hpz),
       config_(config),
-      element_bytes_(wire_bytes(config.precision)),
+      element_bytes_(dtype_size(config.precision)),
       context_(context),
       ops_(context.ops),
       events_(context.events),
@@ -41,14 +40,14 @@ WeightGatherer::~WeightGatherer() {
   drop_secondaries();
 }
 
-size_t WeightGatherer::shard_wire_bytes(int unit) const {
+size_t WeightGatherer::shard_dtype_size(int unit) const {
   const int64_t s = partition_.unit(unit).shard;
   return config_.quantized_weights ? quant::quantized_bytes(s, kWeightBits, config_.weight_block)
                                    : size_t(s) * element_bytes_;
 }
 
 size_t WeightGatherer::secondary_bytes(int unit) const {
-  return hpz_ ? shard_wire_bytes(unit) * size_t(dp_.size() / hpz_->size()) : 0;
+  return hpz_ ? shard_dtype_size(unit) * size_t(dp_.size() / hpz_->size()) : 0;
 }
 
 size_t WeightGatherer::secondary_bytes_held() const {
@@ -98,7 +97,7 @@ WeightGatherer::Slot* WeightGatherer::slot_of(int unit) {
 void WeightGatherer::post(size_t index) {
   const int unit = schedule_[index];
   const UnitPartition& u = partition_.unit(unit);
-  const size_t per_rank = shard_wire_bytes(unit);
+  const size_t per_rank = shard_dtype_size(unit);
   Slot slot;
   slot.unit = unit;
   slot.wire_bytes = per_rank * size_t(dp_.size());
@@ -117,7 +116,7 @@ void WeightGatherer::post(size_t index) {
       slot.send_bytes = per_rank;
       slot.send = take_buffer(context_.wire, per_rank, "quantized shard");
       ops_.quantize(context_.view(slot.send, int64_t(per_rank), DType::kI8),
-                    context_.view(own, u.shard, wire_dtype(config_.precision)), u.shard, 1, kWeightBits,
+                    context_.view(own, u.shard, config_.precision), u.shard, 1, kWeightBits,
                     config_.weight_block);
       slot.request = dp_.all_gather(slot.send, slot.wire, per_rank, phase_);
     } else {
@@ -135,9 +134,9 @@ void WeightGatherer::decode(const Slot& slot) {
     // Every shard, this rank's own included, becomes dequant(quant(shard)) rounded to the compute dtype.
     ops_.dequantize(context_.view(slot.weights, u.padded, DType::kF32),
                     context_.view(slot.wire, int64_t(slot.wire_bytes), DType::kI8), u.shard, dp_.size(),
-                    kWeightBits, config_.weight_block, wire_dtype(config_.precision));
+                    kWeightBits, config_.weight_block, config_.precision);
   } else {
-    ops_.cast(weights, context_.view(slot.wire, u.numel, wire_dtype(config_.precision)));
+    ops_.cast(weights, context_.view(slot.wire, u.numel, config_.precision));
   }
 }
 

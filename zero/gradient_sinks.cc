@@ -6,7 +6,6 @@
 #include <stdexcept>
 
 #include "zero/reduce.h"
-#include "zero/wire.h"
 
 namespace gpt {
 
@@ -27,7 +26,7 @@ namespace {
 class FullGradients : public EngineGradients {
  public:
   explicit FullGradients(const GradientSinkParts& p)
-      : EngineGradients(p.partition), context_(p.context), dp_(p.dp), wire_(wire_dtype(p.config.precision)) {
+      : EngineGradients(p.partition), context_(p.context), dp_(p.dp), wire_(p.config.precision) {
     grad_ = static_cast<float*>(
         context_.device.allocate("fp32 gradients", "gradients", partition_.padded_total() * sizeof(float)));
   }

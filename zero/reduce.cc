@@ -5,8 +5,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "zero/wire.h"
-
 namespace gpt {
 
 std::vector<std::vector<int>> plan_buckets(const Partition& partition, const std::vector<int>& backward_order,
@@ -27,7 +25,7 @@ std::vector<std::vector<int>> plan_buckets(const Partition& partition, const std
 
 GradientReducer::GradientReducer(const Partition& partition, const std::vector<std::string>& unit_names,
                                  const std::vector<int>& backward_order, comm::Communicator& dp,
-                                 Precision precision, int64_t bucket_size, bool overlap, float* grad_shard,
+                                 DType precision, int64_t bucket_size, bool overlap, float* grad_shard,
                                  const EngineContext& context)
     : partition_(partition),
       names_(unit_names),
@@ -80,7 +78,7 @@ void GradientReducer::add(int unit, const float* grad) {
   ++next_;
   const int bucket = bucket_of_unit_[unit];
   // qgZ quantizes the fp32 gradients itself; the ring sends them in the wire dtype.
-  const size_t elem = qgz_node_ ? sizeof(float) : wire_bytes(precision_);
+  const size_t elem = qgz_node_ ? sizeof(float) : dtype_size(precision_);
   if (units_in_current_ == 0) {
     current_send_bytes_ = size_t(bucket_shard_elements_[bucket]) * partition_.num_shards() * elem;
     current_send_ = context_.wire.allocate("gradient bucket (send)", "buffers", current_send_bytes_);
@@ -101,7 +99,7 @@ void GradientReducer::add(int unit, const float* grad) {
       ops_.copy(context_.view(dst, real, DType::kF32), part);  // qgZ divides by W at the end
     } else {
       // Pre-divided: the sum over ranks is the mean.
-      ops_.cast(context_.view(dst, real, wire_dtype(precision_)), part, 1.0f / float(dp_.size()));
+      ops_.cast(context_.view(dst, real, precision_), part, 1.0f / float(dp_.size()));
     }
   }
   if (++units_in_current_ == units.size()) {
@@ -125,8 +123,7 @@ void GradientReducer::post(int bucket) {
               comm::Phase::kGradReduce);
     local_finite_ = local_finite_ && finite;
   } else {
-    p.request = dp_.reduce_scatter(p.send, wire_dtype(precision_), p.recv, size_t(chunk), 1.0f,
-                                   comm::Phase::kGradReduce);
+    p.request = dp_.reduce_scatter(p.send, precision_, p.recv, size_t(chunk), 1.0f, comm::Phase::kGradReduce);
   }
   std::string label = "bucket " + std::to_string(bucket) + ": " + names_[buckets_[bucket].front()];
   if (buckets_[bucket].size() > 1) label += ".." + names_[buckets_[bucket].back()];

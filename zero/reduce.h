@@ -32,7 +32,7 @@ std::vector<std::vector<int>> plan_buckets(const Partition& partition, const std
 class GradientReducer {
  public:
   GradientReducer(const Partition& partition, const std::vector<std::string>& unit_names,
-                  const std::vector<int>& backward_order, comm::Communicator& dp, Precision precision,
+                  const std::vector<int>& backward_order, comm::Communicator& dp, DType precision,
                   int64_t bucket_size, bool overlap, float* grad_shard, const EngineContext& context);
   // Turns on qgZ: node is this rank's node group, cross the group of ranks with its local index.
   void use_quantized_gradients(comm::Communicator* node, comm::Communicator* cross, int block);
@@ -64,7 +64,7 @@ class GradientReducer {
   const Partition& partition_;
   const std::vector<std::string>& names_;
   comm::Communicator& dp_;
-  Precision precision_;
+  DType precision_;
   bool overlap_;
   float* grad_shard_;
   const EngineContext& context_;

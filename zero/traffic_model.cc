@@ -7,7 +7,6 @@
 #include "model/loop.h"
 #include "model/params.h"
 #include "zero/reduce.h"
-#include "zero/wire.h"
 
 namespace gpt {
 namespace {
@@ -35,7 +34,7 @@ comm::TrafficCounts expected_step_traffic(const TrafficModelInput& in) {
   const ZeroConfig& z = in.zero;
   const Shape s{uint64_t(p.world_size()), uint64_t(in.ranks_per_node),
                 uint64_t(p.world_size() / in.ranks_per_node)};
-  const uint64_t k = in.accumulation_steps, b = wire_bytes(z.precision);
+  const uint64_t k = in.accumulation_steps, b = dtype_size(z.precision);
   const int U = int(p.units().size());
   comm::TrafficCounts t;
   if (s.W == 1) return t;

@@ -4,7 +4,6 @@
 #include <stdexcept>
 
 #include "zero/gather.h"
-#include "zero/wire.h"
 
 namespace gpt {
 
@@ -30,7 +29,7 @@ class ReplicatedWeights : public EngineWeights {
       : EngineWeights(p.unit_names, p.context.events),
         context_(p.context),
         partition_(p.partition),
-        dtype_(wire_dtype(p.config.precision)) {
+        dtype_(p.config.precision) {
     const int64_t P = partition_.padded_total();
     Arena& home = gathered ? context_.wire : context_.device;
     compute_ = home.allocate("compute weights", "compute weights", dtype_bytes(dtype_, P));
@@ -95,7 +94,7 @@ class GatheredWeights final : public EngineWeights {
       : EngineWeights(p.unit_names, p.context.events),
         context_(p.context),
         partition_(p.partition),
-        dtype_(wire_dtype(p.config.precision)) {
+        dtype_(p.config.precision) {
     shard_ = context_.wire.allocate("compute weights", "compute weights",
                                     dtype_bytes(dtype_, partition_.shard_total()));
     gatherer_ =

@@ -41,7 +41,7 @@ gpt::TrainOptions tiny_options(int stage, int accumulation) {
   o.accumulation_steps = accumulation;
   o.global_batch = int64_t(o.micro_batch) * accumulation * t.world_size;
   o.zero.stage = stage;
-  o.zero.precision = gpt::Precision::kFp16;
+  o.zero.precision = gpt::DType::kF16;
   o.zero.reduce_bucket_size = 3000;  // several buckets, and units larger than one
   o.zero.overlap_comm = true;
   o.zero.checkpoint_activations = true;

@@ -30,7 +30,7 @@ gpt::TrainOptions tutorial() {
   o.accumulation_steps = 1;
   o.global_batch = 64;
   o.zero.stage = 3;
-  o.zero.precision = gpt::Precision::kFp16;
+  o.zero.precision = gpt::DType::kF16;
   o.zero.reduce_bucket_size = 10'000'000;
   o.zero.overlap_comm = true;
   o.zero.checkpoint_activations = true;

@@ -18,7 +18,7 @@ TEST_CASE("a ZeRO++ stage-3 run on the checked backend equals the CPU backend bi
   const GPTConfig model = testing::tiny_model();
   testing::RunSpec spec;
   spec.zero.stage = 3;
-  spec.zero.precision = Precision::kFp16;
+  spec.zero.precision = DType::kF16;
   spec.zero.quantized_weights = true;
   spec.zero.quantized_gradients = true;
   spec.zero.hpz_partition_size = world.topology().ranks_per_node;

@@ -32,7 +32,7 @@ std::string scratch_dir(const std::string& name) {
 gpt::ZeroConfig config(int stage) {
   gpt::ZeroConfig z;
   z.stage = stage;
-  z.precision = gpt::Precision::kFp16;
+  z.precision = gpt::DType::kF16;
   z.reduce_bucket_size = 5000;
   return z;
 }

@@ -16,7 +16,7 @@
 
 namespace {
 
-using gpt::Precision;
+using gpt::DType;
 using gpt::ZeroConfig;
 using gpt::comm::Link;
 using gpt::comm::Phase;
@@ -46,7 +46,7 @@ void check_losses_close(const RunResult& a, const RunResult& b, double tolerance
   CHECK(worst <= tolerance);
 }
 
-RunSpec spec_for(int stage, Precision precision, double dropout) {
+RunSpec spec_for(int stage, DType precision, double dropout) {
   RunSpec spec;
   spec.zero.stage = stage;
   spec.zero.precision = precision;
@@ -68,11 +68,11 @@ struct OneThread {
 TEST_CASE("fp32: stages 0-3 give the same losses, equal to one rank with the same global batch") {
   const gpt::GPTConfig model = gpt::testing::tiny_model();
   for (double dropout : {0.0, 0.1}) {
-    RunSpec reference_spec = spec_for(0, Precision::kFp32, dropout);
+    RunSpec reference_spec = spec_for(0, DType::kF32, dropout);
     reference_spec.accumulation *= world().size();
     const RunResult reference = gpt::testing::run(self_group(), model, reference_spec);
     for (int stage = 0; stage <= 3; ++stage) {
-      const RunResult r = gpt::testing::run(world(), model, spec_for(stage, Precision::kFp32, dropout));
+      const RunResult r = gpt::testing::run(world(), model, spec_for(stage, DType::kF32, dropout));
       check_losses_close(
           r, reference, 1e-5,
           "stage " + std::to_string(stage) + " dropout " + std::to_string(dropout) + " vs 1 rank");
@@ -87,9 +87,9 @@ TEST_CASE("fp32: stages 0-3 give the same losses, equal to one rank with the sam
 TEST_CASE("fp16: stages 1-3 equal stage 0 within 1e-3, with most steps applied") {
   const gpt::GPTConfig model = gpt::testing::tiny_model();
   for (double dropout : {0.0, 0.1}) {
-    const RunResult stage0 = gpt::testing::run(world(), model, spec_for(0, Precision::kFp16, dropout));
+    const RunResult stage0 = gpt::testing::run(world(), model, spec_for(0, DType::kF16, dropout));
     for (int stage = 1; stage <= 3; ++stage) {
-      const RunResult r = gpt::testing::run(world(), model, spec_for(stage, Precision::kFp16, dropout));
+      const RunResult r = gpt::testing::run(world(), model, spec_for(stage, DType::kF16, dropout));
       check_losses_close(r, stage0, 1e-3, "fp16 stage " + std::to_string(stage));
       int applied = 0;
       for (const auto& s : r.steps) applied += s.skipped ? 0 : 1;
@@ -101,7 +101,7 @@ TEST_CASE("fp16: stages 1-3 equal stage 0 within 1e-3, with most steps applied")
 TEST_CASE("accumulating k micro-batches equals one batch k times larger") {
   const gpt::GPTConfig model = gpt::testing::tiny_model();
   for (int stage : {0, 3}) {
-    RunSpec accumulated = spec_for(stage, Precision::kFp32, 0.1);
+    RunSpec accumulated = spec_for(stage, DType::kF32, 0.1);
     accumulated.micro_batch = 2;
     accumulated.accumulation = 3;
     RunSpec large = accumulated;
@@ -116,7 +116,7 @@ TEST_CASE("accumulating k micro-batches equals one batch k times larger") {
 TEST_CASE("activation checkpointing gives identical losses with less activation memory") {
   const gpt::GPTConfig model = gpt::testing::tiny_model();
   for (double dropout : {0.0, 0.1}) {
-    RunSpec plain = spec_for(3, Precision::kFp32, dropout);
+    RunSpec plain = spec_for(3, DType::kF32, dropout);
     RunSpec checkpointed = plain;
     checkpointed.zero.checkpoint_activations = true;
     const RunResult a = gpt::testing::run(world(), model, plain);
@@ -133,7 +133,7 @@ TEST_CASE("activation checkpointing gives identical losses with less activation 
 TEST_CASE("an inf in one rank's gradient makes every rank skip the step; the scale follows the rules") {
   const gpt::GPTConfig model = gpt::testing::tiny_model();
   for (int stage : {0, 2, 3}) {
-    RunSpec spec = spec_for(stage, Precision::kFp16, 0.0);
+    RunSpec spec = spec_for(stage, DType::kF16, 0.0);
     spec.steps = 10;
     spec.accumulation = 1;
     spec.zero.loss_scaler.loss_scale_window = 5;
@@ -172,7 +172,7 @@ TEST_CASE(
     "overlap_comm: the next gather is posted before a unit computes; a bucket's reduction before the next "
     "backward") {
   const gpt::GPTConfig model = gpt::testing::tiny_model();
-  RunSpec spec = spec_for(3, Precision::kFp16, 0.0);
+  RunSpec spec = spec_for(3, DType::kF16, 0.0);
   spec.steps = 1;
   spec.accumulation = 1;
   spec.zero.overlap_comm = true;
@@ -239,7 +239,7 @@ TEST_CASE("traffic per step equals the closed forms; the PMPI witness agrees wit
   const int W = world().size(), N = world().topology().num_nodes();
   const ClosedForm f = closed_form(model, W);
   for (int accumulation : {1, 2}) {
-    RunSpec spec = spec_for(3, Precision::kFp16, 0.1);
+    RunSpec spec = spec_for(3, DType::kF16, 0.1);
     spec.steps = 2;
     spec.accumulation = accumulation;
     const RunResult r = gpt::testing::run(world(), model, spec);
@@ -248,7 +248,7 @@ TEST_CASE("traffic per step equals the closed forms; the PMPI witness agrees wit
     check_ring(t, Phase::kParamGatherBwd, f.P - f.P_wpe, 2, accumulation, W, N);
     check_ring(t, Phase::kGradReduce, f.P, 2, accumulation, W, N);
   }
-  RunSpec stage0 = spec_for(0, Precision::kFp16, 0.1);
+  RunSpec stage0 = spec_for(0, DType::kF16, 0.1);
   stage0.steps = 2;
   const RunResult r0 = gpt::testing::run(world(), model, stage0);
   const gpt::comm::TrafficCounts t0 = gpt::comm::sum_over_ranks(world(), r0.traffic.back());
@@ -259,7 +259,7 @@ TEST_CASE("traffic per step equals the closed forms; the PMPI witness agrees wit
   // The PMPI interposer sees what really reached MPI: per destination, by link class, to the byte.
   world().barrier().wait();
   gpt::comm::pmpi::reset();
-  RunSpec one = spec_for(3, Precision::kFp16, 0.1);
+  RunSpec one = spec_for(3, DType::kF16, 0.1);
   one.steps = 1;
   const gpt::comm::TrafficCounts before = world().meter().snapshot();
   gpt::testing::run(world(), model, one);  // includes the gather_master at the end (phase other)

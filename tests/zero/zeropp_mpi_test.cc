@@ -25,7 +25,7 @@
 
 namespace {
 
-using gpt::Precision;
+using gpt::DType;
 using gpt::comm::Link;
 using gpt::comm::Phase;
 using gpt::testing::RunResult;
@@ -154,7 +154,7 @@ TEST_CASE("qwZ: every rank gathers dequant(quant(shard)) bit for bit; with hpZ b
     Groups g = make_groups(h);
     gpt::ZeroConfig config;
     config.stage = 3;
-    config.precision = Precision::kFp16;
+    config.precision = DType::kF16;
     config.quantized_weights = true;
     config.weight_block = 64;
     config.overlap_comm = true;
@@ -208,7 +208,7 @@ namespace {
 RunSpec zeropp_spec(bool qwz, int h, bool qgz) {
   RunSpec spec;
   spec.zero.stage = 3;
-  spec.zero.precision = Precision::kFp16;
+  spec.zero.precision = DType::kF16;
   spec.zero.hidden_dropout = spec.zero.attention_dropout = 0.1;
   spec.zero.reduce_bucket_size = 5000;
   spec.zero.overlap_comm = true;
