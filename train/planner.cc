@@ -16,14 +16,13 @@
 #include "kernels/quant/quantize.h"
 #include "model/params.h"
 #include "zero/engine.h"
+#include "zero/memory_model.h"
 #include "zero/partition.h"
 #include "zero/reduce.h"
 #include "zero/traffic_model.h"
 
 namespace gpt {
 namespace {
-
-constexpr int kWeightBits = 8, kGradientBits = 4;
 
 struct Combination {
   const char* name;
@@ -64,7 +63,7 @@ std::vector<PlanMemoryLine> buffer_lines(const Partition& p, const ZeroConfig& z
     const double bytes = sum_of_largest<UnitPartition>(units, in_flight, [&](const UnitPartition& u) {
       double b = cb * double(u.padded);
       if (z.quantized_weights) {
-        b += double(quant::quantized_bytes(u.shard, kWeightBits, z.weight_block)) * (W + 1);
+        b += double(quant::quantized_bytes(u.shard, kQuantizedWeightBits, z.weight_block)) * (W + 1);
       }
       return b;
     });
@@ -96,7 +95,7 @@ std::vector<PlanMemoryLine> buffer_lines(const Partition& p, const ZeroConfig& z
   const size_t alive = z.overlap_comm ? 3 : 1;
   const double bytes = sum_of_largest<int64_t>(chunks, alive, [&](const int64_t& chunk) {
     double b = W * double(chunk) * cb + 4.0 * double(chunk);
-    if (qgz) b += 2 * W * double(quant::quantized_bytes(chunk, kGradientBits, z.gradient_block));
+    if (qgz) b += 2 * W * double(quant::quantized_bytes(chunk, kQuantizedGradientBits, z.gradient_block));
     return b;
   });
   lines.push_back({"gradient buckets", bytes,
@@ -173,26 +172,10 @@ PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, i
   const int world = nodes * ranks_per_node;
   const ParamTable table = make_param_table(model);
   const Partition p = make_partition(table, z, world);
-  const double P = double(p.padded_total()), S = double(p.shard_total());  // S = P at stage 0
   const double cb = double(dtype_size(z.precision));
   const std::string c = cb == 2 ? "2" : "4";
   PlanMemory m;
-  m.states.push_back({"compute weights", z.stage == 3 ? cb * S : cb * P, z.stage == 3 ? c + "P/W" : c + "P"});
-  m.states.push_back({"master", 4 * S, z.stage >= 1 ? "4P/W" : "4P"});
-  m.states.push_back({"moments", 8 * S, z.stage >= 1 ? "8P/W" : "8P"});
-  m.states.push_back({"gradients", z.stage >= 2 ? 4 * S : 4 * P, z.stage >= 2 ? "4P/W" : "4P"});
-  if (z.stage == 3 && z.hpz_partition_size > 1) {
-    // Each rank keeps W/h shards of every unit as they arrived: compute dtype, or int8 blocks with scales.
-    const int h = z.hpz_partition_size;
-    double bytes = 0;
-    for (const UnitPartition& u : p.units()) {
-      const double shard = z.quantized_weights
-                               ? double(quant::quantized_bytes(u.shard, kWeightBits, z.weight_block))
-                               : cb * double(u.shard);
-      bytes += shard * double(world / h);
-    }
-    m.states.push_back({"hpZ secondary", bytes, z.quantized_weights ? "(1+4/B)P/h" : c + "P/h"});
-  }
+  for (const StateFormula& f : zero_state_formulas(p, z)) m.states.push_back({f.state, f.bytes, f.formula});
   m.buffers = buffer_lines(p, z, nodes);
   double buffers = 0;
   for (const PlanMemoryLine& line : m.buffers) buffers += line.bytes;

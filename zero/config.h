@@ -15,6 +15,10 @@ namespace gpt {
 enum class Precision { kFp32, kFp16, kBf16 };
 const char* precision_name(DType precision);
 
+// Bits per value on the wire: qwZ's weights and qgZ's gradients.
+inline constexpr int kQuantizedWeightBits = 8;
+inline constexpr int kQuantizedGradientBits = 4;
+
 struct ZeroConfig {
   int stage = 0;  // 0: data parallel, 1: +optimizer states, 2: +gradients, 3: +weights
   int64_t reduce_bucket_size = 500'000'000;  // elements per gradient bucket (DeepSpeed's default 5e8)

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "model/init.h"
+#include "zero/memory_model.h"
 #include "zero/optimizer.h"
 
 namespace gpt {
@@ -260,9 +261,6 @@ std::vector<float> ZeroEngine::gather_master() {
 }
 
 std::vector<ZeroEngine::MemoryLine> ZeroEngine::memory() const {
-  const double P = double(partition_.padded_total()), W = dp_.size();
-  const double cb = double(dtype_size(config_.precision));
-  const int s = config_.stage;
   auto usage = [&](const std::string& category) -> size_t {
     size_t bytes = 0;
     for (const Arena* arena : {&arena_, &wire_arena_}) {
@@ -272,23 +270,12 @@ std::vector<ZeroEngine::MemoryLine> ZeroEngine::memory() const {
     }
     return bytes;
   };
-  const std::string c = cb == 2 ? "2" : "4";
+  // Each model state's arena category is named as its formula's state.
   std::vector<MemoryLine> lines;
-  lines.push_back({"compute weights", usage("compute weights"), s == 3 ? c + "P/W" : c + "P",
-                   s == 3 ? cb * P / W : cb * P});
-  lines.push_back({"master", usage("master"), s >= 1 ? "4P/W" : "4P", s >= 1 ? 4 * P / W : 4 * P});
-  lines.push_back({"moments", usage("moments"), s >= 1 ? "8P/W" : "8P", s >= 1 ? 8 * P / W : 8 * P});
-  lines.push_back({"gradients", usage("gradients"), s >= 2 ? "4P/W" : "4P", s >= 2 ? 4 * P / W : 4 * P});
-  if (config_.hpz_partition_size > 1) {
-    // The formula: P/h elements of what the wire carries (1 byte plus scales with qwZ).
-    const double h = config_.hpz_partition_size;
-    const std::string bytes = config_.quantized_weights ? "(1+4/B)" : c;
-    const double per = config_.quantized_weights ? 1.0 + 4.0 / config_.weight_block : cb;
-    lines.push_back({"hpz secondary", usage("hpz secondary"), bytes + "P/h", per * P / h});
-  }
+  for (const StateFormula& f : zero_state_formulas(partition_, config_))
+    lines.push_back({f.state, usage(f.state), f.formula, f.bytes});
   lines.push_back({"buffers", usage("buffers"), "", 0});
-  const size_t activations = loop_.activation_bytes();
-  lines.push_back({"activations", activations, "", 0});
+  lines.push_back({"activations", loop_.activation_bytes(), "", 0});
   return lines;
 }
 

@@ -9,12 +9,6 @@
 #include "kernels/quant/quantize.h"
 
 namespace gpt {
-namespace {
-
-constexpr int kWeightBits = 8;
-
-}  // namespace
-
 WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
                                comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config,
                                const EngineContext& context)
@@ -42,7 +36,7 @@ WeightGatherer::~WeightGatherer() {
 
 size_t WeightGatherer::shard_dtype_size(int unit) const {
   const int64_t s = partition_.unit(unit).shard;
-  return config_.quantized_weights ? quant::quantized_bytes(s, kWeightBits, config_.weight_block)
+  return config_.quantized_weights ? quant::quantized_bytes(s, kQuantizedWeightBits, config_.weight_block)
                                    : size_t(s) * element_bytes_;
 }
 
@@ -116,7 +110,7 @@ void WeightGatherer::post(size_t index) {
       slot.send_bytes = per_rank;
       slot.send = take_buffer(context_.wire, per_rank, "quantized shard");
       ops_.quantize(context_.view(slot.send, int64_t(per_rank), DType::kI8),
-                    context_.view(own, u.shard, config_.precision), u.shard, 1, kWeightBits,
+                    context_.view(own, u.shard, config_.precision), u.shard, 1, kQuantizedWeightBits,
                     config_.weight_block);
       slot.request = dp_.all_gather(slot.send, slot.wire, per_rank, phase_);
     } else {
@@ -134,7 +128,7 @@ void WeightGatherer::decode(const Slot& slot) {
     // Every shard, this rank's own included, becomes dequant(quant(shard)) rounded to the compute dtype.
     ops_.dequantize(context_.view(slot.weights, u.padded, DType::kF32),
                     context_.view(slot.wire, int64_t(slot.wire_bytes), DType::kI8), u.shard, dp_.size(),
-                    kWeightBits, config_.weight_block, config_.precision);
+                    kQuantizedWeightBits, config_.weight_block, config_.precision);
   } else {
     ops_.cast(weights, context_.view(slot.wire, u.numel, config_.precision));
   }
@@ -166,7 +160,7 @@ void WeightGatherer::release(int unit) {
       // Keep this rank's slice of the group's share: the bytes of shards [j W/h, (j+1) W/h), j = rank mod h,
       // exactly as they arrived.
       const size_t bytes = secondary_bytes(unit);
-      secondaries_[unit] = context_.wire.allocate("hpZ secondary " + names_[unit], "hpz secondary", bytes);
+      secondaries_[unit] = context_.wire.allocate("hpZ secondary " + names_[unit], "hpZ secondary", bytes);
       std::memcpy(secondaries_[unit], static_cast<uint8_t*>(it->wire) + size_t(hpz_->rank()) * bytes, bytes);
       secondary_peak_ = std::max(secondary_peak_, secondary_bytes_held());
     }

@@ -4,16 +4,12 @@
 #include <algorithm>
 
 #include "kernels/quant/quantize.h"
+#include "zero/config.h"
 
 namespace gpt {
-namespace {
-
-constexpr int kGradientBits = 4;
-
-}  // namespace
 
 size_t qgz_chunk_bytes(int64_t chunk, int block) {
-  return quant::quantized_bytes(chunk, kGradientBits, block);
+  return quant::quantized_bytes(chunk, kQuantizedGradientBits, block);
 }
 
 void qgz_start(comm::Communicator& node, comm::Communicator& cross, const float* input, int64_t chunk,
@@ -29,7 +25,8 @@ void qgz_start(comm::Communicator& node, comm::Communicator& cross, const float*
     for (int n = 0; n < N; ++n) {
       const int destination = n * L + peer;
       uint8_t* out = exchange.send.data() + (size_t(peer) * N + n) * qb;
-      ok &= quant::quantize_slice(input + int64_t(destination) * chunk, chunk, kGradientBits, block, out);
+      ok &= quant::quantize_slice(input + int64_t(destination) * chunk, chunk, kQuantizedGradientBits, block,
+                                  out);
     }
   }
   *finite = ok;
@@ -46,19 +43,19 @@ void qgz_finish(comm::Communicator& node, comm::Communicator& cross, int block, 
   // Stage 1's sums: for each node n, the chunk of rank n L + j summed over this node's L ranks, in fp32.
   std::vector<float> partial(size_t(N) * chunk, 0.0f);
   for (int source = 0; source < L; ++source) {
-    quant::dequantize_add_slices(exchange.recv.data() + size_t(source) * N * qb, chunk, N, kGradientBits,
-                                 block, partial.data());
+    quant::dequantize_add_slices(exchange.recv.data() + size_t(source) * N * qb, chunk, N,
+                                 kQuantizedGradientBits, block, partial.data());
   }
   exchange.send.clear();
   exchange.recv.clear();
   // Stage 2: requantize and exchange across nodes among the ranks with this local index.
   std::vector<uint8_t> send(size_t(N) * qb), recv(size_t(N) * qb);
-  quant::quantize_slices(partial.data(), chunk, N, kGradientBits, block, send.data());
+  quant::quantize_slices(partial.data(), chunk, N, kQuantizedGradientBits, block, send.data());
   const std::vector<size_t> bytes(N, qb);
   cross.all_to_all_v(send.data(), bytes, recv.data(), bytes, phase).wait();
   std::fill(out, out + chunk, 0.0f);
   for (int n = 0; n < N; ++n) {
-    quant::dequantize_add(recv.data() + size_t(n) * qb, chunk, kGradientBits, block, out);
+    quant::dequantize_add(recv.data() + size_t(n) * qb, chunk, kQuantizedGradientBits, block, out);
   }
   const float world = float(L * N);
   for (int64_t i = 0; i < chunk; ++i) out[i] /= world;  // one correctly rounded division

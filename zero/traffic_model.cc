@@ -80,7 +80,7 @@ comm::TrafficCounts expected_step_traffic(const TrafficModelInput& in) {
     uint64_t chunk = 0;  // elements per destination rank
     for (int u : bucket) chunk += p.unit(u).shard;
     if (z.quantized_gradients && s.N >= 2) {
-      const uint64_t q = quant::quantized_bytes(int64_t(chunk), 4, z.gradient_block);
+      const uint64_t q = quant::quantized_bytes(int64_t(chunk), kQuantizedGradientBits, z.gradient_block);
       t.bytes[int(Phase::kGradReduce)][int(Link::kIntraNode)] += k * s.W * (s.L - 1) * s.N * q;
       t.bytes[int(Phase::kGradReduce)][int(Link::kInterNode)] += k * s.W * (s.N - 1) * q;
     } else {

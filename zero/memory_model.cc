@@ -1,0 +1,32 @@
+// The ZeRO memory formulas; see memory_model.h.
+#include "zero/memory_model.h"
+
+#include "kernels/quant/quantize.h"
+
+namespace gpt {
+
+std::vector<StateFormula> zero_state_formulas(const Partition& p, const ZeroConfig& z) {
+  const double P = double(p.padded_total()), S = double(p.shard_total());  // S = P at stage 0
+  const double cb = double(dtype_size(z.precision));
+  const std::string c = cb == 2 ? "2" : "4";
+  std::vector<StateFormula> lines;
+  lines.push_back({"compute weights", z.stage == 3 ? c + "P/W" : c + "P", z.stage == 3 ? cb * S : cb * P});
+  lines.push_back({"master", z.stage >= 1 ? "4P/W" : "4P", 4 * S});
+  lines.push_back({"moments", z.stage >= 1 ? "8P/W" : "8P", 8 * S});
+  lines.push_back({"gradients", z.stage >= 2 ? "4P/W" : "4P", z.stage >= 2 ? 4 * S : 4 * P});
+  if (z.stage == 3 && z.hpz_partition_size > 1) {
+    // Each rank keeps W/h shards of every unit as they arrived: compute dtype, or int8 blocks with scales.
+    const int h = z.hpz_partition_size;
+    double bytes = 0;
+    for (const UnitPartition& u : p.units()) {
+      const double shard = z.quantized_weights
+                               ? double(quant::quantized_bytes(u.shard, kQuantizedWeightBits, z.weight_block))
+                               : cb * double(u.shard);
+      bytes += shard * double(p.world_size() / h);
+    }
+    lines.push_back({"hpZ secondary", z.quantized_weights ? "(1+4/B)P/h" : c + "P/h", bytes});
+  }
+  return lines;
+}
+
+}  // namespace gpt
