@@ -115,6 +115,12 @@ class Ops {
   // The inverse into out (fp32), each value rounded through round_to (fp32, fp16 or bf16).
   virtual void dequantize(const Tensor& out, const Tensor& in, int64_t slice_len, int64_t count, int bits,
                           int block, DType round_to) = 0;
+  // The inverse added into acc (fp32, count * slice_len values): slice i of in into acc[i * slice_len, ...),
+  // one fp32 addition per value (never fused): qgZ's sums.
+  virtual void dequantize_add(const Tensor& acc, const Tensor& in, int64_t slice_len, int64_t count, int bits,
+                              int block) = 0;
+  // x (fp32) /= divisor, one correctly rounded division per value.
+  virtual void divide(const Tensor& x, float divisor) = 0;
 };
 
 }  // namespace gpt

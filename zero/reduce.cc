@@ -52,6 +52,8 @@ GradientReducer::GradientReducer(const Partition& partition, const std::vector<s
 GradientReducer::~GradientReducer() {
   for (Pending& p : pending_) {
     p.request.wait();
+    p.qgz.request.wait();
+    p.qgz.release();
     context_.wire.release(p.send);
     context_.wire.release(p.recv);
   }
@@ -119,8 +121,8 @@ void GradientReducer::post(int bucket) {
   const int64_t chunk = bucket_shard_elements_[bucket];
   if (qgz_node_) {
     bool finite = true;
-    qgz_start(*qgz_node_, *qgz_cross_, static_cast<const float*>(p.send), chunk, qgz_block_, p.qgz, &finite,
-              comm::Phase::kGradReduce);
+    qgz_start(context_, *qgz_node_, *qgz_cross_, static_cast<const float*>(p.send), chunk, qgz_block_, p.qgz,
+              &finite, comm::Phase::kGradReduce);
     local_finite_ = local_finite_ && finite;
   } else {
     p.request = dp_.reduce_scatter(p.send, precision_, p.recv, size_t(chunk), 1.0f, comm::Phase::kGradReduce);
@@ -138,7 +140,7 @@ void GradientReducer::complete_oldest() {
   Pending p = std::move(pending_.front());
   pending_.pop_front();
   if (qgz_node_) {
-    qgz_finish(*qgz_node_, *qgz_cross_, qgz_block_, p.qgz, p.recv, comm::Phase::kGradReduce);
+    qgz_finish(context_, *qgz_node_, *qgz_cross_, qgz_block_, p.qgz, p.recv, comm::Phase::kGradReduce);
   } else {
     p.request.wait();
   }

@@ -287,4 +287,14 @@ void CpuOps::dequantize(const Tensor& out, const Tensor& in, int64_t slice_len, 
   quant::dequantize_slices(ptr<uint8_t>(in), slice_len, count, bits, block, ptr<float>(out), round_to);
 }
 
+void CpuOps::dequantize_add(const Tensor& acc, const Tensor& in, int64_t slice_len, int64_t count, int bits,
+                            int block) {
+  quant::dequantize_add_slices(ptr<uint8_t>(in), slice_len, count, bits, block, ptr<float>(acc));
+}
+
+void CpuOps::divide(const Tensor& x, float divisor) {
+  float* v = ptr<float>(x);
+  for (int64_t i = 0; i < x.numel(); ++i) v[i] /= divisor;
+}
+
 }  // namespace gpt

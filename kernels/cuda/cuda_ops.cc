@@ -203,4 +203,11 @@ void CudaOps::dequantize(const Tensor&, const Tensor&, int64_t, int64_t, int, in
   not_yet("dequantize");
 }
 
+void CudaOps::dequantize_add(const Tensor&, const Tensor&, int64_t, int64_t, int, int) {
+  not_yet("dequantize_add");
+}
+void CudaOps::divide(const Tensor&, float) {
+  not_yet("divide");
+}
+
 }  // namespace gpt::cuda

@@ -158,4 +158,13 @@ void CheckedOps::dequantize(const Tensor& out, const Tensor& in, int64_t slice_l
   inside([&] { cpu_.dequantize(out, in, slice_len, count, bits, block, round_to); });
 }
 
+void CheckedOps::dequantize_add(const Tensor& acc, const Tensor& in, int64_t slice_len, int64_t count,
+                                int bits, int block) {
+  inside([&] { cpu_.dequantize_add(acc, in, slice_len, count, bits, block); });
+}
+
+void CheckedOps::divide(const Tensor& x, float divisor) {
+  inside([&] { cpu_.divide(x, divisor); });
+}
+
 }  // namespace gpt::testing

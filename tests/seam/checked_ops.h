@@ -74,6 +74,9 @@ class CheckedOps final : public Ops {
                 int block) override;
   void dequantize(const Tensor& out, const Tensor& in, int64_t slice_len, int64_t count, int bits, int block,
                   DType round_to) override;
+  void dequantize_add(const Tensor& acc, const Tensor& in, int64_t slice_len, int64_t count, int bits,
+                      int block) override;
+  void divide(const Tensor& x, float divisor) override;
 
   int64_t calls() const { return calls_; }  // ops run so far
 

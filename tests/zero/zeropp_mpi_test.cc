@@ -93,9 +93,13 @@ TEST_CASE("qgZ: rank r gets the mean of slice r within the two quantization stag
   for (int64_t i = 0; i < int64_t(input.size()); ++i) input[i] = input_value(t.world_rank, i);
   gpt::QgzExchange exchange;
   bool finite = false;
-  gpt::qgz_start(*g.node, *g.cross, input.data(), chunk, block, exchange, &finite, Phase::kGradReduce);
+  gpt::Arena arena;
+  gpt::EventLog events(false);
+  const gpt::EngineContext context{gpt::cpu_ops(), arena, arena, events};
+  gpt::qgz_start(context, *g.node, *g.cross, input.data(), chunk, block, exchange, &finite,
+                 Phase::kGradReduce);
   std::vector<float> out(chunk);
-  gpt::qgz_finish(*g.node, *g.cross, block, exchange, out.data(), Phase::kGradReduce);
+  gpt::qgz_finish(context, *g.node, *g.cross, block, exchange, out.data(), Phase::kGradReduce);
   CHECK(finite);
 
   // The reference: float64 mean of every rank's chunk r; the bound from each stage's block scales.
