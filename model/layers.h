@@ -1,6 +1,6 @@
 // GPT-2's layers as functions over full weights: embedding, transformer block, and the head (final LayerNorm,
-// tied output projection, cross-entropy). The model never sees a shard: whoever calls these decides where the
-// weights come from and where the gradients go (the single-process GPT2 in model.h, or the ZeRO engine).
+// tied output projection, cross-entropy), computed through the device seam (kernels/ops.h). The model never
+// sees a shard: the one layer loop (loop.h) calls these with a unit's full weights from its weight source.
 //
 // Block forward, with x the block input [B*T, C]:
 //   ln1 = LN(x);  qkv = ln1 Wqkv^T + bqkv;  atty = causal_attention(qkv);  r2 = x + atty Wo^T + bo

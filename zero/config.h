@@ -10,9 +10,10 @@
 
 namespace gpt {
 
-// Compute precision: the dtype of compute weights and of gradients on the wire. fp32 is the default (as in
-// Megatron) and keeps every comparison exact; fp16 adds dynamic loss scaling; bf16 does without.
-enum class Precision { kFp32, kFp16, kBf16 };
+// The compute precision (ZeroConfig::precision) is the dtype of compute weights and of gradients on the wire:
+// DType::kF32 (the default, as in Megatron, and every comparison exact), kF16 (with dynamic loss scaling) or
+// kBF16 (without). precision_name spells it as flags, banners and checkpoint manifests do: "fp32", "fp16",
+// "bf16".
 const char* precision_name(DType precision);
 
 // Bits per value on the wire: qwZ's weights and qgZ's gradients.
