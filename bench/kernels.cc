@@ -41,15 +41,11 @@ bool parse(int argc, char** argv, Options& o) {
   gpt::GPTConfig config;
   config.seq_len = o.T;
   gpt::FlagParser flags("bench/kernels", "Times each CPU kernel's forward and backward at a GPT-2 shape.");
-  gpt::add_model_flags(flags, &config);
-  gpt::add_short_model_aliases(flags);
-  flags.add_int("--micro-batch-size", &o.B, "sequences per call", 1, 1 << 16);
-  flags.add_alias("--batch", "--micro-batch-size");
+  gpt::add_bench_shape_flags(flags, &config, &o.B, "sequences per call");
   flags.add_int("--threads", &o.threads, "CPU threads", 1, 1024);
   flags.add_int("--reps", &o.reps, "timed calls per op (the median is shown)", 1, 1 << 20);
   if (!flags.parse(argc, argv)) return false;
-  if (!flags.given("--max-position-embeddings")) config.max_positions = std::max(1024, config.seq_len);
-  if (std::string problem = config.validate(); !problem.empty()) throw gpt::UsageError(problem);
+  gpt::finish_bench_shape(flags, &config);
   o.L = config.num_layers, o.T = config.seq_len, o.C = config.hidden, o.NH = config.heads;
   o.V = config.vocab, o.Vp = config.padded_vocab(), o.maxT = config.max_positions;
   return true;

@@ -9,10 +9,10 @@
 
 #include "base/flags.h"
 #include "base/main.h"
+#include "kernels/cpu/adamw.h"
 #include "kernels/cpu/threads.h"
 #include "model/model.h"
 #include "train/metrics.h"
-#include "kernels/cpu/adamw.h"
 #include "train/model_flags.h"
 #include "zero/optimizer.h"
 
@@ -34,15 +34,11 @@ bool parse(int argc, char** argv, Options& o) {
   o.config.seq_len = 64;
   gpt::FlagParser flags("bench/train_step",
                         "Times GPT-2 training steps and reports MFU against Eigen SGEMM.");
-  gpt::add_model_flags(flags, &o.config);
-  gpt::add_short_model_aliases(flags);
-  flags.add_int("--micro-batch-size", &o.batch, "sequences per step", 1, 1 << 16);
-  flags.add_alias("--batch", "--micro-batch-size");
+  gpt::add_bench_shape_flags(flags, &o.config, &o.batch, "sequences per step");
   flags.add_int("--steps", &o.steps, "timed steps (after one warm-up step)", 1, 1 << 20);
   flags.add_int("--threads", &o.threads, "CPU threads", 1, 1024);
   if (!flags.parse(argc, argv)) return false;
-  if (!flags.given("--max-position-embeddings")) o.config.max_positions = std::max(1024, o.config.seq_len);
-  if (std::string problem = o.config.validate(); !problem.empty()) throw gpt::UsageError(problem);
+  gpt::finish_bench_shape(flags, &o.config);
   return true;
 }
 

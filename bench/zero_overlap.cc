@@ -71,16 +71,12 @@ bool parse(int argc, char** argv, Options& o) {
   o.model.seq_len = 64;
   gpt::FlagParser flags("bench/zero_overlap",
                         "ZeRO-3 with and without overlap_comm against stage 0, under mpiexec.");
-  gpt::add_model_flags(flags, &o.model);
-  gpt::add_short_model_aliases(flags);
-  flags.add_int("--micro-batch-size", &o.batch, "micro-batch per rank", 1, 1 << 16);
-  flags.add_alias("--batch", "--micro-batch-size");
+  gpt::add_bench_shape_flags(flags, &o.model, &o.batch, "micro-batch per rank");
   flags.add_int("--steps", &o.steps, "timed steps per configuration (after one warm-up step)", 1, 1 << 20);
   flags.add_int("--threads", &o.threads, "CPU threads per rank", 1, 1024);
   flags.add_switch("--fp16", &o.fp16, "fp16 compute weights and gradients");
   if (!flags.parse(argc, argv)) return false;
-  if (!flags.given("--max-position-embeddings")) o.model.max_positions = std::max(1024, o.model.seq_len);
-  if (std::string problem = o.model.validate(); !problem.empty()) throw gpt::UsageError(problem);
+  gpt::finish_bench_shape(flags, &o.model);
   return true;
 }
 

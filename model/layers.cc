@@ -22,7 +22,7 @@ bool hidden_on(const Dropout& dropout) {
   return dropout.active() && dropout.hidden > 0;
 }
 
-// A view of n... elements at p on the ops' device.
+// A view of the memory at p, with this shape, on the ops' device.
 template <typename Real>
 Tensor view(const Ops& ops, const Real* p, std::vector<int64_t> shape) {
   return Tensor{const_cast<Real*>(p), std::move(shape), dtype_of<Real>(), ops.device()};

@@ -3,6 +3,8 @@
 // or model/ (which knows no command lines): train/ is the lowest room that sees both.
 #pragma once
 
+#include <string>
+
 #include "base/flags.h"
 #include "model/config.h"
 
@@ -14,7 +16,12 @@ enum class SeqLengthFlag { kYes, kNo };  // kNo: a model file has no training le
 // writing into *config (its values are the defaults shown by --help).
 void add_model_flags(FlagParser& flags, GPTConfig* config, SeqLengthFlag seq_length = SeqLengthFlag::kYes);
 
-// The benchmarks' short spellings, which README's commands use: --layers --hidden --heads --seq.
-void add_short_model_aliases(FlagParser& flags);
+// The benchmarks' shape flags: the model flags with the short spellings README's commands use (--layers
+// --hidden --heads --seq), and --micro-batch-size (alias --batch) into *micro_batch.
+void add_bench_shape_flags(FlagParser& flags, GPTConfig* config, int* micro_batch,
+                           const std::string& batch_help);
+// After parsing them: the position table grows to any --seq unless --max-position-embeddings was given, then
+// the shape is checked (UsageError naming the problem and the fix).
+void finish_bench_shape(const FlagParser& flags, GPTConfig* config);
 
 }  // namespace gpt

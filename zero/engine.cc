@@ -24,7 +24,6 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
                        comm::Communicator& dp, uint64_t seed, Ops* ops)
     : model_(model),
       config_(config),
-      B_(micro_batch),
       dp_(dp),
       seed_(seed),
       table_(make_param_table(model)),

@@ -130,7 +130,6 @@ class ZeroEngine {
 
   GPTConfig model_;
   ZeroConfig config_;
-  int B_;
   comm::Communicator& dp_;
   uint64_t seed_;
   ParamTable table_;

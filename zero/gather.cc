@@ -34,14 +34,14 @@ WeightGatherer::~WeightGatherer() {
   drop_secondaries();
 }
 
-size_t WeightGatherer::shard_dtype_size(int unit) const {
+size_t WeightGatherer::shard_wire_bytes(int unit) const {
   const int64_t s = partition_.unit(unit).shard;
   return config_.quantized_weights ? quant::quantized_bytes(s, kQuantizedWeightBits, config_.weight_block)
                                    : size_t(s) * element_bytes_;
 }
 
 size_t WeightGatherer::secondary_bytes(int unit) const {
-  return hpz_ ? shard_dtype_size(unit) * size_t(dp_.size() / hpz_->size()) : 0;
+  return hpz_ ? shard_wire_bytes(unit) * size_t(dp_.size() / hpz_->size()) : 0;
 }
 
 size_t WeightGatherer::secondary_bytes_held() const {
@@ -91,7 +91,7 @@ WeightGatherer::Slot* WeightGatherer::slot_of(int unit) {
 void WeightGatherer::post(size_t index) {
   const int unit = schedule_[index];
   const UnitPartition& u = partition_.unit(unit);
-  const size_t per_rank = shard_dtype_size(unit);
+  const size_t per_rank = shard_wire_bytes(unit);
   Slot slot;
   slot.unit = unit;
   slot.wire_bytes = per_rank * size_t(dp_.size());

@@ -49,7 +49,7 @@ class WeightGatherer {
 
   // Bytes one rank sends for unit u on a primary gather (the shard, raw or quantized) and P_u/h's share that
   // a secondary holds (W/h of those).
-  size_t shard_dtype_size(int unit) const;
+  size_t shard_wire_bytes(int unit) const;
   size_t secondary_bytes(int unit) const;
   size_t secondary_bytes_held() const;                             // sum over the units that hold one now
   size_t secondary_bytes_peak() const { return secondary_peak_; }  // the most held at once so far

@@ -1,8 +1,6 @@
 // The gradient sinks of the ZeRO stages; see gradient_sinks.h.
 #include "zero/gradient_sinks.h"
 
-#include <algorithm>
-#include <cstring>
 #include <stdexcept>
 
 #include "zero/reduce.h"
@@ -38,15 +36,6 @@ class FullGradients : public EngineGradients {
  protected:
   float* buffer_for(int unit) override { return grad_ + partition_.unit(unit).padded_offset; }
   void hand_over(int, float*) override {}
-  // The gradients in the wire dtype, in wire memory, pre-divided by the world size (the sum over ranks is
-  // then the mean). The caller releases the buffer.
-  void* to_wire_mean() {
-    const int64_t P = partition_.padded_total();
-    void* wire = context_.wire.allocate("gradients on the wire", "buffers", dtype_bytes(wire_, P));
-    context_.ops.cast(context_.view(wire, P, wire_), context_.view(grad_, P, DType::kF32),
-                      1.0f / float(dp_.size()));
-    return wire;
-  }
 
   const EngineContext& context_;
   comm::Communicator& dp_;
@@ -59,7 +48,10 @@ class AllReducedGradients final : public FullGradients {
   using FullGradients::FullGradients;
   void end_step() override {
     const int64_t P = partition_.padded_total();
-    void* wire = to_wire_mean();
+    // In the wire dtype, pre-divided by the world size: the sum over ranks is the mean.
+    void* wire = context_.wire.allocate("gradients on the wire", "buffers", dtype_bytes(wire_, P));
+    context_.ops.cast(context_.view(wire, P, wire_), context_.view(grad_, P, DType::kF32),
+                      1.0f / float(dp_.size()));
     dp_.all_reduce(wire, wire_, P, 1.0f, comm::Phase::kGradReduce).wait();
     context_.ops.cast(context_.view(grad_, P, DType::kF32), context_.view(wire, P, wire_));
     context_.wire.release(wire);
@@ -75,20 +67,21 @@ class ReduceScatteredGradients final : public FullGradients {
     const int W = dp_.size();
     const int64_t S = partition_.shard_total(), P = partition_.padded_total();
     const size_t wb = dtype_size(wire_);
-    uint8_t* wire = static_cast<uint8_t*>(to_wire_mean());
     uint8_t* send = static_cast<uint8_t*>(context_.wire.allocate("gradients rank-major", "buffers", P * wb));
     for (const UnitPartition& u : partition_.units()) {
       for (int p = 0; p < W; ++p) {
-        std::memcpy(send + (size_t(p) * S + u.shard_offset) * wb,
-                    wire + (u.padded_offset + int64_t(p) * u.shard) * wb, u.shard * wb);
+        // Rank p's piece of unit u, pre-divided by W (the sum over ranks is the mean), in the wire dtype.
+        context_.ops.cast(context_.view(send + (size_t(p) * S + u.shard_offset) * wb, u.shard, wire_),
+                          context_.view(grad_ + u.padded_offset + int64_t(p) * u.shard, u.shard, DType::kF32),
+                          1.0f / float(W));
       }
     }
     float* shard =
         static_cast<float*>(context_.wire.allocate("reduced gradient shard", "buffers", S * sizeof(float)));
     dp_.reduce_scatter(send, wire_, shard, S, 1.0f, comm::Phase::kGradReduce).wait();
     context_.ops.copy(context_.view(grad_, S, DType::kF32), context_.view(shard, S, DType::kF32));
-    for (void* buffer : {static_cast<void*>(wire), static_cast<void*>(send), static_cast<void*>(shard)})
-      context_.wire.release(buffer);
+    context_.wire.release(send);
+    context_.wire.release(shard);
   }
 };
 

@@ -9,21 +9,11 @@
 #include "kernels/cpu/adamw.h"
 #include "model/model.h"
 #include "tests/comm/mpi_test_env.h"
+#include "tests/zero/engine_harness.h"
 #include "zero/engine.h"
 
 namespace gpt {
 namespace {
-
-GPTConfig small_model() {
-  GPTConfig c;
-  c.num_layers = 2;
-  c.hidden = 32;
-  c.heads = 2;
-  c.seq_len = 16;
-  c.max_positions = 16;
-  c.vocab = 200;
-  return c;
-}
 
 // Deterministic tokens for step s: inputs and targets [B, T] and each sequence's window.
 struct Batch {
@@ -50,7 +40,7 @@ bool same_bits(const float* a, const float* b, size_t n) {
 TEST_CASE("engine at 1 rank, stage 0, fp32 equals GPT2 + AdamW bit for bit") {
   auto& world = comm::testing::world();
   if (world.size() != 1) return;  // the comparison is defined at one rank
-  const GPTConfig c = small_model();
+  const GPTConfig c = testing::tiny_model();
   const int B = 2;
   const uint64_t seed = 11;
   const double lr = 1e-3;
