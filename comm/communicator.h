@@ -17,6 +17,12 @@
 
 namespace gpt::comm {
 
+// The dtype a reduction of wire dtype `wire` adds in, and its result's: kF64 for kF64 data (the
+// double-precision gradient checks), kF32 for everything else.
+inline DType accumulation_dtype(DType wire) {
+  return wire == DType::kF64 ? DType::kF64 : DType::kF32;
+}
+
 // A pending collective. wait() blocks until it is complete and adds the time spent blocked to the meter's
 // comm_wait for the operation's phase; it rethrows (as std::runtime_error or the original exception) if the
 // operation failed. Waiting again is allowed and returns at once. A default-constructed Request is already
@@ -87,17 +93,19 @@ class Communicator {
   // send may be recv + rank() * bytes_per_rank (in place); it must not overlap recv otherwise.
   virtual Request all_gather(const void* send, void* recv, size_t bytes_per_rank, Phase phase) = 0;
 
-  // Ring reduce-scatter: send holds size() * count elements of dtype (the wire dtype: f32, f16 or bf16). On
-  // completion recv (fp32) holds chunk rank() (elements [rank*count, (rank+1)*count)) summed over all ranks
-  // and multiplied by scale (1/size() for the mean). Partial sums travel in dtype; every addition is done in
-  // fp32 (a received partial is widened, added to the local chunk in fp32, and rounded once to dtype before
-  // it is sent on). With dtype f32, recv may be send + rank() * count (in place); otherwise the buffers must
-  // not overlap.
-  virtual Request reduce_scatter(const void* send, DType dtype, float* recv, size_t count, float scale,
+  // Ring reduce-scatter: send holds size() * count elements of dtype (the wire dtype: f32, f16 or bf16; f64
+  // for the double-precision gradient checks). On completion recv holds chunk rank() (elements
+  // [rank*count, (rank+1)*count)) summed over all ranks and multiplied by scale (1/size() for the mean), in
+  // the accumulation dtype: fp32, or fp64 when dtype is f64 (comm/wire_reduce.h). Partial sums travel in
+  // dtype; every addition is done in the accumulation dtype (a received partial is widened, added to the
+  // local chunk, and rounded once to dtype before it is sent on). With dtype f32 or f64, recv may be
+  // send + rank() * count (in place); otherwise the buffers must not overlap.
+  virtual Request reduce_scatter(const void* send, DType dtype, void* recv, size_t count, float scale,
                                  Phase phase) = 0;
 
-  // All-reduce in place as reduce-scatter then all-gather, both rings, data in dtype, sums in fp32, times
-  // scale. Any count: chunks are ceil(count/size()) elements, the last ones shorter or empty.
+  // All-reduce in place as reduce-scatter then all-gather, both rings, data in dtype, sums in its
+  // accumulation dtype, times scale. Any count: chunks are ceil(count/size()) elements, the last ones shorter
+  // or empty.
   virtual Request all_reduce(void* data, DType dtype, size_t count, float scale, Phase phase) = 0;
 
   // Pairwise all-to-all of bytes: send_bytes[p] bytes (consecutive in send) go to rank p; recv_bytes[p] bytes

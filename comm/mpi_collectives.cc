@@ -41,13 +41,14 @@ Task ring_all_gather(Op& op, char* buf, std::vector<size_t> offsets) {
   co_await op.until_all();
 }
 
-// Ring reduce-scatter of send (wire dtype, chunks by element offsets) into out (fp32, this rank's chunk,
-// times scale). At step s rank r sends chunk r-s-1 and receives the partial sum of chunk r-s-2; it adds its
-// own contribution in fp32 and sends the rounded sum on at step s+1, except at the last step, where the
-// received chunk is its own (r) and the fp32 sum is the result. Two receive and two send staging buffers
+// Ring reduce-scatter of send (wire dtype, chunks by element offsets) into out (the accumulation dtype: fp32,
+// or fp64 for fp64 data; this rank's chunk, times scale). At step s rank r sends chunk r-s-1 and receives the
+// partial sum of chunk r-s-2; it adds its own contribution in the accumulation dtype and sends the rounded
+// sum on at step s+1, except at the last step, where the received chunk is its own (r) and the unrounded
+// sum is the result. Two receive and two send staging buffers
 // let the next receive be posted before the current one is reduced, and a send be in flight while the
 // next one is prepared.
-Task ring_reduce_scatter(Op& op, const char* send, DType dtype, float* out, std::vector<size_t> offsets,
+Task ring_reduce_scatter(Op& op, const char* send, DType dtype, void* out, std::vector<size_t> offsets,
                          float scale) {
   const int w = op.size(), r = op.rank();
   const size_t elem = dtype_size(dtype);
@@ -74,7 +75,7 @@ Task ring_reduce_scatter(Op& op, const char* send, DType dtype, float* out, std:
   for (int s = 0; s < w - 1; ++s) {
     const int j = wrap(r - s - 2, w), cur = s % 2, nxt = (s + 1) % 2;
     co_await op.until(receive[cur]);
-    if (s == w - 2) {  // j == r: the last contribution is ours, and the sum stays in fp32
+    if (s == w - 2) {  // j == r: the last contribution is ours, and the sum stays unrounded
       add_final(received[cur], own(j), out, scale, dtype, length(offsets, j));
       break;
     }
@@ -100,7 +101,7 @@ Task all_gather_body(Op& op, const void* send, void* recv, size_t bytes_per_rank
   co_await ring_all_gather(op, static_cast<char*>(recv), uniform_offsets(op.size(), bytes_per_rank));
 }
 
-Task reduce_scatter_body(Op& op, const void* send, DType dtype, float* recv, size_t count, float scale) {
+Task reduce_scatter_body(Op& op, const void* send, DType dtype, void* recv, size_t count, float scale) {
   co_await ring_reduce_scatter(op, static_cast<const char*>(send), dtype, recv,
                                uniform_offsets(op.size(), count), scale);
 }
@@ -115,7 +116,7 @@ Task all_reduce_body(Op& op, void* data, DType dtype, size_t count, float scale)
     bytes[j] = elements[j] * elem;
   }
   const size_t mine = length(elements, r);
-  std::unique_ptr<float[]> sum(new float[mine]);
+  std::unique_ptr<char[]> sum(new char[mine * dtype_size(accumulation_dtype(dtype))]);
   co_await ring_reduce_scatter(op, static_cast<const char*>(data), dtype, sum.get(), elements, scale);
   narrow_to_wire(sum.get(), static_cast<char*>(data) + bytes[r], dtype, mine);
   co_await ring_all_gather(op, static_cast<char*>(data), bytes);

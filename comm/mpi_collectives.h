@@ -25,7 +25,7 @@
 namespace gpt::comm::mpi {
 
 Task all_gather_body(Op& op, const void* send, void* recv, size_t bytes_per_rank);
-Task reduce_scatter_body(Op& op, const void* send, DType dtype, float* recv, size_t count, float scale);
+Task reduce_scatter_body(Op& op, const void* send, DType dtype, void* recv, size_t count, float scale);
 Task all_reduce_body(Op& op, void* data, DType dtype, size_t count, float scale);
 Task all_to_all_v_body(Op& op, const void* send, std::vector<size_t> send_bytes, void* recv,
                        std::vector<size_t> recv_bytes);

@@ -63,7 +63,7 @@ class MpiCommunicator final : public Communicator {
                            [=](Op& op) { return mpi::all_gather_body(op, send, recv, bytes_per_rank); });
   }
 
-  Request reduce_scatter(const void* send, DType dtype, float* recv, size_t count, float scale,
+  Request reduce_scatter(const void* send, DType dtype, void* recv, size_t count, float scale,
                          Phase phase) override {
     require_reducible(dtype, "reduce_scatter");
     require_buffers(count, {send, recv}, "reduce_scatter");
@@ -121,7 +121,7 @@ class MpiCommunicator final : public Communicator {
  private:
   static void require_reducible(DType dtype, const char* what) {
     if (!is_reducible(dtype)) {
-      throw std::invalid_argument(std::string("comm: ") + what + " reduces in f32, f16 or bf16, not " +
+      throw std::invalid_argument(std::string("comm: ") + what + " reduces in f32, f16, bf16 or f64, not " +
                                   dtype_name(dtype));
     }
   }

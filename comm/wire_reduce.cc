@@ -19,7 +19,7 @@ constexpr size_t kBlock = 1024;
 
 void check_reducible(DType dtype) {
   if (!is_reducible(dtype)) {
-    throw std::invalid_argument(std::string("reductions travel in f32, f16 or bf16, not ") +
+    throw std::invalid_argument(std::string("reductions travel in f32, f16, bf16 or f64, not ") +
                                 dtype_name(dtype));
   }
 }
@@ -46,14 +46,22 @@ void narrow(const float* in, size_t count, DType dtype, void* wire, size_t first
   }
 }
 
+const double* f64(const void* p) {
+  return static_cast<const double*>(p);
+}
+
 }  // namespace
 
 bool is_reducible(DType dtype) {
-  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF64;
 }
 
 void add_to_wire(const void* partial, const void* own, void* out, DType dtype, size_t n) {
   check_reducible(dtype);
+  if (dtype == DType::kF64) {
+    for (size_t i = 0; i < n; ++i) static_cast<double*>(out)[i] = f64(partial)[i] + f64(own)[i];
+    return;
+  }
   float a[kBlock], b[kBlock];
   for (size_t i = 0; i < n; i += kBlock) {
     const size_t m = std::min(kBlock, n - i);
@@ -64,8 +72,14 @@ void add_to_wire(const void* partial, const void* own, void* out, DType dtype, s
   }
 }
 
-void add_final(const void* partial, const void* own, float* out, float scale, DType dtype, size_t n) {
+void add_final(const void* partial, const void* own, void* result, float scale, DType dtype, size_t n) {
   check_reducible(dtype);
+  if (dtype == DType::kF64) {
+    double* out = static_cast<double*>(result);
+    for (size_t i = 0; i < n; ++i) out[i] = (f64(partial)[i] + f64(own)[i]) * double(scale);
+    return;
+  }
+  float* out = static_cast<float*>(result);
   // Both inputs are widened before out is written, so out may be own itself (an fp32 reduce-scatter in
   // place).
   float a[kBlock], b[kBlock];
@@ -77,15 +91,25 @@ void add_final(const void* partial, const void* own, float* out, float scale, DT
   }
 }
 
-void widen_scaled(const void* in, float* out, float scale, DType dtype, size_t n) {
+void widen_scaled(const void* in, void* result, float scale, DType dtype, size_t n) {
   check_reducible(dtype);
+  if (dtype == DType::kF64) {
+    double* out = static_cast<double*>(result);
+    for (size_t i = 0; i < n; ++i) out[i] = f64(in)[i] * double(scale);
+    return;
+  }
+  float* out = static_cast<float*>(result);
   widen(in, 0, n, dtype, out);
   for (size_t i = 0; i < n; ++i) out[i] *= scale;
 }
 
-void narrow_to_wire(const float* in, void* out, DType dtype, size_t n) {
+void narrow_to_wire(const void* in, void* out, DType dtype, size_t n) {
   check_reducible(dtype);
-  narrow(in, n, dtype, out, 0);
+  if (dtype == DType::kF64) {
+    if (in != out) std::copy_n(f64(in), n, static_cast<double*>(out));
+    return;
+  }
+  narrow(static_cast<const float*>(in), n, dtype, out, 0);
 }
 
 }  // namespace gpt::comm

@@ -97,10 +97,11 @@ class Ops {
   // Sum of the elements, accumulated in double in index order.
   virtual double sum(const Tensor& x) = 0;
 
-  // Engine ops, on fp32 state and fp32/fp16/bf16 compute weights and wire buffers.
-  // dst = round_to_dst_dtype(src * scale); between fp32, fp16 and bf16 (widening is exact).
+  // Engine ops, on fp32 state and fp32/fp16/bf16 compute weights and wire buffers (and on fp64 ones, for the
+  // double-precision gradient checks, where a backend supports fp64).
+  // dst = round_to_dst_dtype(src * scale); between fp32, fp16 and bf16 (widening is exact), or fp64 to fp64.
   virtual void cast(const Tensor& dst, const Tensor& src, float scale = 1.0f) = 0;
-  // dst += src (fp32).
+  // dst += src (fp32, or fp64 to fp64).
   virtual void add_into(const Tensor& dst, const Tensor& src) = 0;
   // Sum of squares in double, in fixed-size chunks summed in a fixed order (independent of threads).
   virtual double sum_of_squares(const Tensor& x) = 0;

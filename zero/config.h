@@ -12,8 +12,8 @@ namespace gpt {
 
 // The compute precision (ZeroConfig::precision) is the dtype of compute weights and of gradients on the wire:
 // DType::kF32 (the default, as in Megatron, and every comparison exact), kF16 (with dynamic loss scaling) or
-// kBF16 (without). precision_name spells it as flags, banners and checkpoint manifests do: "fp32", "fp16",
-// "bf16".
+// kBF16 (without); the double-precision gradient checks use kF64 with an fp64 layer loop. precision_name
+// spells it as flags, banners and checkpoint manifests do: "fp32", "fp16", "bf16" (and "fp64").
 const char* precision_name(DType precision);
 
 // Bits per value on the wire: qwZ's weights and qgZ's gradients.

@@ -17,6 +17,7 @@ namespace gpt {
 const char* precision_name(DType precision) {
   if (precision == DType::kF16) return "fp16";
   if (precision == DType::kBF16) return "bf16";
+  if (precision == DType::kF64) return "fp64";
   return "fp32";
 }
 
@@ -44,9 +45,9 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
   adam_m_ = static_cast<float*>(arena_.allocate("Adam first moment", "moments", S * sizeof(float)));
   adam_v_ = static_cast<float*>(arena_.allocate("Adam second moment", "moments", S * sizeof(float)));
   create_zeropp_groups();
-  weights_ = make_weight_source({config_, partition_, unit_names_, dp_, hpz_group_.get(), context_});
-  gradients_ = make_gradient_sink({config_, partition_, unit_names_, loop_.schedule().gradients, dp_,
-                                   node_group_.get(), cross_group_.get(), context_});
+  weights_ = make_weight_source<float>({config_, partition_, unit_names_, dp_, hpz_group_.get(), context_});
+  gradients_ = make_gradient_sink<float>({config_, partition_, unit_names_, loop_.schedule().gradients, dp_,
+                                          node_group_.get(), cross_group_.get(), context_});
   // Each rank initializes only what it owns: the initializer is a pure function of (seed, flat index).
   std::vector<float> master(S, 0.0f);
   for (int u = 0; u < int(table_.units.size()); ++u) {

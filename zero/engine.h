@@ -152,8 +152,8 @@ class ZeroEngine {
   std::vector<std::string> notes_;
   std::unique_ptr<comm::Communicator> hpz_group_, node_group_, cross_group_;
   LayerLoop<float> loop_;
-  std::unique_ptr<EngineWeights> weights_;
-  std::unique_ptr<EngineGradients> gradients_;
+  std::unique_ptr<EngineWeights<float>> weights_;
+  std::unique_ptr<EngineGradients<float>> gradients_;
 };
 
 }  // namespace gpt

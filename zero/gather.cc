@@ -5,23 +5,29 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 #include "kernels/quant/quantize.h"
 
 namespace gpt {
 WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
                                comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config,
-                               const EngineContext& context)
+                               const EngineContext& context, DType loop_dtype)
     : partition_(partition),
       names_(unit_names),
       dp_(dp),
       hpz_(hpz),
       config_(config),
       element_bytes_(dtype_size(config.precision)),
+      loop_dtype_(loop_dtype),
       context_(context),
       ops_(context.ops),
       events_(context.events),
-      secondaries_(partition.units().size(), nullptr) {}
+      secondaries_(partition.units().size(), nullptr) {
+  if (config.quantized_weights && loop_dtype != DType::kF32)
+    throw std::invalid_argument("qwZ dequantizes gathered weights into fp32; the loop computes in " +
+                                std::string(dtype_name(loop_dtype)));
+}
 
 WeightGatherer::~WeightGatherer() {
   for (Slot& slot : slots_) slot.request.wait();
@@ -96,9 +102,8 @@ void WeightGatherer::post(size_t index) {
   slot.unit = unit;
   slot.wire_bytes = per_rank * size_t(dp_.size());
   slot.wire = take_buffer(context_.wire, slot.wire_bytes, "gathered unit");
-  slot.weight_bytes = size_t(u.padded) * sizeof(float);
-  slot.weights =
-      static_cast<float*>(take_buffer(context_.device, slot.weight_bytes, "gathered unit in fp32"));
+  slot.weight_bytes = dtype_bytes(loop_dtype_, u.padded);
+  slot.weights = take_buffer(context_.device, slot.weight_bytes, "gathered unit in the loop dtype");
   slot.from_secondary = secondaries_[unit] != nullptr;
   if (slot.from_secondary) {
     // hpZ: the h ranks of this node's group hold consecutive runs of W/h shards; a ring among them rebuilds
@@ -123,18 +128,18 @@ void WeightGatherer::post(size_t index) {
 
 void WeightGatherer::decode(const Slot& slot) {
   const UnitPartition& u = partition_.unit(slot.unit);
-  const Tensor weights = context_.view(slot.weights, u.numel, DType::kF32);
   if (config_.quantized_weights) {
     // Every shard, this rank's own included, becomes dequant(quant(shard)) rounded to the compute dtype.
     ops_.dequantize(context_.view(slot.weights, u.padded, DType::kF32),
                     context_.view(slot.wire, int64_t(slot.wire_bytes), DType::kI8), u.shard, dp_.size(),
                     kQuantizedWeightBits, config_.weight_block, config_.precision);
   } else {
-    ops_.cast(weights, context_.view(slot.wire, u.numel, config_.precision));
+    ops_.cast(context_.view(slot.weights, u.numel, loop_dtype_),
+              context_.view(slot.wire, u.numel, config_.precision));
   }
 }
 
-const float* WeightGatherer::acquire(int unit) {
+const void* WeightGatherer::acquire_weights(int unit) {
   if (next_ >= schedule_.size() || schedule_[next_] != unit) {
     throw std::logic_error("WeightGatherer: unit " + names_[unit] + " acquired out of schedule");
   }

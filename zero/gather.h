@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,18 +29,24 @@ namespace gpt {
 
 class WeightGatherer {
  public:
-  // hpz: the hpZ group (h consecutive ranks of one node), or null when hpZ is off.
+  // hpz: the hpZ group (h consecutive ranks of one node), or null when hpZ is off. loop_dtype: what the
+  // layer loop computes in, kF32 (or kF64 with fp64 compute weights for the gradient checks; qwZ needs
+  // kF32).
   WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
                  comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config,
-                 const EngineContext& context);
+                 const EngineContext& context, DType loop_dtype = DType::kF32);
   ~WeightGatherer();
 
   // Starts a pass: the units to gather, in order, all in one phase. `shard` is this rank's compute-weight
   // shard (dtype of the precision, in wire memory), which the optimizer updates between steps.
   void begin_pass(std::vector<int> schedule, comm::Phase phase, const void* shard);
-  // The full weights of the next scheduled unit in fp32 on the device (model layout, numel elements). Waits
-  // for its gather and, with overlap, posts the following one.
-  const float* acquire(int unit);
+  // The full weights of the next scheduled unit in the loop dtype (Real) on the device (model layout, numel
+  // elements). Waits for its gather and, with overlap, posts the following one.
+  template <typename Real = float>
+  const Real* acquire(int unit) {
+    if (dtype_of<Real>() != loop_dtype_) throw std::logic_error("WeightGatherer: acquired in another dtype");
+    return static_cast<const Real*>(acquire_weights(unit));
+  }
   // The unit's weights are no longer needed (hpZ keeps this rank's secondary slice of a primary gather).
   void release(int unit);
   // Everything acquired has been released and no gather is in flight.
@@ -59,12 +66,13 @@ class WeightGatherer {
     int unit = -1;
     bool from_secondary = false;
     comm::Request request;
-    void* send = nullptr;      // qwZ: this rank's quantized shard, alive until the gather completes (wire)
-    void* wire = nullptr;      // what arrives: W shards, raw or quantized, rank-major (wire)
-    float* weights = nullptr;  // P_u fp32 (device)
+    void* send = nullptr;     // qwZ: this rank's quantized shard, alive until the gather completes (wire)
+    void* wire = nullptr;     // what arrives: W shards, raw or quantized, rank-major (wire)
+    void* weights = nullptr;  // P_u in the loop dtype (device)
     size_t send_bytes = 0, wire_bytes = 0, weight_bytes = 0;
     bool acquired = false;
   };
+  const void* acquire_weights(int unit);
   void post(size_t index);
   Slot* slot_of(int unit);
   void decode(const Slot& slot);
@@ -78,6 +86,7 @@ class WeightGatherer {
   comm::Communicator* hpz_;
   ZeroConfig config_;
   size_t element_bytes_;
+  DType loop_dtype_;
   const EngineContext& context_;
   Ops& ops_;
   EventLog& events_;

@@ -7,7 +7,8 @@
 //                              bucketed reduce-scatter (GradientReducer; qgZ's int4 all-to-all as an option)
 //                              and is added into this rank's fp32 shard, so no rank holds full gradients
 // Every sink ends a step with this rank's reduced gradient shard (flat shard layout; the whole padded vector
-// at stage 0), pre-divided by the world size: the mean over ranks, still carrying the loss scale.
+// at stage 0), pre-divided by the world size: the mean over ranks, still carrying the loss scale. Training
+// runs them with Real = float; the double-precision gradient checks with Real = double and an fp64 wire.
 #pragma once
 
 #include <cstdint>
@@ -25,37 +26,39 @@
 
 namespace gpt {
 
-// A test hook that sees (and may change) a unit's local gradient before it is reduced.
-using GradientHook = std::function<void(int unit, float* grad, int64_t numel)>;
-
-class EngineGradients : public GradientSink<float> {
+template <typename Real>
+class EngineGradients : public GradientSink<Real> {
  public:
+  // A test hook that sees (and may change) a unit's local gradient before it is reduced.
+  using Hook = std::function<void(int unit, Real* grad, int64_t numel)>;
+
   explicit EngineGradients(const Partition& partition)
       : partition_(partition), open_(partition.units().size()) {}
 
   virtual void begin_step() = 0;    // zeroes the accumulators
   virtual void end_micro_step() {}  // waits for this micro-step's reductions
   virtual void end_step() {}        // the reduction at the accumulation boundary
-  // This rank's reduced gradient shard (partition.shard_total() fp32 elements on the device) after end_step.
-  virtual float* shard() = 0;
+  // This rank's reduced gradient shard (partition.shard_total() elements on the device) after end_step.
+  virtual Real* shard() = 0;
   // Whether every gradient quantized on this rank since the last call was finite (qgZ never puts a gradient
   // on the wire unquantized, so the overflow check must look before quantization).
   virtual bool take_local_finite() { return true; }
-  void set_hook(GradientHook hook) { hook_ = std::move(hook); }
+  void set_hook(Hook hook) { hook_ = std::move(hook); }
 
-  float* open(int unit) final;
+  Real* open(int unit) final;
   void ready(int unit) final;
 
  protected:
-  virtual float* buffer_for(int unit) = 0;                // where unit's gradient accumulates
-  virtual void hand_over(int unit, float* gradient) = 0;  // final for this micro-step
+  virtual Real* buffer_for(int unit) = 0;                // where unit's gradient accumulates
+  virtual void hand_over(int unit, Real* gradient) = 0;  // final for this micro-step
 
   const Partition& partition_;
 
  private:
-  std::vector<float*> open_;
-  GradientHook hook_;
+  std::vector<Real*> open_;
+  Hook hook_;
 };
+using GradientHook = EngineGradients<float>::Hook;
 
 struct GradientSinkParts {
   const ZeroConfig& config;
@@ -67,7 +70,8 @@ struct GradientSinkParts {
   comm::Communicator* qgz_cross;  // and the group of ranks with its local index
   const EngineContext& context;
 };
-// The gradient sink of config.stage.
-std::unique_ptr<EngineGradients> make_gradient_sink(const GradientSinkParts& parts);
+// The gradient sink of config.stage (float, or double with config.precision kF64).
+template <typename Real>
+std::unique_ptr<EngineGradients<Real>> make_gradient_sink(const GradientSinkParts& parts);
 
 }  // namespace gpt

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 namespace gpt {
 
@@ -25,12 +26,13 @@ std::vector<std::vector<int>> plan_buckets(const Partition& partition, const std
 
 GradientReducer::GradientReducer(const Partition& partition, const std::vector<std::string>& unit_names,
                                  const std::vector<int>& backward_order, comm::Communicator& dp,
-                                 DType precision, int64_t bucket_size, bool overlap, float* grad_shard,
+                                 DType precision, int64_t bucket_size, bool overlap, void* grad_shard,
                                  const EngineContext& context)
     : partition_(partition),
       names_(unit_names),
       dp_(dp),
       precision_(precision),
+      accumulation_(comm::accumulation_dtype(precision)),
       overlap_(overlap),
       grad_shard_(grad_shard),
       context_(context),
@@ -62,6 +64,9 @@ GradientReducer::~GradientReducer() {
 
 void GradientReducer::use_quantized_gradients(comm::Communicator* node, comm::Communicator* cross,
                                               int block) {
+  if (accumulation_ != DType::kF32)
+    throw std::invalid_argument("qgZ quantizes fp32 gradients; the wire dtype is " +
+                                std::string(dtype_name(precision_)));
   qgz_node_ = node;
   qgz_cross_ = cross;
   qgz_block_ = block;
@@ -73,7 +78,7 @@ bool GradientReducer::take_local_finite() {
   return finite;
 }
 
-void GradientReducer::add(int unit, const float* grad) {
+void GradientReducer::add(int unit, const void* grad) {
   if (next_ >= backward_order_.size() || backward_order_[next_] != unit) {
     throw std::logic_error("GradientReducer: unit " + names_[unit] + " arrived out of backward order");
   }
@@ -81,6 +86,7 @@ void GradientReducer::add(int unit, const float* grad) {
   const int bucket = bucket_of_unit_[unit];
   // qgZ quantizes the fp32 gradients itself; the ring sends them in the wire dtype.
   const size_t elem = qgz_node_ ? sizeof(float) : dtype_size(precision_);
+  const size_t grad_elem = dtype_size(accumulation_);
   if (units_in_current_ == 0) {
     current_send_bytes_ = size_t(bucket_shard_elements_[bucket]) * partition_.num_shards() * elem;
     current_send_ = context_.wire.allocate("gradient bucket (send)", "buffers", current_send_bytes_);
@@ -96,7 +102,8 @@ void GradientReducer::add(int unit, const float* grad) {
     const int64_t real = std::min<int64_t>(u.shard, u.numel - first);
     uint8_t* dst = send + (size_t(p) * bucket_shard_elements_[bucket] + offset_in_rank_part) * elem;
     // The padding stays zero (arena blocks come zero-filled).
-    const Tensor part = context_.view(grad + first, real, DType::kF32);
+    const Tensor part =
+        context_.view(static_cast<const uint8_t*>(grad) + size_t(first) * grad_elem, real, accumulation_);
     if (qgz_node_) {
       ops_.copy(context_.view(dst, real, DType::kF32), part);  // qgZ divides by W at the end
     } else {
@@ -115,8 +122,8 @@ void GradientReducer::post(int bucket) {
   p.bucket = bucket;
   p.send = current_send_;
   p.send_bytes = current_send_bytes_;
-  p.recv_bytes = size_t(bucket_shard_elements_[bucket]) * sizeof(float);
-  p.recv = static_cast<float*>(context_.wire.allocate("gradient bucket (result)", "buffers", p.recv_bytes));
+  p.recv_bytes = dtype_bytes(accumulation_, bucket_shard_elements_[bucket]);
+  p.recv = context_.wire.allocate("gradient bucket (result)", "buffers", p.recv_bytes);
   current_send_ = nullptr;
   const int64_t chunk = bucket_shard_elements_[bucket];
   if (qgz_node_) {
@@ -140,16 +147,20 @@ void GradientReducer::complete_oldest() {
   Pending p = std::move(pending_.front());
   pending_.pop_front();
   if (qgz_node_) {
-    qgz_finish(context_, *qgz_node_, *qgz_cross_, qgz_block_, p.qgz, p.recv, comm::Phase::kGradReduce);
+    qgz_finish(context_, *qgz_node_, *qgz_cross_, qgz_block_, p.qgz, static_cast<float*>(p.recv),
+               comm::Phase::kGradReduce);
   } else {
     p.request.wait();
   }
   events_.add(EngineEvent::Kind::kWaitReduce, "bucket " + std::to_string(p.bucket), true);
+  const size_t elem = dtype_size(accumulation_);
   int64_t offset = 0;
   for (int unit : buckets_[p.bucket]) {
     const UnitPartition& u = partition_.unit(unit);
-    ops_.add_into(context_.view(grad_shard_ + u.shard_offset, u.shard, DType::kF32),
-                  context_.view(p.recv + offset, u.shard, DType::kF32));
+    ops_.add_into(
+        context_.view(static_cast<uint8_t*>(grad_shard_) + size_t(u.shard_offset) * elem, u.shard,
+                      accumulation_),
+        context_.view(static_cast<uint8_t*>(p.recv) + size_t(offset) * elem, u.shard, accumulation_));
     offset += u.shard;
   }
   context_.wire.release(p.send);

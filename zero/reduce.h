@@ -3,8 +3,9 @@
 // one ring reduce-scatter gives every rank its shard of every unit in the bucket, as the mean over ranks. A
 // bucket holds whole units in backward order and closes before a unit that would take it past
 // reduce_bucket_size elements; a larger unit is a bucket of its own. Finished reductions are added in fp32
-// into the rank's gradient shard. With overlap_comm a bucket's reduction runs while backward goes on (at most
-// two in flight); without, each bucket is reduced and waited for as soon as it closes.
+// into the rank's gradient shard. (The double-precision gradient checks run the same path with fp64
+// gradients, an fp64 wire and fp64 sums.) With overlap_comm a bucket's reduction runs while backward goes on
+// (at most two in flight); without, each bucket is reduced and waited for as soon as it closes.
 //
 // With qgZ (on two or more nodes) a bucket's rank-major fp32 gradients go through the int4 hierarchical
 // all-to-all of qgz.h instead of the ring; buckets, packing and accumulation are the same.
@@ -31,20 +32,23 @@ std::vector<std::vector<int>> plan_buckets(const Partition& partition, const std
 
 class GradientReducer {
  public:
+  // precision is the wire dtype; the gradients and grad_shard are in its accumulation dtype (fp32, or fp64
+  // for an fp64 wire).
   GradientReducer(const Partition& partition, const std::vector<std::string>& unit_names,
                   const std::vector<int>& backward_order, comm::Communicator& dp, DType precision,
-                  int64_t bucket_size, bool overlap, float* grad_shard, const EngineContext& context);
-  // Turns on qgZ: node is this rank's node group, cross the group of ranks with its local index.
+                  int64_t bucket_size, bool overlap, void* grad_shard, const EngineContext& context);
+  // Turns on qgZ (fp32 gradients only): node is this rank's node group, cross the group of ranks with its
+  // local index.
   void use_quantized_gradients(comm::Communicator* node, comm::Communicator* cross, int block);
   ~GradientReducer();
 
   const std::vector<std::vector<int>>& buckets() const { return buckets_; }
 
-  // Hands over unit's gradient (numel fp32 values on the device, model layout); units must come in backward
+  // Hands over unit's gradient (numel values on the device, model layout); units must come in backward
   // order. The gradient buffer may be reused as soon as this returns.
-  void add(int unit, const float* grad);
-  // Waits for every reduction of this micro-step. Each finished reduction is added into grad_shard (fp32 on
-  // the device, the rank's flat shard layout, given at construction).
+  void add(int unit, const void* grad);
+  // Waits for every reduction of this micro-step. Each finished reduction is added into grad_shard (on the
+  // device, the rank's flat shard layout, given at construction).
   void finish();
   // Whether every local gradient quantized by qgZ since the last call was finite (then resets).
   bool take_local_finite();
@@ -54,7 +58,7 @@ class GradientReducer {
     int bucket;
     comm::Request request;
     void* send;
-    float* recv;
+    void* recv;  // in the accumulation dtype
     size_t send_bytes, recv_bytes;
     QgzExchange qgz;  // qgZ: stage 1 in flight
   };
@@ -65,8 +69,9 @@ class GradientReducer {
   const std::vector<std::string>& names_;
   comm::Communicator& dp_;
   DType precision_;
+  DType accumulation_;  // of the gradients, the reduction's result and grad_shard
   bool overlap_;
-  float* grad_shard_;
+  void* grad_shard_;
   const EngineContext& context_;
   Ops& ops_;
   EventLog& events_;

@@ -7,73 +7,80 @@
 
 namespace gpt {
 
-void EngineWeights::begin_pass(Pass pass, const std::vector<int>& schedule) {
+template <typename Real>
+void EngineWeights<Real>::begin_pass(Pass pass, const std::vector<int>& schedule) {
   backward_ = pass == Pass::kBackward;
   start_pass(schedule, backward_ ? comm::Phase::kParamGatherBwd : forward_phase_);
 }
 
-const float* EngineWeights::acquire(int unit) {
-  const float* weights = fetch(unit);
+template <typename Real>
+const Real* EngineWeights<Real>::acquire(int unit) {
+  const Real* weights = fetch(unit);
   events_.add(EngineEvent::Kind::kComputeBegin, names_[unit], backward_);
   return weights;
 }
 
 namespace {
 
-// Full compute weights on every rank (padded layout), in fp32 on the device for the loop.
-class ReplicatedWeights : public EngineWeights {
+// Full compute weights on every rank (padded layout), in Real on the device for the loop.
+template <typename Real>
+class ReplicatedWeights : public EngineWeights<Real> {
  public:
   // gathered: the compute weights arrive by all-gather, so they live in wire memory and always get a device
   // copy; otherwise they are computed on the device, which needs a widened copy only when they are 16-bit.
   ReplicatedWeights(const WeightSourceParts& p, bool gathered)
-      : EngineWeights(p.unit_names, p.context.events),
+      : EngineWeights<Real>(p.unit_names, p.context.events),
         context_(p.context),
         partition_(p.partition),
         dtype_(p.config.precision) {
     const int64_t P = partition_.padded_total();
     Arena& home = gathered ? context_.wire : context_.device;
     compute_ = home.allocate("compute weights", "compute weights", dtype_bytes(dtype_, P));
-    if (gathered || dtype_ != DType::kF32) {
-      widened_ = static_cast<float*>(
-          context_.device.allocate("compute weights in fp32", "buffers", P * sizeof(float)));
+    if (gathered || dtype_ != kLoop) {
+      widened_ = static_cast<Real*>(context_.device.allocate(
+          std::string("compute weights in ") + precision_name(kLoop), "buffers", P * sizeof(Real)));
     }
   }
   // Stage 0: the master is the whole padded vector.
-  void refresh(const float* master) override {
+  void refresh(const Real* master) override {
     const int64_t P = partition_.padded_total();
-    context_.ops.cast(context_.view(compute_, P, dtype_), context_.view(master, P, DType::kF32));
+    context_.ops.cast(context_.view(compute_, P, dtype_), context_.view(master, P, kLoop));
     widen();
   }
   void release(int) override {}
 
  protected:
+  static constexpr DType kLoop = dtype_of<Real>();
   void start_pass(const std::vector<int>&, comm::Phase) override {}
-  const float* fetch(int unit) override {
+  const Real* fetch(int unit) override {
     const int64_t offset = partition_.unit(unit).padded_offset;
-    return widened_ ? widened_ + offset : static_cast<const float*>(compute_) + offset;
+    return widened_ ? widened_ + offset : static_cast<const Real*>(compute_) + offset;
   }
   void widen() {
     const int64_t P = partition_.padded_total();
-    if (widened_)
-      context_.ops.cast(context_.view(widened_, P, DType::kF32), context_.view(compute_, P, dtype_));
+    if (widened_) context_.ops.cast(context_.view(widened_, P, kLoop), context_.view(compute_, P, dtype_));
   }
 
   const EngineContext& context_;
   const Partition& partition_;
-  DType dtype_;               // of the compute weights
-  void* compute_ = nullptr;   // padded layout
-  float* widened_ = nullptr;  // fp32 device copy of compute_, when the loop cannot use compute_ itself
+  DType dtype_;              // of the compute weights
+  void* compute_ = nullptr;  // padded layout
+  Real* widened_ = nullptr;  // device copy of compute_ in Real, when the loop cannot use compute_ itself
 };
 
-class RegatheredWeights final : public ReplicatedWeights {
+template <typename Real>
+class RegatheredWeights final : public ReplicatedWeights<Real> {
+  using Base = ReplicatedWeights<Real>;
+  using Base::compute_, Base::context_, Base::dtype_, Base::kLoop, Base::partition_;
+
  public:
-  explicit RegatheredWeights(const WeightSourceParts& p) : ReplicatedWeights(p, true), dp_(p.dp) {}
+  explicit RegatheredWeights(const WeightSourceParts& p) : Base(p, true), dp_(p.dp) {}
   // Round this rank's updated shard, then all-gather every rank's, unit by unit, into the padded layout.
-  void refresh(const float* master) override {
+  void refresh(const Real* master) override {
     const int64_t S = partition_.shard_total();
     const size_t cb = dtype_size(dtype_);
     void* shard = context_.wire.allocate("compute-weight shard", "buffers", S * cb);
-    context_.ops.cast(context_.view(shard, S, dtype_), context_.view(master, S, DType::kF32));
+    context_.ops.cast(context_.view(shard, S, dtype_), context_.view(master, S, kLoop));
     for (const UnitPartition& u : partition_.units()) {
       dp_.all_gather(static_cast<uint8_t*>(shard) + u.shard_offset * cb,
                      static_cast<uint8_t*>(compute_) + u.padded_offset * cb, u.shard * cb,
@@ -81,28 +88,29 @@ class RegatheredWeights final : public ReplicatedWeights {
           .wait();
     }
     context_.wire.release(shard);
-    widen();
+    Base::widen();
   }
 
  private:
   comm::Communicator& dp_;
 };
 
-class GatheredWeights final : public EngineWeights {
+template <typename Real>
+class GatheredWeights final : public EngineWeights<Real> {
  public:
   explicit GatheredWeights(const WeightSourceParts& p)
-      : EngineWeights(p.unit_names, p.context.events),
+      : EngineWeights<Real>(p.unit_names, p.context.events),
         context_(p.context),
         partition_(p.partition),
         dtype_(p.config.precision) {
     shard_ = context_.wire.allocate("compute weights", "compute weights",
                                     dtype_bytes(dtype_, partition_.shard_total()));
-    gatherer_ =
-        std::make_unique<WeightGatherer>(partition_, p.unit_names, p.dp, p.hpz_group, p.config, context_);
+    gatherer_ = std::make_unique<WeightGatherer>(partition_, p.unit_names, p.dp, p.hpz_group, p.config,
+                                                 context_, dtype_of<Real>());
   }
-  void refresh(const float* master) override {
+  void refresh(const Real* master) override {
     const int64_t S = partition_.shard_total();
-    context_.ops.cast(context_.view(shard_, S, dtype_), context_.view(master, S, DType::kF32));
+    context_.ops.cast(context_.view(shard_, S, dtype_), context_.view(master, S, dtype_of<Real>()));
     gatherer_->drop_secondaries();  // hpZ copies never outlive a weight change
   }
   size_t secondary_peak_bytes() const override { return gatherer_->secondary_bytes_peak(); }
@@ -112,7 +120,7 @@ class GatheredWeights final : public EngineWeights {
   void start_pass(const std::vector<int>& schedule, comm::Phase phase) override {
     gatherer_->begin_pass(schedule, phase, shard_);
   }
-  const float* fetch(int unit) override { return gatherer_->acquire(unit); }
+  const Real* fetch(int unit) override { return gatherer_->acquire<Real>(unit); }
 
  private:
   const EngineContext& context_;
@@ -124,17 +132,24 @@ class GatheredWeights final : public EngineWeights {
 
 }  // namespace
 
-std::unique_ptr<EngineWeights> make_weight_source(const WeightSourceParts& parts) {
+template <typename Real>
+std::unique_ptr<EngineWeights<Real>> make_weight_source(const WeightSourceParts& parts) {
+  require_loop_dtype(parts.config.precision, dtype_of<Real>());
   switch (parts.config.stage) {
     case 0:
-      return std::make_unique<ReplicatedWeights>(parts, false);
+      return std::make_unique<ReplicatedWeights<Real>>(parts, false);
     case 1:
     case 2:
-      return std::make_unique<RegatheredWeights>(parts);
+      return std::make_unique<RegatheredWeights<Real>>(parts);
     case 3:
-      return std::make_unique<GatheredWeights>(parts);
+      return std::make_unique<GatheredWeights<Real>>(parts);
   }
   throw std::invalid_argument("ZeRO stage must be 0, 1, 2 or 3");
 }
+
+template class EngineWeights<float>;
+template class EngineWeights<double>;
+template std::unique_ptr<EngineWeights<float>> make_weight_source<float>(const WeightSourceParts&);
+template std::unique_ptr<EngineWeights<double>> make_weight_source<double>(const WeightSourceParts&);
 
 }  // namespace gpt

@@ -4,8 +4,9 @@
 //                       all-gathered into full compute weights on every rank
 //   GatheredWeights     stage 3: compute weights stay sharded; each unit is all-gathered right before it
 //                       computes and released right after (WeightGatherer: prefetch, qwZ and hpZ as options)
-// The loop computes in fp32 on the device: fp16/bf16 compute weights are widened exactly before it sees
-// them, and weights that arrive in wire memory are brought to the device.
+// The loop computes in fp32 on the device (Real = float): fp16/bf16 compute weights are widened exactly
+// before it sees them, and weights that arrive in wire memory are brought to the device. The double-precision
+// gradient checks drive the same sources with Real = double, an fp64 master and fp64 compute weights.
 #pragma once
 
 #include <cstdint>
@@ -24,25 +25,26 @@ namespace gpt {
 
 class WeightGatherer;
 
-class EngineWeights : public WeightSource<float> {
+template <typename Real>
+class EngineWeights : public WeightSource<Real> {
  public:
   EngineWeights(const std::vector<std::string>& unit_names, EventLog& events)
       : names_(unit_names), events_(events) {}
 
   // The traffic phase of forward gathers: kParamGatherFwd while training, kEval for evaluation.
   void set_forward_phase(comm::Phase phase) { forward_phase_ = phase; }
-  // This rank's fp32 master (flat shard layout) changed: recompute the compute weights from it.
-  virtual void refresh(const float* master) = 0;
+  // This rank's master (flat shard layout, in Real) changed: recompute the compute weights from it.
+  virtual void refresh(const Real* master) = 0;
   // The most bytes of hpZ secondaries held at once (payload).
   virtual size_t secondary_peak_bytes() const { return 0; }
 
   void begin_pass(Pass pass, const std::vector<int>& schedule) override;
   // The unit's weights; the event log records that its compute begins.
-  const float* acquire(int unit) final;
+  const Real* acquire(int unit) final;
 
  protected:
   virtual void start_pass(const std::vector<int>& schedule, comm::Phase phase) = 0;
-  virtual const float* fetch(int unit) = 0;
+  virtual const Real* fetch(int unit) = 0;
 
  private:
   const std::vector<std::string>& names_;
@@ -59,7 +61,8 @@ struct WeightSourceParts {
   comm::Communicator* hpz_group;  // stage 3 with hpZ
   const EngineContext& context;
 };
-// The weight source of config.stage.
-std::unique_ptr<EngineWeights> make_weight_source(const WeightSourceParts& parts);
+// The weight source of config.stage (float, or double with config.precision kF64).
+template <typename Real>
+std::unique_ptr<EngineWeights<Real>> make_weight_source(const WeightSourceParts& parts);
 
 }  // namespace gpt

@@ -197,11 +197,13 @@ double CpuOps::sum(const Tensor& x) {
 
 void CpuOps::cast(const Tensor& dst, const Tensor& src, float scale) {
   const int64_t n = src.numel();
-  if (src.dtype == DType::kF32 && dst.dtype == DType::kF32) {
+  if (src.dtype == dst.dtype && (src.dtype == DType::kF32 || src.dtype == DType::kF64)) {
     if (scale == 1.0f) {
       copy(dst, src);
     } else {
-      for (int64_t i = 0; i < n; ++i) ptr<float>(dst)[i] = ptr<float>(src)[i] * scale;
+      on_float(src, [&]<typename Real>() {
+        for (int64_t i = 0; i < n; ++i) ptr<Real>(dst)[i] = ptr<Real>(src)[i] * Real(scale);
+      });
     }
     return;
   }
@@ -239,9 +241,13 @@ void CpuOps::cast(const Tensor& dst, const Tensor& src, float scale) {
 }
 
 void CpuOps::add_into(const Tensor& dst, const Tensor& src) {
-  float* d = ptr<float>(dst);
-  const float* s = ptr<float>(src);
-  for (int64_t j = 0; j < dst.numel(); ++j) d[j] += s[j];
+  if (dst.dtype != src.dtype)
+    throw std::invalid_argument("CpuOps::add_into: " + src.describe() + " into " + dst.describe());
+  on_float(dst, [&]<typename Real>() {
+    Real* d = ptr<Real>(dst);
+    const Real* s = ptr<Real>(src);
+    for (int64_t j = 0; j < dst.numel(); ++j) d[j] += s[j];
+  });
 }
 
 double CpuOps::sum_of_squares(const Tensor& x) {

@@ -94,6 +94,32 @@ TEST_CASE("reduce_scatter: fp32 in place, the result over this rank's own chunk"
                 /*rounded_to_wire=*/false);
 }
 
+TEST_CASE("reduce_scatter and all_reduce in f64: fp64 sums, exact where fp32 would round") {
+  Communicator& comm = world();
+  const int w = comm.size(), r = comm.rank();
+  // 1 + k 2^-40: representable in fp64, not in fp32, and the sums over up to 8 ranks stay exact in fp64.
+  auto value = [](int rank, size_t i) { return 1.0 + std::ldexp(double(i % 1000 + rank), -40); };
+  auto sum = [&](size_t i) {
+    double total = 0;
+    for (int p = 0; p < w; ++p) total += value(p, i);
+    return total * 0.5;
+  };
+  const size_t count = 1001;
+  std::vector<double> data(w * count), out(count);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = value(r, i);
+  comm.reduce_scatter(data.data(), DType::kF64, out.data(), count, 0.5f, Phase::kGradReduce).wait();
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) wrong += out[i] != sum(r * count + i);
+  CHECK(wrong == 0);
+
+  std::vector<double> all(count + 3);  // uneven chunks
+  for (size_t i = 0; i < all.size(); ++i) all[i] = value(r, i);
+  comm.all_reduce(all.data(), DType::kF64, all.size(), 0.5f, Phase::kOther).wait();
+  wrong = 0;
+  for (size_t i = 0; i < all.size(); ++i) wrong += all[i] != sum(i);
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("all_reduce: same bits on every rank, uneven and empty chunks") {
   Communicator& comm = world();
   const int w = comm.size(), r = comm.rank();
