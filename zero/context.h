@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "comm/communicator.h"
 #include "kernels/ops.h"
 #include "tensor/arena.h"
 #include "zero/events.h"
@@ -26,10 +27,14 @@ struct EngineContext {
   }
 };
 
-// The layer loop computes in fp32 for fp32/fp16/bf16 compute weights, and in fp64 for fp64 ones (the
-// double-precision gradient checks); the engine's sources and sinks refuse any other pairing.
+// The dtype the layer loop computes in for compute weights of `precision`: fp32 for fp32/fp16/bf16, fp64 for
+// fp64 (the double-precision gradient checks). Gradients are reduced in it too (comm::accumulation_dtype).
+inline DType loop_dtype(DType precision) {
+  return comm::accumulation_dtype(precision);
+}
+// The engine's sources and sinks refuse a loop of another dtype.
 inline void require_loop_dtype(DType precision, DType loop) {
-  if ((precision == DType::kF64) != (loop == DType::kF64)) {
+  if (loop_dtype(precision) != loop) {
     throw std::invalid_argument(std::string("a layer loop in ") + dtype_name(loop) +
                                 " cannot use compute weights in " + dtype_name(precision));
   }

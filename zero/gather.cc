@@ -12,21 +12,21 @@
 namespace gpt {
 WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
                                comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config,
-                               const EngineContext& context, DType loop_dtype)
+                               const EngineContext& context)
     : partition_(partition),
       names_(unit_names),
       dp_(dp),
       hpz_(hpz),
       config_(config),
       element_bytes_(dtype_size(config.precision)),
-      loop_dtype_(loop_dtype),
+      loop_dtype_(loop_dtype(config.precision)),
       context_(context),
       ops_(context.ops),
       events_(context.events),
       secondaries_(partition.units().size(), nullptr) {
-  if (config.quantized_weights && loop_dtype != DType::kF32)
+  if (config.quantized_weights && loop_dtype_ != DType::kF32)
     throw std::invalid_argument("qwZ dequantizes gathered weights into fp32; the loop computes in " +
-                                std::string(dtype_name(loop_dtype)));
+                                std::string(dtype_name(loop_dtype_)));
 }
 
 WeightGatherer::~WeightGatherer() {

@@ -29,19 +29,18 @@ namespace gpt {
 
 class WeightGatherer {
  public:
-  // hpz: the hpZ group (h consecutive ranks of one node), or null when hpZ is off. loop_dtype: what the
-  // layer loop computes in, kF32 (or kF64 with fp64 compute weights for the gradient checks; qwZ needs
-  // kF32).
+  // hpz: the hpZ group (h consecutive ranks of one node), or null when hpZ is off.
   WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
                  comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config,
-                 const EngineContext& context, DType loop_dtype = DType::kF32);
+                 const EngineContext& context);
   ~WeightGatherer();
 
   // Starts a pass: the units to gather, in order, all in one phase. `shard` is this rank's compute-weight
   // shard (dtype of the precision, in wire memory), which the optimizer updates between steps.
   void begin_pass(std::vector<int> schedule, comm::Phase phase, const void* shard);
-  // The full weights of the next scheduled unit in the loop dtype (Real) on the device (model layout, numel
-  // elements). Waits for its gather and, with overlap, posts the following one.
+  // The full weights of the next scheduled unit in the loop dtype (Real: float, or double with fp64 compute
+  // weights; context.h) on the device (model layout, numel elements). Waits for its gather and, with overlap,
+  // posts the following one.
   template <typename Real = float>
   const Real* acquire(int unit) {
     if (dtype_of<Real>() != loop_dtype_) throw std::logic_error("WeightGatherer: acquired in another dtype");
@@ -86,7 +85,7 @@ class WeightGatherer {
   comm::Communicator* hpz_;
   ZeroConfig config_;
   size_t element_bytes_;
-  DType loop_dtype_;
+  DType loop_dtype_;  // of the weights acquire() hands out
   const EngineContext& context_;
   Ops& ops_;
   EventLog& events_;

@@ -32,7 +32,7 @@ GradientReducer::GradientReducer(const Partition& partition, const std::vector<s
       names_(unit_names),
       dp_(dp),
       precision_(precision),
-      accumulation_(comm::accumulation_dtype(precision)),
+      accumulation_(loop_dtype(precision)),
       overlap_(overlap),
       grad_shard_(grad_shard),
       context_(context),

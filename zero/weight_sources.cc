@@ -105,8 +105,8 @@ class GatheredWeights final : public EngineWeights<Real> {
         dtype_(p.config.precision) {
     shard_ = context_.wire.allocate("compute weights", "compute weights",
                                     dtype_bytes(dtype_, partition_.shard_total()));
-    gatherer_ = std::make_unique<WeightGatherer>(partition_, p.unit_names, p.dp, p.hpz_group, p.config,
-                                                 context_, dtype_of<Real>());
+    gatherer_ =
+        std::make_unique<WeightGatherer>(partition_, p.unit_names, p.dp, p.hpz_group, p.config, context_);
   }
   void refresh(const Real* master) override {
     const int64_t S = partition_.shard_total();
