@@ -77,6 +77,10 @@ class Ops {
   // dropout's masks, when given).
   virtual void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
                                  const DropoutMask* dropout) = 0;
+  // Incremental decoding (a key/value cache): out [1, C] is the last row of causal attention over qkv [n,
+  // 3C], the query of row n-1 against the keys and values of all n rows; att [NH, n] receives its
+  // probabilities.
+  virtual void attention_decode(const Tensor& out, const Tensor& att, const Tensor& qkv) = 0;
   // Accumulates into dqkv.
   virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                   const Tensor& att, const DropoutMask* dropout) = 0;

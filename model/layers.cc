@@ -193,6 +193,36 @@ void block_forward(Ops& ops, const GPTConfig& config, const Real* weights, const
   ops.add(x_out, a.residual2, x_out);
 }
 
+void DecodeActivations::allocate(Arena& arena, DType dtype, const GPTConfig& config) {
+  const int64_t C = config.hidden;
+  for (Tensor* row : {&ln1, &atty, &residual2, &ln2}) *row = gpt::allocate(arena, dtype, {1, C});
+  for (Tensor* stat : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) *stat = gpt::allocate(arena, dtype, {1});
+  fch = gpt::allocate(arena, dtype, {1, 4 * C});
+  fch_gelu = gpt::allocate(arena, dtype, {1, 4 * C});
+  att = gpt::allocate(arena, dtype, {config.heads, config.max_positions});
+}
+
+template <typename Real>
+void block_decode(Ops& ops, const GPTConfig& config, const Real* weights, const Tensor& x_in,
+                  const Tensor& x_out, DecodeActivations& a, const Tensor& qkv_cache, int pos) {
+  const BlockTensors w = block_tensors(ops, weights, config.hidden);
+  const int64_t C3 = 3 * int64_t(config.hidden);
+  const Real* cache = static_cast<const Real*>(qkv_cache.data);
+  const Tensor rows = view(ops, cache, {pos + 1, C3});  // this token's row and the earlier ones
+  const Tensor row = view(ops, cache + pos * C3, {1, C3});
+  ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, w.ln1_w, w.ln1_b);
+  ops.linear_forward(row, a.ln1, w.qkv_w, w.qkv_b);
+  ops.attention_decode(a.atty, view(ops, static_cast<const Real*>(a.att.data), {config.heads, pos + 1}),
+                       rows);
+  ops.linear_forward(x_out, a.atty, w.attn_proj_w, w.attn_proj_b);
+  ops.add(a.residual2, x_in, x_out);
+  ops.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b);
+  ops.linear_forward(a.fch, a.ln2, w.fc_w, w.fc_b);
+  ops.gelu_forward(a.fch_gelu, a.fch);
+  ops.linear_forward(x_out, a.fch_gelu, w.fc_proj_w, w.fc_proj_b);
+  ops.add(x_out, a.residual2, x_out);
+}
+
 template <typename Real>
 void block_backward(Ops& ops, const GPTConfig& config, const Real* weights, Real* grads, const Tensor& x_in,
                     const BlockActivations& a, BlockScratch& s, const Tensor& dresidual,
@@ -264,6 +294,8 @@ void head_backward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const R
   template void block_backward<Real>(Ops&, const GPTConfig&, const Real*, Real*, const Tensor&,             \
                                      const BlockActivations&, BlockScratch&, const Tensor&, const Dropout&, \
                                      int);                                                                  \
+  template void block_decode<Real>(Ops&, const GPTConfig&, const Real*, const Tensor&, const Tensor&,       \
+                                   DecodeActivations&, const Tensor&, int);                                 \
   template Real head_forward<Real>(Ops&, const GPTConfig&, const Real*, const Real*, const Real*,           \
                                    const Tensor&, const Tensor&, HeadActivations&);                         \
   template void head_backward<Real>(Ops&, const GPTConfig&, const Real*, const Real*, Real*, Real*, Real*,  \

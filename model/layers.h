@@ -89,6 +89,14 @@ struct HeadActivations {
   size_t bytes() const;
 };
 
+// One token's pass through a block during incremental decoding (model/decoder.h): rows [1,C] and [1,4C], and
+// the attention probabilities [NH, max_positions].
+struct DecodeActivations {
+  Tensor ln1, ln1_mean, ln1_rstd, atty, att, residual2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
+
+  void allocate(Arena& arena, DType dtype, const GPTConfig& config);
+};
+
 // Every layer computes through `ops` (the device seam, kernels/ops.h). Weights are the unit's full weights on
 // the ops' device (params.h layout); tokens are [B, T] int32 tensors on the device.
 
@@ -115,6 +123,14 @@ template <typename Real>
 void block_backward(Ops& ops, const GPTConfig& config, const Real* weights, Real* grads, const Tensor& x_in,
                     const BlockActivations& acts, BlockScratch& scratch, const Tensor& dresidual,
                     const Dropout& dropout = Dropout{}, int layer = -1);
+
+// Incremental decoding (no dropout): the token at position pos, whose block input is x_in [1,C], through the
+// block. Its qkv row is written into row pos of qkv_cache [max_positions, 3C], whose rows 0..pos-1 hold the
+// earlier tokens' rows, and its query attends over rows 0..pos. Writes x_out [1,C]. The same arithmetic as
+// block_forward's row pos, one row at a time.
+template <typename Real>
+void block_decode(Ops& ops, const GPTConfig& config, const Real* weights, const Tensor& x_in,
+                  const Tensor& x_out, DecodeActivations& acts, const Tensor& qkv_cache, int pos);
 
 // Final LayerNorm and tied output projection: leaves logits [B*T,Vp] in acts.probs. With targets, turns them
 // into probabilities and per-token losses and returns the mean loss over the B*T tokens; without (an empty

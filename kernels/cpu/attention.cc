@@ -77,6 +77,29 @@ void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int 
 }
 
 template <typename Real>
+void attention_decode(Real* out, Real* att, const Real* qkv, int n, int C, int NH) {
+  // The forward's arithmetic for its last row: scores by a product with the keys, then the scale; softmax
+  // over the n positions; the probabilities times the values. One row is little work: no threads.
+  const int hs = C / NH;
+  const int64_t C3 = 3 * int64_t(C);
+  const Real scale = Real(1) / std::sqrt(Real(hs));
+  const Real* last = qkv + int64_t(n - 1) * C3;
+  for (int h = 0; h < NH; ++h) {
+    const auto q = mat(last + int64_t(h) * hs, 1, hs, C3);
+    const auto k = mat(qkv + C + int64_t(h) * hs, n, hs, C3);
+    const auto v = mat(qkv + 2 * int64_t(C) + int64_t(h) * hs, n, hs, C3);
+    Real* a = att + int64_t(h) * n;
+    auto am = mat(a, 1, n, n);
+    am.noalias() = (q * k.transpose()) * scale;
+    const Real inv = Real(1) / detail::exp_shifted_sum(a, a, detail::lane_max(a, n), n);
+#pragma omp simd
+    for (int j = 0; j < n; ++j) a[j] *= inv;
+    auto y = mat(out + int64_t(h) * hs, 1, hs, C);
+    y.noalias() = am * v;
+  }
+}
+
+template <typename Real>
 void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Real* att, int B, int T, int C,
                         int NH, const AttentionDropout* dropout) {
   const int hs = C / NH;
@@ -138,6 +161,8 @@ template void attention_forward<float>(float*, float*, const float*, int, int, i
                                        const AttentionDropout*);
 template void attention_forward<double>(double*, double*, const double*, int, int, int, int,
                                         const AttentionDropout*);
+template void attention_decode<float>(float*, float*, const float*, int, int, int);
+template void attention_decode<double>(double*, double*, const double*, int, int, int);
 template void attention_backward<float>(float*, const float*, const float*, const float*, int, int, int, int,
                                         const AttentionDropout*);
 template void attention_backward<double>(double*, const double*, const double*, const double*, int, int, int,

@@ -23,6 +23,12 @@ template <typename Real>
 void attention_forward(Real* out, Real* att, const Real* qkv, int B, int T, int C, int NH,
                        const AttentionDropout* dropout = nullptr);
 
+// Incremental decoding: out [C] is row n-1 of attention_forward's output for one sequence of T = n tokens,
+// computed from that row's query and the keys and values of rows 0..n-1 of qkv [n,3C] alone (a key/value
+// cache); att [NH,n] receives the row's probabilities. No dropout (decoding is inference).
+template <typename Real>
+void attention_decode(Real* out, Real* att, const Real* qkv, int n, int C, int NH);
+
 // Accumulates into dqkv [B,T,3C] given dout [B,T,C] and the forward's qkv and att; dropout must be the
 // forward's (the masks are regenerated, never stored).
 template <typename Real>

@@ -130,6 +130,13 @@ void CpuOps::attention_forward(const Tensor& out, const Tensor& att, const Tenso
   });
 }
 
+void CpuOps::attention_decode(const Tensor& out, const Tensor& att, const Tensor& qkv) {
+  const int NH = int(att.shape[0]), n = int(att.shape[1]), C = int(last_dim(out));
+  on_float(qkv, [&]<typename Real>() {
+    cpu::attention_decode(ptr<Real>(out), ptr<Real>(att), ptr<Real>(qkv), n, C, NH);
+  });
+}
+
 void CpuOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                                 const DropoutMask* dropout) {
   const int B = int(att.shape[0]), NH = int(att.shape[1]), T = int(att.shape[2]), C = int(last_dim(dout));

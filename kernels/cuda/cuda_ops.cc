@@ -176,6 +176,10 @@ void CudaOps::layernorm_backward(const Tensor&, const Tensor&, const Tensor&, co
 void CudaOps::attention_forward(const Tensor&, const Tensor&, const Tensor&, const DropoutMask*) {
   not_yet("attention_forward");
 }
+
+void CudaOps::attention_decode(const Tensor&, const Tensor&, const Tensor&) {
+  not_yet("attention_decode");
+}
 void CudaOps::attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                                  const DropoutMask*) {
   not_yet("attention_backward");

@@ -49,6 +49,7 @@ class CudaOps final : public Ops {
                        const Tensor& x, const Tensor& w) override;
   void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
                          const DropoutMask* dropout) override;
+  void attention_decode(const Tensor& out, const Tensor& att, const Tensor& qkv) override;
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                           const DropoutMask* dropout) override;
   void gelu_forward(const Tensor& out, const Tensor& x) override;

@@ -83,6 +83,10 @@ void CheckedOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tenso
   inside([&] { cpu_.linear_backward(dx, dw, db, dout, x, w); });
 }
 
+void CheckedOps::attention_decode(const Tensor& out, const Tensor& att, const Tensor& qkv) {
+  inside([&] { cpu_.attention_decode(out, att, qkv); });
+}
+
 void CheckedOps::attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
                                    const DropoutMask* dropout) {
   inside([&] { cpu_.attention_forward(out, att, qkv, dropout); });
