@@ -1,6 +1,7 @@
 // Decoder: one token per step through the model with a key/value cache; see decoder.h.
 #include "model/decoder.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -8,16 +9,18 @@
 namespace gpt {
 
 template <typename Real>
-Decoder<Real>::Decoder(const GPTConfig& config, Ops& ops, Arena& arena)
-    : config_(config), table_(make_param_table(config)), ops_(ops) {
+Decoder<Real>::Decoder(const GPTConfig& config, Ops& ops, Arena& arena, int capacity)
+    : config_(config),
+      table_(make_param_table(config)),
+      ops_(ops),
+      capacity_(capacity > 0 ? std::min(capacity, config.max_positions) : config.max_positions) {
   const DType dtype = dtype_of<Real>();
   const int64_t C = config.hidden;
   token_ = arena.allocate_tensor("decoder token", "buffers", {1, 1}, DType::kI32);
   x_ = arena.allocate_tensor("decoder row", "activations", {1, 1, C}, dtype);
   y_ = arena.allocate_tensor("decoder row", "activations", {1, 1, C}, dtype);
   for (int l = 0; l < config.num_layers; ++l) {
-    qkv_cache_.push_back(
-        arena.allocate_tensor("key/value cache", "kv cache", {config.max_positions, 3 * C}, dtype));
+    qkv_cache_.push_back(arena.allocate_tensor("key/value cache", "kv cache", {capacity_, 3 * C}, dtype));
   }
   acts_.allocate(arena, dtype, config);
   head_.allocate(arena, dtype, config, 1, 1);
@@ -25,8 +28,8 @@ Decoder<Real>::Decoder(const GPTConfig& config, Ops& ops, Arena& arena)
 
 template <typename Real>
 const Tensor& Decoder<Real>::step(const Real* params, int32_t token) {
-  if (length_ >= config_.max_positions) {
-    throw std::logic_error("Decoder: the sequence is full (" + std::to_string(config_.max_positions) +
+  if (length_ >= capacity_) {
+    throw std::logic_error("Decoder: the sequence is full (" + std::to_string(capacity_) +
                            " positions); reset and re-run a window");
   }
   const int64_t C = config_.hidden;

@@ -4,9 +4,9 @@
 // block with attention over the cached rows (block_decode), the final LayerNorm and the tied output
 // projection of that one row. A step costs one row of every layer instead of a whole window.
 //
-// Positions are absolute: a sequence holds at most config.max_positions tokens. Whoever needs a longer
-// context slides a window over it and must re-run (reset, then step) the window's tokens, because every
-// cached row depends on its position.
+// Positions are absolute: a sequence holds at most capacity() <= config.max_positions tokens. Whoever needs a
+// longer context slides a window over it and must re-run (reset, then step) the window's tokens, because
+// every cached row depends on its position.
 #pragma once
 
 #include <cstdint>
@@ -24,14 +24,14 @@ namespace gpt {
 template <typename Real>
 class Decoder {
  public:
-  // The cache and one row's activations for config (at config.max_positions tokens), from `arena` over the
-  // memory of `ops`' device.
-  Decoder(const GPTConfig& config, Ops& ops, Arena& arena);
+  // The cache for sequences of up to `capacity` tokens (at most config.max_positions; 0 means that many) and
+  // one row's activations, from `arena` over the memory of `ops`' device.
+  Decoder(const GPTConfig& config, Ops& ops, Arena& arena, int capacity = 0);
 
   // Forgets the sequence: the next step is position 0.
   void reset() { length_ = 0; }
   int length() const { return length_; }
-  int capacity() const { return config_.max_positions; }
+  int capacity() const { return capacity_; }
 
   // Appends token at position length() and returns the logits for the token after it: [1, Vp] on the
   // device, of which the first config.vocab are real. params: the whole model on the device (params.h
@@ -44,9 +44,10 @@ class Decoder {
   Ops& ops_;
   Tensor token_;                   // [1, 1] int32
   Tensor x_, y_;                   // [1, 1, C]: a block's input and output, swapped after each block
-  std::vector<Tensor> qkv_cache_;  // per block: [max_positions, 3C]
+  std::vector<Tensor> qkv_cache_;  // per block: [capacity, 3C]
   DecodeActivations acts_;
   HeadActivations head_;  // B = T = 1: the logits in head_.probs
+  int capacity_;
   int length_ = 0;
 };
 

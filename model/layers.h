@@ -125,7 +125,7 @@ void block_backward(Ops& ops, const GPTConfig& config, const Real* weights, Real
                     const Dropout& dropout = Dropout{}, int layer = -1);
 
 // Incremental decoding (no dropout): the token at position pos, whose block input is x_in [1,C], through the
-// block. Its qkv row is written into row pos of qkv_cache [max_positions, 3C], whose rows 0..pos-1 hold the
+// block. Its qkv row is written into row pos of qkv_cache [capacity > pos, 3C], whose rows 0..pos-1 hold the
 // earlier tokens' rows, and its query attends over rows 0..pos. Writes x_out [1,C]. The same arithmetic as
 // block_forward's row pos, one row at a time.
 template <typename Real>

@@ -4,15 +4,17 @@
 // machine and thread count; --top-k 1 (or --temperature 0) is greedy. Prints the prompt and the continuation
 // as it is generated, and with --print-ids the token ids. Exit code 2 on any error the user can fix.
 //
-// Activations are sized once: the model is built for a window W = min(maxT, prompt + new tokens) and every
-// step runs the full forward over the last min(length, W) tokens, left-aligned and padded with token 0 on
-// the right. Causal attention keeps the padding out of every row we read, so this is the forward on the
-// exact context (tests/llmc compares the two token for token); it costs W rows of work per token (no KV
-// cache: simple, and fast enough for small models).
+// The context of each new token is the last min(length, W) tokens, W = min(maxT, prompt + new tokens), at
+// positions 0, 1, ...: the forward on the exact context (tests/llmc compares it token for token with the
+// model's own forward). While the whole text fits in W, a key/value cache (model/decoder.h) runs one new
+// token per step; once it outgrows W the window slides, every cached row would change position, and each
+// step runs the full forward over the window. --no-kv-cache runs the full forward for every token: the window
+// left-aligned and padded with token 0 on the right, which causal attention keeps out of every row we read.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -22,7 +24,9 @@
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "kernels/common/random.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/threads.h"
+#include "model/decoder.h"
 #include "model/llmc_format.h"
 #include "model/model.h"
 #include "train/model_source.h"
@@ -42,6 +46,7 @@ struct GenerateOptions {
   std::string vocab_file = data::default_vocab_file();
   std::string merge_file = data::default_merge_file();
   int threads = 0;
+  bool kv_cache = true;  // --no-kv-cache turns it off
 };
 
 // Returns false when --help was printed.
@@ -65,7 +70,11 @@ bool parse_options(int argc, const char* const* argv, GenerateOptions& o) {
   flags.add_string("--merge-file", &o.merge_file, "GPT-2 vocab.bpe (from $GPT_DATA_DIR)");
   flags.add_switch("--print-ids", &o.print_ids, "after the text, print the prompt's and the new tokens' ids");
   flags.add_int("--threads", &o.threads, "CPU threads (0 = all cores)", 0, 1024);
+  bool no_kv_cache = false;
+  flags.add_switch("--no-kv-cache", &no_kv_cache,
+                   "run the full forward over the window for every new token (no key/value cache)");
   if (!flags.parse(argc, argv)) return false;
+  o.kv_cache = !no_kv_cache;
   if (o.model_file.empty() == o.load_dir.empty()) {
     throw UsageError(std::string(o.model_file.empty() ? "no model given" : "both --model and --load given") +
                      ": pass exactly one of --model FILE and --load DIR");
@@ -139,20 +148,33 @@ std::vector<int32_t> prompt_ids(data::Tokenizer& tokenizer, const std::string& p
   return ids;
 }
 
-// Appends max_new_tokens sampled tokens to ids, writing each one's bytes as it comes.
-void sample(GPT2<float>& model, const GPTConfig& config, const data::Tokenizer& tokenizer,
+// The logits of the token after ids: from the cache while ids fit in it (feeding it the tokens it has not
+// seen), else from the full forward over the last window tokens (config.seq_len) of ids.
+const float* next_logits(GPT2<float>& model, Decoder<float>* decoder, const std::vector<int32_t>& ids,
+                         std::vector<int32_t>& inputs) {
+  if (decoder && ids.size() <= size_t(decoder->capacity())) {
+    const Tensor* logits = nullptr;
+    while (decoder->length() < int(ids.size()))
+      logits = &decoder->step(model.params.data(), ids[decoder->length()]);
+    return static_cast<const float*>(logits->data);
+  }
+  const size_t n = std::min(ids.size(), inputs.size());
+  std::copy(ids.end() - n, ids.end(), inputs.begin());
+  std::fill(inputs.begin() + n, inputs.end(), 0);
+  model.forward(inputs.data(), nullptr);
+  return model.logits() + int64_t(n - 1) * model.config().padded_vocab();
+}
+
+// Appends max_new_tokens sampled tokens to ids, writing each one's bytes as it comes. decoder: the key/value
+// cache, or null for the full forward on every step.
+void sample(GPT2<float>& model, Decoder<float>* decoder, const data::Tokenizer& tokenizer,
             const GenerateOptions& o, std::vector<int32_t>& ids) {
   const uint64_t key = random::derive_key(static_cast<uint64_t>(o.seed), 0x67656e657261ULL);  // "genera"
-  const int V = config.vocab, window = config.seq_len;
-  const int64_t Vp = config.padded_vocab();
-  std::vector<int32_t> inputs(window, 0), candidates;
+  std::vector<int32_t> inputs(model.config().seq_len, 0), candidates;
   for (int step = 0; step < o.max_new_tokens; ++step) {
-    const size_t n = std::min(ids.size(), size_t(window));
-    std::copy(ids.end() - n, ids.end(), inputs.begin());
-    std::fill(inputs.begin() + n, inputs.end(), 0);
-    model.forward(inputs.data(), nullptr);
-    const float* logits = model.logits() + int64_t(n - 1) * Vp;
-    const int32_t next = pick_token(logits, V, o, key, static_cast<uint64_t>(step), candidates);
+    const float* logits = next_logits(model, decoder, ids, inputs);
+    const int32_t next =
+        pick_token(logits, model.config().vocab, o, key, static_cast<uint64_t>(step), candidates);
     ids.push_back(next);
     write_out(tokenizer.token_bytes(next));
   }
@@ -203,7 +225,10 @@ int run(int argc, const char* const* argv) {
   }
 
   write_out(o.prompt.empty() ? tokenizer.token_bytes(data::kEndOfText) : o.prompt);
-  sample(model, config, tokenizer, o, ids);
+  Arena cache_arena;
+  std::unique_ptr<Decoder<float>> decoder;
+  if (o.kv_cache) decoder = std::make_unique<Decoder<float>>(config, cpu_ops(), cache_arena, window);
+  sample(model, decoder.get(), tokenizer, o, ids);
   write_out("\n");
   if (o.print_ids) {
     write_out("prompt ids: " + join_ids(ids, 0, prompt_length) + "\n");

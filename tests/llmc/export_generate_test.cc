@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "data/tokenizer.h"
+#include "kernels/cpu/adamw.h"
 #include "model/llmc_format.h"
 #include "model/model.h"
 #include "tests/llmc/test_support.h"
-#include "kernels/cpu/adamw.h"
 #include "zero/optimizer.h"
 
 namespace {
@@ -206,6 +206,32 @@ TEST_CASE("gpt_generate --top-k 1 reproduces the model's own greedy continuation
     std::ostringstream shown;
     for (int32_t id : expected) shown << id << ' ';
     MESSAGE("greedy continuation: " << shown.str());
+  }
+}
+
+TEST_CASE("gpt_generate gives the same greedy text with and without the key/value cache") {
+  gpt::data::Tokenizer tokenizer(data_file("encoder.json"), data_file("vocab.bpe"));
+  const std::vector<int32_t> text = tokenizer.encode(
+      " over the lazy dog, and the dog sleeps on while the fox runs far away into the quiet woods.");
+  // maxT 64: the whole text stays in the cache; maxT 16: the window slides after 11 new tokens.
+  for (int max_positions : {64, 16}) {
+    CAPTURE(max_positions);
+    GPTConfig c = generation_config();  // trained on 16-token windows
+    c.max_positions = max_positions;
+    const std::string path = scratch("cache_" + std::to_string(max_positions) + ".bin");
+    {
+      gpt::GPT2<float> model(c, 1);
+      model.init(21);
+      train_briefly(model, text, 40);
+      gpt::write_llmc_model(path, c, model.params);
+    }
+    const int new_tokens = 40;
+    const Generated cached = generate(path, kPrompt, new_tokens, {"--top-k", "1"});
+    const Generated full = generate(path, kPrompt, new_tokens, {"--top-k", "1", "--no-kv-cache"});
+    CHECK(cached.continuation == full.continuation);
+    CHECK(cached.stdout_text == full.stdout_text);
+    CHECK(cached.continuation ==
+          greedy_continuation(gpt::read_llmc_model(path), tokenizer.encode(kPrompt), new_tokens));
   }
 }
 
