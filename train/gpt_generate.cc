@@ -4,17 +4,14 @@
 // machine and thread count; --top-k 1 (or --temperature 0) is greedy. Prints the prompt and the continuation
 // as it is generated, and with --print-ids the token ids. Exit code 2 on any error the user can fix.
 //
-// The context of each new token is the last min(length, W) tokens, W = min(maxT, prompt + new tokens), at
-// positions 0, 1, ...: the forward on the exact context (tests/llmc compares it token for token with the
-// model's own forward). While the whole text fits in W, a key/value cache (model/decoder.h) runs one new
-// token per step; once it outgrows W the window slides, every cached row would change position, and each
-// step runs the full forward over the window. --no-kv-cache runs the full forward for every token: the window
-// left-aligned and padded with token 0 on the right, which causal attention keeps out of every row we read.
+// The context of each new token follows model/generation.h: the last min(length, W) tokens, W = min(maxT,
+// prompt + new tokens), through a key/value cache while the text fits in W (the full forward over the window
+// once it slides, and on every step with --no-kv-cache); tests/llmc compares it token for token with the
+// model's own forward.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -24,9 +21,8 @@
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "kernels/common/random.h"
-#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/threads.h"
-#include "model/decoder.h"
+#include "model/generation.h"
 #include "model/llmc_format.h"
 #include "model/model.h"
 #include "train/model_source.h"
@@ -148,31 +144,14 @@ std::vector<int32_t> prompt_ids(data::Tokenizer& tokenizer, const std::string& p
   return ids;
 }
 
-// The logits of the token after ids: from the cache while ids fit in it (feeding it the tokens it has not
-// seen), else from the full forward over the last window tokens (config.seq_len) of ids.
-const float* next_logits(GPT2<float>& model, Decoder<float>* decoder, const std::vector<int32_t>& ids,
-                         std::vector<int32_t>& inputs) {
-  if (decoder && ids.size() <= size_t(decoder->capacity())) {
-    const Tensor* logits = nullptr;
-    while (decoder->length() < int(ids.size()))
-      logits = &decoder->step(model.params.data(), ids[decoder->length()]);
-    return static_cast<const float*>(logits->data);
-  }
-  const size_t n = std::min(ids.size(), inputs.size());
-  std::copy(ids.end() - n, ids.end(), inputs.begin());
-  std::fill(inputs.begin() + n, inputs.end(), 0);
-  model.forward(inputs.data(), nullptr);
-  return model.logits() + int64_t(n - 1) * model.config().padded_vocab();
-}
-
-// Appends max_new_tokens sampled tokens to ids, writing each one's bytes as it comes. decoder: the key/value
-// cache, or null for the full forward on every step.
-void sample(GPT2<float>& model, Decoder<float>* decoder, const data::Tokenizer& tokenizer,
-            const GenerateOptions& o, std::vector<int32_t>& ids) {
+// Appends max_new_tokens sampled tokens to ids, writing each one's bytes as it comes.
+void sample(GPT2<float>& model, const data::Tokenizer& tokenizer, const GenerateOptions& o,
+            std::vector<int32_t>& ids) {
   const uint64_t key = random::derive_key(static_cast<uint64_t>(o.seed), 0x67656e657261ULL);  // "genera"
-  std::vector<int32_t> inputs(model.config().seq_len, 0), candidates;
+  NextTokenLogits next_logits(model, o.kv_cache);
+  std::vector<int32_t> candidates;
   for (int step = 0; step < o.max_new_tokens; ++step) {
-    const float* logits = next_logits(model, decoder, ids, inputs);
+    const float* logits = next_logits(ids);
     const int32_t next =
         pick_token(logits, model.config().vocab, o, key, static_cast<uint64_t>(step), candidates);
     ids.push_back(next);
@@ -225,10 +204,7 @@ int run(int argc, const char* const* argv) {
   }
 
   write_out(o.prompt.empty() ? tokenizer.token_bytes(data::kEndOfText) : o.prompt);
-  Arena cache_arena;
-  std::unique_ptr<Decoder<float>> decoder;
-  if (o.kv_cache) decoder = std::make_unique<Decoder<float>>(config, cpu_ops(), cache_arena, window);
-  sample(model, decoder.get(), tokenizer, o, ids);
+  sample(model, tokenizer, o, ids);
   write_out("\n");
   if (o.print_ids) {
     write_out("prompt ids: " + join_ids(ids, 0, prompt_length) + "\n");
