@@ -195,7 +195,9 @@ void read_range(const std::string& path, FILE* f, const GPTConfig& config, int64
   }
 }
 
-void check_matches(const std::string& path, const GPTConfig& file, const GPTConfig& expected) {
+}  // namespace
+
+void check_model_shape(const std::string& path, const GPTConfig& file, const GPTConfig& expected) {
   struct Dim {
     const char* what;
     const char* flag;
@@ -218,8 +220,6 @@ void check_matches(const std::string& path, const GPTConfig& file, const GPTConf
                          fix + " (or use a file of the flags' shape)");
   }
 }
-
-}  // namespace
 
 std::vector<LlmcTensor> llmc_tensors(const GPTConfig& config) {
   const int64_t C = config.hidden, L = config.num_layers, Vp = config.padded_vocab();
@@ -293,7 +293,7 @@ void load_llmc_into_model_layout(const std::string& path, const GPTConfig& expec
                                  std::vector<float>& params) {
   File f = open_for_reading(path);
   const GPTConfig file = read_header(path, f.get());
-  check_matches(path, file, expected);
+  check_model_shape(path, file, expected);
   const int64_t count = llmc_param_count(file);
   params.resize(static_cast<size_t>(count));
   read_range(path, f.get(), file, 0, count, params.data());
@@ -303,7 +303,7 @@ void load_llmc_model_range(const std::string& path, const GPTConfig& expected, i
                            float* out) {
   File f = open_for_reading(path);
   const GPTConfig file = read_header(path, f.get());
-  check_matches(path, file, expected);
+  check_model_shape(path, file, expected);
   const int64_t count = llmc_param_count(file);
   if (begin < 0 || end < begin || end > count) {
     throw std::invalid_argument("load_llmc_model_range: [" + str(begin) + ", " + str(end) +

@@ -61,6 +61,10 @@ GPTConfig read_llmc_header(const std::string& path);
 // Reads a whole file strictly: header, exact length, zero padding rows of wte, finite values.
 LlmcModel read_llmc_model(const std::string& path);
 
+// Throws ModelFileError when file's shape differs from expected's (the model flags'), naming each differing
+// value and the flag that would match it.
+void check_model_shape(const std::string& path, const GPTConfig& file, const GPTConfig& expected);
+
 // --init-from: reads the file into `params` (resized to the model layout's size) after checking that its
 // shape is `expected`'s; a mismatch names each differing value and the flag to change.
 void load_llmc_into_model_layout(const std::string& path, const GPTConfig& expected,

@@ -279,6 +279,11 @@ GPTConfig shape_from_tensors(const std::string& path, const Header& h) {
   return c;
 }
 
+// The hub's name of a parameter: ours, but the embeddings are "wte.weight" and "wpe.weight".
+std::string hub_name(const ParamInfo& p) {
+  return p.unit == ParamTable::kWte || p.unit == ParamTable::kWpe ? p.name + ".weight" : p.name;
+}
+
 // The shape the hub stores a parameter in.
 std::vector<int64_t> hub_shape(const ParamInfo& p, const GPTConfig& c) {
   if (p.unit == ParamTable::kWte) return {c.vocab, c.hidden};
@@ -344,14 +349,14 @@ LlmcModel read_safetensors_model(const std::string& path, int heads) {
   model.params.assign(size_t(table.total), 0.0f);
   std::set<std::string> used;
   for (const ParamInfo& p : table.params) {
-    const Entry& e = require(path, h, p.name);
+    const Entry& e = require(path, h, hub_name(p));
     if (e.shape != hub_shape(p, model.config)) {
       fail(path, "tensor " + e.file_name + " is " + shape_text(e.shape) + ", not " +
                      shape_text(hub_shape(p, model.config)) +
                      " as the other tensors imply; the file is not a consistent GPT-2 model");
     }
     place(p, read_values(path, f.get(), h, e), model.params.data());
-    used.insert(p.name);
+    used.insert(hub_name(p));
   }
   for (const auto& [name, e] : h.tensors) {
     if (!used.count(name) && name != "lm_head.weight" && !ignored(name)) {
@@ -388,7 +393,7 @@ void write_safetensors_model(const std::string& path, const GPTConfig& config,
     if (!std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); })) {
       fail(path, "parameter " + p.name + " holds a NaN or infinity; refusing to write broken weights");
     }
-    header[p.name] = {
+    header[hub_name(p)] = {
         {"dtype", "F32"}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + values.size() * 4}}};
     data.append(reinterpret_cast<const char*>(values.data()), values.size() * 4);
   }

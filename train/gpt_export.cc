@@ -1,9 +1,11 @@
-// gpt_export: writes a single fp32 GPT-2 model file in llm.c's format (model/llmc_format.h) from a
-// checkpoint (--load DIR), from another model file (--model FILE: checks and rewrites it), or from the GPT-2
-// initialization of a shape and seed (--init-only), which is what gpt_train starts from with the same flags
-// and --seed. Exit code 2 on any error the user can fix, with one line on stderr.
+// gpt_export: writes a single fp32 GPT-2 model file, in llm.c's format (model/llmc_format.h) or with
+// --format safetensors in the Hugging Face layout (model/safetensors_format.h, config.json beside it), from a
+// checkpoint (--load DIR), from another model file of either format (--model FILE: checks and rewrites it),
+// or from the GPT-2 initialization of a shape and seed (--init-only), which is what gpt_train starts from
+// with the same flags and --seed. Exit code 2 on any error the user can fix, with one line on stderr.
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <new>
 #include <string>
 #include <vector>
@@ -13,7 +15,9 @@
 #include "model/config.h"
 #include "model/init.h"
 #include "model/llmc_format.h"
+#include "model/model_file.h"
 #include "model/params.h"
+#include "model/safetensors_format.h"
 #include "train/model_flags.h"
 #include "train/model_source.h"
 
@@ -22,8 +26,10 @@ namespace {
 
 struct ExportOptions {
   std::string output;
-  std::string load_dir;    // --load
-  std::string model_file;  // --model
+  std::string load_dir;         // --load
+  std::string model_file;       // --model
+  std::string format = "llmc";  // --format
+  int model_heads = 0;          // --model: the head count of a model.safetensors without config.json
   bool init_only = false;
   GPTConfig model;  // --init-only's shape
   int64_t seed = 1234;
@@ -31,13 +37,16 @@ struct ExportOptions {
 
 // Returns false when --help was printed.
 bool parse_options(int argc, const char* const* argv, ExportOptions& o) {
-  FlagParser flags("gpt_export",
-                   "Writes an fp32 GPT-2 model file in llm.c's format (version 3) from a checkpoint, a model "
-                   "file or a fresh initialization: gpt_export --output FILE (--load DIR | --model FILE | "
-                   "--init-only [model flags] [--seed N]).");
+  FlagParser flags(
+      "gpt_export",
+      "Writes an fp32 GPT-2 model file (llm.c's format, or --format safetensors) from a "
+      "checkpoint, a model file or a fresh initialization: gpt_export --output FILE (--load DIR | "
+      "--model FILE | --init-only [model flags] [--seed N]).");
   flags.group("Source (exactly one)");
   flags.add_string("--load", &o.load_dir, "a gpt_train checkpoint directory (its latest checkpoint)");
-  flags.add_string("--model", &o.model_file, "an llm.c model file: checked strictly and written again");
+  flags.add_string(
+      "--model", &o.model_file,
+      "an llm.c model file or a Hugging Face model.safetensors: checked strictly and written again");
   flags.add_switch("--init-only", &o.init_only,
                    "the GPT-2 initialization of the model flags and --seed (as gpt_train starts)");
   flags.group("Model (with --init-only; defaults: GPT-2 124M)");
@@ -45,6 +54,9 @@ bool parse_options(int argc, const char* const* argv, ExportOptions& o) {
   flags.add_int64("--seed", &o.seed, "initialization seed (gpt_train's --seed)", 0, INT64_MAX);
   flags.group("Output");
   flags.add_string("--output", &o.output, "the model file to write (via a temporary name and a rename)");
+  flags.add_string("--format", &o.format,
+                   "llmc (default): llm.c's fp32 file; safetensors: the Hugging Face GPT-2 layout, with "
+                   "config.json beside it");
   if (!flags.parse(argc, argv)) return false;
 
   const int sources = int(!o.load_dir.empty()) + int(!o.model_file.empty()) + int(o.init_only);
@@ -53,10 +65,16 @@ bool parse_options(int argc, const char* const* argv, ExportOptions& o) {
                      ": pass exactly one of --load DIR, --model FILE and --init-only");
   }
   if (o.output.empty()) throw UsageError("--output FILE is required: the model file to write");
+  if (o.format != "llmc" && o.format != "safetensors") {
+    throw UsageError("--format " + o.format + " is not a model file format; use llmc or safetensors");
+  }
+  if (!o.model_file.empty() && flags.given("--num-attention-heads")) o.model_heads = o.model.heads;
   if (!o.init_only) {
     for (const char* flag : {"--num-layers", "--hidden-size", "--num-attention-heads",
                              "--max-position-embeddings", "--vocab-size", "--seed"}) {
-      if (flags.given(flag)) {
+      // A model.safetensors without config.json needs its head count from the flag.
+      const bool heads_for_model = !o.model_file.empty() && std::string(flag) == "--num-attention-heads";
+      if (flags.given(flag) && !heads_for_model) {
         throw UsageError(std::string(flag) +
                          " applies to --init-only; with --load or --model the shape and "
                          "weights come from the source");
@@ -85,19 +103,23 @@ int run(int argc, const char* const* argv) {
     model = load_checkpoint_weights(o.load_dir);
     source = "checkpoint " + o.load_dir;
   } else if (!o.model_file.empty()) {
-    model = read_llmc_model(o.model_file);
+    model = read_model_file(o.model_file, o.model_heads);
     source = "model file " + o.model_file;
   } else {
     model = initialize(o.model, static_cast<uint64_t>(o.seed));
     source = "GPT-2 initialization, seed " + std::to_string(o.seed);
   }
-  write_llmc_model(o.output, model.config, model.params);
+  if (o.format == "safetensors") {
+    write_safetensors_model(o.output, model.config, model.params);
+  } else {
+    write_llmc_model(o.output, model.config, model.params);
+  }
   const GPTConfig& c = model.config;
   std::printf(
       "gpt_export: wrote %s: %lld parameters (L %d, C %d, NH %d, maxT %d, V %d, Vp %d), %.1f MB, from %s\n",
       o.output.c_str(), static_cast<long long>(model.params.size()), c.num_layers, c.hidden, c.heads,
-      c.max_positions, c.vocab, c.padded_vocab(),
-      double(kLlmcHeaderBytes + 4 * int64_t(model.params.size())) / 1e6, source.c_str());
+      c.max_positions, c.vocab, c.padded_vocab(), double(std::filesystem::file_size(o.output)) / 1e6,
+      source.c_str());
   return 0;
 }
 

@@ -25,6 +25,7 @@
 #include "model/generation.h"
 #include "model/llmc_format.h"
 #include "model/model.h"
+#include "model/model_file.h"
 #include "train/model_source.h"
 
 namespace gpt {
@@ -43,6 +44,7 @@ struct GenerateOptions {
   std::string merge_file = data::default_merge_file();
   int threads = 0;
   bool kv_cache = true;  // --no-kv-cache turns it off
+  int heads = 0;         // for a model.safetensors without config.json
 };
 
 // Returns false when --help was printed.
@@ -52,7 +54,10 @@ bool parse_options(int argc, const char* const* argv, GenerateOptions& o) {
       "Samples text from a GPT-2 model: gpt_generate --model FILE --prompt TEXT [--max-new-tokens "
       "N] [--temperature T] [--top-k K] [--seed S]; --top-k 1 is greedy.");
   flags.group("Model (exactly one)");
-  flags.add_string("--model", &o.model_file, "an llm.c fp32 GPT-2 model file (gpt_export writes them)");
+  flags.add_string("--model", &o.model_file,
+                   "an llm.c GPT-2 model file or a Hugging Face model.safetensors (gpt_export writes both)");
+  flags.add_int("--num-attention-heads", &o.heads,
+                "the head count of a model.safetensors without the hub's config.json beside it", 0, 1 << 16);
   flags.add_string("--load", &o.load_dir, "a gpt_train checkpoint directory (its latest checkpoint)");
   flags.group("Sampling");
   flags.add_string("--prompt", &o.prompt, "the text to continue (empty: start from <|endoftext|>)");
@@ -165,14 +170,9 @@ int run(int argc, const char* const* argv) {
   if (o.threads > 0) cpu::set_num_threads(o.threads);
   data::Tokenizer tokenizer(o.vocab_file, o.merge_file);
 
-  LlmcModel loaded;  // only for --load: a model file is read straight into the model below
-  GPTConfig config;
-  if (!o.load_dir.empty()) {
-    loaded = load_checkpoint_weights(o.load_dir);
-    config = loaded.config;
-  } else {
-    config = read_llmc_header(o.model_file);
-  }
+  LlmcModel loaded =
+      o.load_dir.empty() ? read_model_file(o.model_file, o.heads) : load_checkpoint_weights(o.load_dir);
+  GPTConfig config = loaded.config;
   const std::string source = o.model_file.empty() ? o.load_dir : o.model_file;
   const int V = config.vocab;
   if (V > tokenizer.vocab_size()) {
@@ -188,11 +188,7 @@ int run(int argc, const char* const* argv) {
   config.seq_len = window;
   GPT2<float> model(config, 1);
   std::vector<float>().swap(model.grads);  // sampling never runs a backward
-  if (o.load_dir.empty()) {
-    load_llmc_into_model_layout(o.model_file, config, model.params);
-  } else {
-    model.params = std::move(loaded.params);
-  }
+  model.params = std::move(loaded.params);
   std::fprintf(stderr,
                "gpt_generate: %s: L %d, C %d, NH %d, maxT %d, V %d; window %d tokens; %d new tokens, "
                "temperature %g, top-k %d, seed %lld\n",

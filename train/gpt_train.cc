@@ -20,6 +20,7 @@
 #include "data/shard.h"
 #include "kernels/cpu/threads.h"
 #include "model/llmc_format.h"
+#include "model/model_file.h"
 #include "train/batches.h"
 #include "train/metrics.h"
 #include "train/options.h"
@@ -208,7 +209,7 @@ Run::Run(const TrainOptions& o, comm::Communicator& world)
 void Run::start_from_model_file_or_checkpoint() {
   if (!o_.init_from.empty()) {
     std::vector<float> params;
-    load_llmc_into_model_layout(o_.init_from, o_.model, params);
+    load_model_file(o_.init_from, o_.model, params);
     engine_.load_model_weights(params.data());
     if (rank0_) std::printf("gpt_train: weights from %s\n", o_.init_from.c_str());
   }
