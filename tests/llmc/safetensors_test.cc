@@ -5,8 +5,10 @@
 // files are refused with one line naming the file and the problem.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iomanip>
 #include <string>
 #include <vector>
 
@@ -47,13 +49,19 @@ std::string fresh_dir(const std::string& name) {
   return dir;
 }
 
+// Eight inputs and their targets (the same list shifted by one).
+std::vector<int32_t> some_tokens(const GPTConfig& c) {
+  std::vector<int32_t> tokens(9);
+  for (int i = 0; i < 9; ++i) tokens[i] = (i * 37 + 5) % c.vocab;
+  return tokens;
+}
+
 float loss_of(const GPTConfig& c, const std::vector<float>& params) {
   GPTConfig config = c;
   config.seq_len = 8;
   GPT2<float> model(config, 1);
   model.params = params;
-  std::vector<int32_t> tokens(9);
-  for (int i = 0; i < 9; ++i) tokens[i] = (i * 37 + 5) % c.vocab;
+  const std::vector<int32_t> tokens = some_tokens(c);
   return model.forward(tokens.data(), tokens.data() + 1);
 }
 
@@ -112,6 +120,22 @@ TEST_CASE("safetensors: an independent writer's file gives the same weights and 
                                              << reloaded);
     }
   }
+}
+
+TEST_CASE("safetensors: a PyTorch forward in Hugging Face's convention gives our loss within 1e-5") {
+  const GPTConfig c = tiny_config();
+  const std::string dir = fresh_dir("reference"), path = dir + "/model.safetensors";
+  write_safetensors_model(path, c, some_weights(c));
+  const LlmcModel read = read_model_file(path);
+  const float ours = loss_of(read.config, read.params);
+  std::string tokens;
+  for (int32_t t : some_tokens(c)) tokens += (tokens.empty() ? "" : ",") + std::to_string(t);
+  // Debian's python3, where python3-torch installs (scripts/setup).
+  const auto r = run_tool("/usr/bin/python3", {tool("HF_REFERENCE"), path, tokens});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const double reference = std::stod(r.out);
+  MESSAGE("loss: ours " << std::setprecision(9) << ours << ", PyTorch reference " << reference);
+  CHECK(std::fabs(ours - reference) <= 1e-5 * std::fabs(reference));
 }
 
 // Replaces the first `from` in the header with `to` (same length, so the offsets stay right).
