@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # --init-from: gpt_train started from a model file that gpt_export wrote of its own initialization (same flags,
-# same seed) logs exactly the loss of a run that initializes itself, on 2 ranks at ZeRO stage 3; and a file of
-# another shape is refused naming the flag to change.
+# same seed), in llm.c's format or as a Hugging Face model.safetensors, logs exactly the loss of a run that
+# initializes itself, on 2 ranks at ZeRO stage 3; and a file of another shape is refused naming the flag to
+# change.
 # Args: paths of gpt_train and gpt_export.
 set -uo pipefail
 TRAIN=$1 EXPORT=$2
@@ -18,6 +19,14 @@ grep -q "weights from $TMP/init.bin" "$TMP/out" || fail "--init-from not reporte
 own=$(grep -o '"step":1,"loss":[-0-9.e]*' "$TMP/own.jsonl")
 from_file=$(grep -o '"step":1,"loss":[-0-9.e]*' "$TMP/file.jsonl")
 [[ -n $own && $own == "$from_file" ]] || fail "step-1 loss differs: own '$own', from file '$from_file'"
+# The same weights as a Hugging Face model.safetensors (with config.json beside it) give the same loss.
+mkdir -p "$TMP/hf"
+"$EXPORT" --model "$TMP/init.bin" --format safetensors --output "$TMP/hf/model.safetensors" >/dev/null ||
+  fail "gpt_export --format safetensors failed"
+mpiexec -n 2 "$TRAIN" "${TRAIN_ARGS[@]}" --init-from "$TMP/hf/model.safetensors" --metrics-file "$TMP/hf.jsonl" \
+  >"$TMP/out" 2>&1 || fail "--init-from safetensors run failed: $(tail -2 "$TMP/out")"
+from_hf=$(grep -o '"step":1,"loss":[-0-9.e]*' "$TMP/hf.jsonl")
+[[ $own == "$from_hf" ]] || fail "step-1 loss from safetensors differs: own '$own', from safetensors '$from_hf'"
 mpiexec -n 2 "$TRAIN" "${TRAIN_ARGS[@]}" --num-layers 3 --init-from "$TMP/init.bin" >/dev/null 2>"$TMP/err"
 rc=$?
 [[ $rc == 2 ]] || fail "shape mismatch: exit code $rc"
