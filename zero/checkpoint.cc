@@ -15,6 +15,7 @@
 #include <sstream>
 #include <vector>
 
+#include "base/fault.h"
 #include "zero/sha256.h"
 
 namespace gpt {
@@ -32,10 +33,10 @@ std::string shard_name(int shard, int shards) {
   return name;
 }
 
+// GPT_FAULT=crash_after:POINT (base/fault.h): rank 0 dies right after that point of a save.
 void fault_point(const char* point, const comm::Communicator& world) {
-  const char* fault = std::getenv("GPT_CHECKPOINT_FAULT");
-  if (fault && std::strcmp(fault, point) == 0 && world.rank() == 0) {
-    std::fprintf(stderr, "GPT_CHECKPOINT_FAULT: exiting after '%s'\n", point);
+  if (fault_crash_after(point) && world.rank() == 0) {
+    std::fprintf(stderr, "GPT_FAULT: exiting after '%s'\n", point);
     std::fflush(stderr);
     _exit(42);
   }
@@ -75,9 +76,9 @@ json model_json(const GPTConfig& m) {
           {"vocab", m.vocab}};
 }
 
-// Gathers a string from every rank to rank 0 (fixed-size slots).
-std::vector<std::string> gather_digests(comm::Communicator& world, const std::string& mine) {
-  constexpr size_t kSlot = 64;
+// Gathers a string (at most kSlot bytes) from every rank to every rank.
+constexpr size_t kSlot = 1024;
+std::vector<std::string> gather_strings(comm::Communicator& world, const std::string& mine) {
   std::string padded = mine;
   padded.resize(kSlot, ' ');
   std::vector<char> all(kSlot * world.size());
@@ -89,6 +90,14 @@ std::vector<std::string> gather_digests(comm::Communicator& world, const std::st
     out.push_back(s);
   }
   return out;
+}
+
+// Every rank learns rank 0's problem ("" for none) and throws it, so all ranks stop together.
+void agree_on_rank0(comm::Communicator& world, std::string problem) {
+  problem.resize(kSlot, '\0');
+  world.broadcast(problem.data(), problem.size(), 0, comm::Phase::kOther).wait();
+  problem.resize(std::strlen(problem.c_str()));
+  if (!problem.empty()) throw CheckpointError(problem);
 }
 
 // DIR/latest names the checkpoint; DIR may also be a checkpoint itself. Returns its path and manifest.
@@ -233,48 +242,97 @@ void prune_checkpoints(const std::string& dir, int keep) {
 
 }  // namespace
 
+namespace {
+
+// Rank 0 makes DIR and an empty DIR/<name>.tmp; every rank learns whether that worked.
+void prepare_directory(comm::Communicator& world, const std::string& dir, const fs::path& tmp_path) {
+  std::string problem;
+  if (world.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) problem = dir + ": cannot create the checkpoint directory (" + ec.message() + ")";
+    fs::remove_all(tmp_path, ec);  // a save that crashed before its rename
+    if (problem.empty()) fs::create_directories(tmp_path, ec);
+    if (problem.empty() && ec) problem = tmp_path.string() + ": cannot create (" + ec.message() + ")";
+  }
+  agree_on_rank0(world, problem);
+}
+
+// Writes this rank's shard, if it owns one (at stage 0 rank 0 holds the only one). Returns "ok DIGEST", "ok"
+// (no shard) or "failed MESSAGE".
+std::string write_own_shard(ZeroEngine& engine, comm::Communicator& world, const fs::path& tmp_path) {
+  const int shards = engine.partition().num_shards();
+  if (world.rank() >= shards) return "ok";
+  const ZeroEngine::ShardState state = engine.shard_state();
+  const size_t bytes = size_t(state.size) * sizeof(float);
+  const std::string file = (tmp_path / shard_name(engine.shard_index(), shards)).string();
+  try {
+    if (fault_save_fails(world.rank())) throw CheckpointError(file + ": write failed (GPT_FAULT save_fail)");
+    write_file(file, {{state.master, bytes}, {state.adam_m, bytes}, {state.adam_v, bytes}});
+    return "ok " + sha256_file(file);
+  } catch (const CheckpointError& e) {
+    return std::string("failed ") + e.what();
+  }
+}
+
+// Every rank's outcome of write_own_shard; the digests when all succeeded. When any rank failed, rank 0
+// removes the partial checkpoint and every rank throws the same message, naming the first rank that failed.
+std::vector<std::string> agree_shards_written(comm::Communicator& world, const std::string& mine,
+                                              const std::string& name, const std::string& dir,
+                                              const fs::path& tmp_path) {
+  const std::vector<std::string> outcomes = gather_strings(world, mine.substr(0, kSlot));
+  std::vector<std::string> digests;
+  for (int r = 0; r < int(outcomes.size()); ++r) {
+    if (outcomes[r].rfind("failed ", 0) == 0) {
+      if (world.rank() == 0) {
+        std::error_code ec;
+        fs::remove_all(tmp_path, ec);
+      }
+      throw CheckpointError(
+          "checkpoint " + name + " was not saved: rank " + std::to_string(r) + ": " + outcomes[r].substr(7) +
+          "; " + dir + "/latest still names the previous checkpoint (if any); free space and resume from it");
+    }
+    digests.push_back(outcomes[r].size() > 3 ? outcomes[r].substr(3) : "");
+  }
+  return digests;
+}
+
+// Rank 0: the manifest, the rename into place, then `latest` (each step a crash point for the tests).
+void publish(ZeroEngine& engine, comm::Communicator& world, const std::string& dir, const std::string& name,
+             const fs::path& tmp_path, const fs::path& final_path, const TrainingPosition& position,
+             const std::vector<std::string>& digests, int keep) {
+  const json manifest = make_manifest(engine, world.size(), position, digests);
+  write_text_atomically((tmp_path / "manifest.json").string(), manifest.dump(1) + "\n");
+  fault_point("manifest", world);
+  std::error_code ec;
+  fs::remove_all(final_path, ec);  // an older save of the same iteration
+  fs::rename(tmp_path, final_path, ec);
+  if (ec) throw CheckpointError(final_path.string() + ": cannot rename into place (" + ec.message() + ")");
+  fault_point("rename", world);
+  write_text_atomically((fs::path(dir) / "latest").string(), name + "\n");
+  fault_point("latest", world);
+  if (keep > 0) prune_checkpoints(dir, keep);
+}
+
+}  // namespace
+
 std::string save_checkpoint(ZeroEngine& engine, comm::Communicator& world, const std::string& dir,
                             const TrainingPosition& position, int keep) {
   const std::string name = "global_step" + std::to_string(position.iteration);
   const fs::path final_path = fs::path(dir) / name, tmp_path = fs::path(dir) / (name + ".tmp");
-  if (world.rank() == 0) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) throw CheckpointError(dir + ": cannot create the checkpoint directory (" + ec.message() + ")");
-    fs::remove_all(tmp_path, ec);  // a save that crashed before its rename
-    fs::create_directories(tmp_path, ec);
-    if (ec) throw CheckpointError(tmp_path.string() + ": cannot create (" + ec.message() + ")");
-  }
-  world.barrier().wait();
-
-  // Every rank that owns a shard writes it (at stage 0 rank 0 holds the one shard).
-  const Partition& partition = engine.partition();
-  const int shards = partition.num_shards();
-  const ZeroEngine::ShardState state = engine.shard_state();
-  std::string digest;
-  if (world.rank() < shards) {
-    const size_t bytes = size_t(state.size) * sizeof(float);
-    const std::string file = (tmp_path / shard_name(engine.shard_index(), shards)).string();
-    write_file(file, {{state.master, bytes}, {state.adam_m, bytes}, {state.adam_v, bytes}});
-    digest = sha256_file(file);
-  }
-  const std::vector<std::string> digests = gather_digests(world, digest);
+  prepare_directory(world, dir, tmp_path);
+  const std::vector<std::string> digests =
+      agree_shards_written(world, write_own_shard(engine, world, tmp_path), name, dir, tmp_path);
   fault_point("shards", world);
-
+  std::string problem;
   if (world.rank() == 0) {
-    const json manifest = make_manifest(engine, world.size(), position, digests);
-    write_text_atomically((tmp_path / "manifest.json").string(), manifest.dump(1) + "\n");
-    fault_point("manifest", world);
-    std::error_code ec;
-    fs::remove_all(final_path, ec);  // an older save of the same iteration
-    fs::rename(tmp_path, final_path, ec);
-    if (ec) throw CheckpointError(final_path.string() + ": cannot rename into place (" + ec.message() + ")");
-    fault_point("rename", world);
-    write_text_atomically((fs::path(dir) / "latest").string(), name + "\n");
-    fault_point("latest", world);
-    if (keep > 0) prune_checkpoints(dir, keep);
+    try {
+      publish(engine, world, dir, name, tmp_path, final_path, position, digests, keep);
+    } catch (const CheckpointError& e) {
+      problem = e.what();
+    }
   }
-  world.barrier().wait();
+  agree_on_rank0(world, problem);  // also the barrier: nobody returns before the checkpoint is in place
   return final_path.string();
 }
 
@@ -311,10 +369,7 @@ void agree_shards_intact(comm::Communicator& world, const fs::path& path, const 
   if (world.rank() == 0) {
     for (int p = 0; p < old_shards && problem.empty(); ++p) problem = check_shard(path, files, p);
   }
-  problem.resize(1024, '\0');
-  world.broadcast(problem.data(), problem.size(), 0, comm::Phase::kOther).wait();
-  problem.resize(std::strlen(problem.c_str()));
-  if (!problem.empty()) throw CheckpointError(problem);
+  agree_on_rank0(world, problem);
 }
 
 // Reads this rank's ranges of every unit (master, and Adam's moments unless weights_only) from the old

@@ -3,7 +3,9 @@
 #  - exact resume: a run killed with SIGKILL after a checkpoint and resumed with --load logs the same loss for
 #    every later step as an uninterrupted run, bit for bit (the metrics file's full-precision losses), with
 #    ZeRO-3 and with ZeRO++ (qwZ + hpZ + qgZ);
-#  - a crash injected at each point of a save (GPT_CHECKPOINT_FAULT) leaves a loadable checkpoint;
+#  - a crash injected at each point of a save (GPT_CHECKPOINT_FAULT, the old spelling of GPT_FAULT=crash_after)
+#    leaves a loadable checkpoint;
+#  - a shard write failing on one rank (GPT_FAULT=save_fail) stops every rank with one message and loses nothing;
 #  - a different global batch on --load stops with both values and the flag to change;
 #  - --keep-checkpoints prunes old checkpoints.
 # Arg: path of gpt_train.
@@ -52,8 +54,14 @@ done
 for point in shards manifest rename latest; do
   dir="$TMP/crash_$point"
   run --deepspeed_config "$TMP/zero3.json" --train-iters 2 --save "$dir" >/dev/null 2>&1 || fail "$point: first save failed"
-  GPT_CHECKPOINT_FAULT=$point run --deepspeed_config "$TMP/zero3.json" --train-iters 4 --load "$dir" --save "$dir" \
-    >/dev/null 2>"$TMP/crash.err"
+  # Both spellings: the old variable for the first two points, GPT_FAULT for the others.
+  if [[ $point == shards || $point == manifest ]]; then
+    export GPT_CHECKPOINT_FAULT=$point
+  else
+    export GPT_FAULT=crash_after:$point
+  fi
+  run --deepspeed_config "$TMP/zero3.json" --train-iters 4 --load "$dir" --save "$dir" >/dev/null 2>"$TMP/crash.err"
+  unset GPT_CHECKPOINT_FAULT GPT_FAULT
   grep -q "exiting after '$point'" "$TMP/crash.err" || fail "$point: the fault did not fire: $(cat "$TMP/crash.err")"
   expected=global_step2
   [[ $point == latest ]] && expected=global_step4
@@ -62,6 +70,27 @@ for point in shards manifest rename latest; do
     fail "$point: the checkpoint left behind does not load: $(tail -2 "$TMP/after.log")"
   grep -q "loaded .*$expected" "$TMP/after.log" || fail "$point: loaded the wrong checkpoint: $(grep loaded "$TMP/after.log")"
 done
+
+# A shard write that fails on one rank (GPT_FAULT=save_fail:1): every rank stops with exit code 2 and the same
+# message naming rank 1, the partial checkpoint is removed, latest still names the previous one, and --load
+# from it resumes bit for bit.
+dir="$TMP/save_fail"
+run --deepspeed_config "$TMP/zero3.json" --train-iters 4 --metrics-file "$TMP/sf_full.jsonl" >/dev/null 2>&1 ||
+  fail "save_fail: the uninterrupted run failed"
+run --deepspeed_config "$TMP/zero3.json" --train-iters 4 --save "$dir" --save-interval 2 --exit-interval 2 \
+  >/dev/null 2>&1 || fail "save_fail: the first save failed"
+GPT_FAULT=save_fail:1 run --deepspeed_config "$TMP/zero3.json" --train-iters 4 --load "$dir" --save "$dir" \
+  --save-interval 2 >/dev/null 2>"$TMP/sf.err"
+rc=$?
+[[ $rc == 2 ]] || fail "save_fail: exit code $rc: $(cat "$TMP/sf.err")"
+[[ $(grep -c "checkpoint global_step4 was not saved: rank 1: .*GPT_FAULT save_fail" "$TMP/sf.err") == 4 ]] ||
+  fail "save_fail: expected the message on 4 ranks: $(cat "$TMP/sf.err")"
+[[ "$(cat "$dir/latest")" == global_step2 ]] || fail "save_fail: latest is $(cat "$dir/latest")"
+[[ ! -e "$dir/global_step4" && ! -e "$dir/global_step4.tmp" ]] || fail "save_fail: a partial checkpoint is left: $(ls "$dir")"
+run --deepspeed_config "$TMP/zero3.json" --train-iters 4 --load "$dir" --metrics-file "$TMP/sf_resumed.jsonl" \
+  >"$TMP/sf.log" 2>&1 || fail "save_fail: resume failed: $(tail -2 "$TMP/sf.log")"
+diff <(losses "$TMP/sf_full.jsonl" | grep -E '"step":(3|4),') <(losses "$TMP/sf_resumed.jsonl") >"$TMP/diff" ||
+  fail "save_fail: resumed losses differ: $(head -5 "$TMP/diff")"
 
 # A different global batch: refused on every rank with both values and the flag.
 run --deepspeed_config "$TMP/zero3.json" --train-iters 6 --load "$TMP/crash_latest" --global-batch-size 16 \
