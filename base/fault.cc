@@ -9,7 +9,7 @@ namespace gpt {
 namespace {
 
 struct Fault {
-  std::string kind;  // "", "save_fail" or "crash_after"
+  std::string kind;  // "", "hang", "save_fail" or "crash_after"
   std::string argument;
 };
 
@@ -21,9 +21,11 @@ Fault parse_fault() {
   const std::string text = spec;
   const size_t colon = text.find(':');
   Fault f{text.substr(0, colon), colon == std::string::npos ? "" : text.substr(colon + 1)};
-  if ((f.kind != "save_fail" && f.kind != "crash_after") || f.argument.empty()) {
+  const bool known = f.kind == "save_fail" || f.kind == "crash_after" ||
+                     (f.kind == "hang" && f.argument.find(':') != std::string::npos);
+  if (!known || f.argument.empty()) {
     throw UsageError("GPT_FAULT=" + text +
-                     " is not a fault this build injects; use save_fail:RANK or "
+                     " is not a fault this build injects; use hang:STEP:RANK, save_fail:RANK or "
                      "crash_after:POINT, or unset it");
   }
   return f;
@@ -35,6 +37,10 @@ const Fault& fault() {
 }
 
 }  // namespace
+
+bool fault_hangs(long long step, int rank) {
+  return fault().kind == "hang" && fault().argument == std::to_string(step) + ":" + std::to_string(rank);
+}
 
 bool fault_save_fails(int rank) {
   return fault().kind == "save_fail" && fault().argument == std::to_string(rank);

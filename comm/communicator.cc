@@ -10,6 +10,23 @@
 
 namespace gpt::comm {
 
+namespace {
+thread_local const OperationLabel* innermost_label = nullptr;
+}  // namespace
+
+OperationLabel::OperationLabel(std::string text) : text_(std::move(text)), outer_(innermost_label) {
+  innermost_label = this;
+}
+
+OperationLabel::~OperationLabel() {
+  innermost_label = outer_;
+}
+
+const std::string& OperationLabel::current() {
+  static const std::string none;
+  return innermost_label ? innermost_label->text_ : none;
+}
+
 void Request::wait() {
   if (!state_) return;
   if (!state_->finished.load(std::memory_order_acquire)) {

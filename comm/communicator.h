@@ -23,6 +23,23 @@ inline DType accumulation_dtype(DType wire) {
   return wire == DType::kF64 ? DType::kF64 : DType::kF32;
 }
 
+// What the operations issued on this thread serve (for example "gather of h.3" or "bucket 2"), while the
+// label lives: the communication watchdog names it when an operation stops making progress. Labels nest;
+// the innermost applies.
+class OperationLabel {
+ public:
+  explicit OperationLabel(std::string text);
+  ~OperationLabel();
+  OperationLabel(const OperationLabel&) = delete;
+  OperationLabel& operator=(const OperationLabel&) = delete;
+  // The innermost label of this thread, "" when none.
+  static const std::string& current();
+
+ private:
+  std::string text_;
+  const OperationLabel* outer_;
+};
+
 // A pending collective. wait() blocks until it is complete and adds the time spent blocked to the meter's
 // comm_wait for the operation's phase; it rethrows (as std::runtime_error or the original exception) if the
 // operation failed. Waiting again is allowed and returns at once. A default-constructed Request is already

@@ -59,7 +59,7 @@ class MpiCommunicator final : public Communicator {
 
   Request all_gather(const void* send, void* recv, size_t bytes_per_rank, Phase phase) override {
     require_buffers(bytes_per_rank, {send, recv}, "all_gather");
-    return engine_->submit(*group_, phase,
+    return engine_->submit(*group_, phase, "all_gather",
                            [=](Op& op) { return mpi::all_gather_body(op, send, recv, bytes_per_rank); });
   }
 
@@ -67,7 +67,7 @@ class MpiCommunicator final : public Communicator {
                          Phase phase) override {
     require_reducible(dtype, "reduce_scatter");
     require_buffers(count, {send, recv}, "reduce_scatter");
-    return engine_->submit(*group_, phase, [=](Op& op) {
+    return engine_->submit(*group_, phase, "reduce_scatter", [=](Op& op) {
       return mpi::reduce_scatter_body(op, send, dtype, recv, count, scale);
     });
   }
@@ -75,7 +75,7 @@ class MpiCommunicator final : public Communicator {
   Request all_reduce(void* data, DType dtype, size_t count, float scale, Phase phase) override {
     require_reducible(dtype, "all_reduce");
     require_buffers(count, {data}, "all_reduce");
-    return engine_->submit(*group_, phase,
+    return engine_->submit(*group_, phase, "all_reduce",
                            [=](Op& op) { return mpi::all_reduce_body(op, data, dtype, count, scale); });
   }
 
@@ -98,7 +98,7 @@ class MpiCommunicator final : public Communicator {
     }
     require_buffers(sent, {send}, "all_to_all_v");
     require_buffers(received, {recv}, "all_to_all_v");
-    return engine_->submit(*group_, phase, [=](Op& op) {
+    return engine_->submit(*group_, phase, "all_to_all_v", [=](Op& op) {
       return mpi::all_to_all_v_body(op, send, send_bytes, recv, recv_bytes);
     });
   }
@@ -110,12 +110,12 @@ class MpiCommunicator final : public Communicator {
     }
     require_buffers(bytes, {data}, "broadcast");
     const size_t segment = engine_->options().broadcast_segment_bytes;
-    return engine_->submit(*group_, phase,
+    return engine_->submit(*group_, phase, "broadcast",
                            [=](Op& op) { return mpi::broadcast_body(op, data, bytes, root, segment); });
   }
 
   Request barrier() override {
-    return engine_->submit(*group_, Phase::kOther, [](Op& op) { return mpi::barrier_body(op); });
+    return engine_->submit(*group_, Phase::kOther, "barrier", [](Op& op) { return mpi::barrier_body(op); });
   }
 
  private:
@@ -217,6 +217,7 @@ std::unique_ptr<Communicator> MpiSession::world(const MpiOptions& options) {
   engine_options.spin_polls = options.spin_polls;
   engine_options.yield_polls = options.yield_polls;
   engine_options.max_sleep_us = options.max_sleep_us;
+  engine_options.progress_timeout_s = options.comm_timeout_s;
   engine_ = std::make_shared<Engine>(topology, engine_options);
   // Our own duplicate of MPI_COMM_WORLD, so that no message of ours can match anyone else's.
   MPI_Comm comm;

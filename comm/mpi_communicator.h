@@ -58,6 +58,10 @@ struct MpiOptions {
   int spin_polls = 64;
   int yield_polls = 64;
   int max_sleep_us = 1000;
+  // The watchdog (gpt_train's --comm-timeout): when an operation in flight has made no progress for this many
+  // seconds, the rank prints one line (the collective, its phase and label, the peer it waits for) and aborts
+  // the job with MPI_Abort. 0 turns it off.
+  double comm_timeout_s = 0;
 };
 
 // Owns MPI for the process: MPI_Init_thread in the constructor (asks for MPI_THREAD_MULTIPLE, requires at

@@ -86,9 +86,11 @@ double Engine::thread_cpu_seconds() const {
   return running_ && thread_.joinable() ? seconds_of(thread_clock_) : final_cpu_seconds_.load();
 }
 
-Request Engine::submit(Group& group, Phase phase, const std::function<Task(Op&)>& make_body) {
+Request Engine::submit(Group& group, Phase phase, const char* name,
+                       const std::function<Task(Op&)>& make_body) {
   auto state = std::make_shared<Request::State>(&meter_, phase);
-  auto op = std::make_unique<Op>(group, phase, meter_, options_.max_message_bytes);
+  auto op =
+      std::make_unique<Op>(group, phase, meter_, options_.max_message_bytes, name, OperationLabel::current());
   op->set_body(make_body(*op));
   {
     std::lock_guard lock(mutex_);
@@ -175,6 +177,7 @@ void Engine::admit(std::unique_lock<std::mutex>& lock) {
       continue;
     }
     Lane& lane = lane_of(next.group);
+    if (lane.ops.empty()) lane.last_progress = std::chrono::steady_clock::now();  // it becomes the front
     next.op->set_sequence(lane.next_sequence++);
     lane.ops.push_back(Admitted{std::move(next.op), std::move(next.state)});
     ++in_flight_;
@@ -184,11 +187,16 @@ void Engine::admit(std::unique_lock<std::mutex>& lock) {
 
 bool Engine::progress() {
   bool advanced = false;
+  const auto now = std::chrono::steady_clock::now();
   for (Lane& lane : lanes_) {
     while (!lane.ops.empty()) {
       Admitted& front = lane.ops.front();
-      if (!front.op->advance()) break;
+      if (!front.op->advance()) {
+        check_stalled(lane, now);
+        break;
+      }
       advanced = true;
+      lane.last_progress = now;
       if (!front.op->finished()) break;
       if (std::exception_ptr error = front.op->error()) {
         // Messages of the operation may still be in flight into or out of freed memory, and the peers wait
@@ -207,6 +215,20 @@ bool Engine::progress() {
     }
   }
   return advanced;
+}
+
+void Engine::check_stalled(Lane& lane, std::chrono::steady_clock::time_point now) {
+  const double timeout = options_.progress_timeout_s;
+  if (timeout <= 0 || now - lane.last_progress < std::chrono::duration<double>(timeout)) return;
+  // A peer stopped (stuck in I/O, dead without a signal, deadlocked) and would leave every rank waiting
+  // forever: say which operation waits for whom, and end the job.
+  std::fprintf(
+      stderr,
+      "comm: rank %d: no progress for %.0f s in %s; aborting the job (--comm-timeout %.0f; raise it if "
+      "a step can legitimately take longer)\n",
+      topology_.world_rank, timeout, lane.ops.front().op->describe_wait().c_str(), timeout);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
 void Engine::loop() {

@@ -13,6 +13,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -31,6 +32,7 @@ struct EngineOptions {
   int spin_polls = 64;
   int yield_polls = 64;
   int max_sleep_us = 1000;
+  double progress_timeout_s = 0;  // the watchdog (MpiOptions::comm_timeout_s); 0 = off
 };
 
 class Engine {
@@ -50,7 +52,8 @@ class Engine {
 
   // Queues an operation on `group` (thread-safe). make_body builds the coroutine; it runs on the
   // communication thread, after this process's earlier operations on the group.
-  Request submit(Group& group, Phase phase, const std::function<Task(Op&)>& make_body);
+  // `name` (a literal) names the collective for the watchdog; the thread's OperationLabel is recorded too.
+  Request submit(Group& group, Phase phase, const char* name, const std::function<Task(Op&)>& make_body);
   // Creates the subgroup of `parent` with these members (world ranks, validated by the caller, including
   // this rank) on the communication thread, after this process's earlier operations have finished; blocks.
   Group* create_group(Group& parent, const std::vector<int>& world_ranks);
@@ -75,11 +78,14 @@ class Engine {
     Group* group;
     std::deque<Admitted> ops;
     uint32_t next_sequence = 0;
+    std::chrono::steady_clock::time_point last_progress{};  // of the front operation
   };
 
   void loop();
   void admit(std::unique_lock<std::mutex>& lock);
   bool progress();
+  // The watchdog: aborts the job when the front operation of a lane has not advanced for the timeout.
+  void check_stalled(Lane& lane, std::chrono::steady_clock::time_point now);
   void run_exclusive(std::function<void()> work);
   Lane& lane_of(Group* group);
 

@@ -7,9 +7,12 @@
 
 namespace gpt::comm::mpi {
 
-Op::Op(const Group& group, Phase phase, TrafficMeter& meter, size_t max_message_bytes)
+Op::Op(const Group& group, Phase phase, TrafficMeter& meter, size_t max_message_bytes, const char* name,
+       std::string label)
     : group_(group),
       phase_(phase),
+      name_(name),
+      label_(std::move(label)),
       meter_(meter),
       max_message_bytes_(std::clamp<size_t>(max_message_bytes, 1, INT_MAX)) {}
 
@@ -31,6 +34,22 @@ bool Op::test(Msg msg) {
   return flag != 0;
 }
 
+std::string Op::describe_wait() const {
+  std::string text = std::string(name_) + " (" + phase_name(phase_) + (label_.empty() ? "" : ", " + label_) +
+                     ") over " + std::to_string(group_.size) + " ranks";
+  if (!started_ || !waiting_) return text + ": not started";
+  for (uint32_t i = awaited_.first; i < awaited_.first + awaited_.count; ++i) {
+    int done = 0;
+    MPI_Request request = requests_[i];
+    MPI_Request_get_status(request, &done, MPI_STATUS_IGNORE);
+    if (done) continue;
+    const Peer& p = peers_[i];
+    return text + ": waiting to " + (p.send ? "send to" : "receive from") + " rank " +
+           std::to_string(group_.world_ranks[p.rank]);
+  }
+  return text;
+}
+
 Msg Op::post(bool send, int peer, void* data, size_t bytes) {
   assert(peer != group_.rank && peer >= 0 && peer < group_.size);
   Msg msg{static_cast<uint32_t>(requests_.size()), 0};
@@ -40,6 +59,7 @@ Msg Op::post(bool send, int peer, void* data, size_t bytes) {
   for (size_t offset = 0; offset < bytes; offset += max_message_bytes_) {
     const int n = static_cast<int>(std::min(max_message_bytes_, bytes - offset));
     requests_.push_back(MPI_REQUEST_NULL);
+    peers_.push_back({peer, send});
     if (send) {
       MPI_Isend(bytes_at + offset, n, MPI_BYTE, peer, tag_, group_.comm, &requests_.back());
     } else {
@@ -62,6 +82,7 @@ Msg Op::irecv(int peer, void* data, size_t bytes) {
 Msg Op::isend_token(int peer) {
   assert(peer != group_.rank);
   requests_.push_back(MPI_REQUEST_NULL);
+  peers_.push_back({peer, true});
   MPI_Isend(nullptr, 0, MPI_BYTE, peer, tag_, group_.comm, &requests_.back());
   return Msg{static_cast<uint32_t>(requests_.size() - 1), 1};
 }
@@ -69,6 +90,7 @@ Msg Op::isend_token(int peer) {
 Msg Op::irecv_token(int peer) {
   assert(peer != group_.rank);
   requests_.push_back(MPI_REQUEST_NULL);
+  peers_.push_back({peer, false});
   MPI_Irecv(nullptr, 0, MPI_BYTE, peer, tag_, group_.comm, &requests_.back());
   return Msg{static_cast<uint32_t>(requests_.size() - 1), 1};
 }

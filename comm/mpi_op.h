@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -90,7 +91,9 @@ struct Msg {
 
 class Op {
  public:
-  Op(const Group& group, Phase phase, TrafficMeter& meter, size_t max_message_bytes);
+  // name: the collective (a literal); label: what it serves (OperationLabel), for the watchdog's message.
+  Op(const Group& group, Phase phase, TrafficMeter& meter, size_t max_message_bytes, const char* name,
+     std::string label);
 
   // Set once, before the engine admits the operation.
   void set_body(Task body) { body_ = std::move(body); }
@@ -101,6 +104,9 @@ class Op {
   // true if the body ran (something completed), false if it is still waiting.
   bool advance();
   bool finished() const { return body_.handle().done(); }
+  // The watchdog's description of a stalled operation: "reduce_scatter (grad_reduce, bucket 2) over 4 ranks:
+  // waiting to receive from rank 3" (world ranks).
+  std::string describe_wait() const;
   std::exception_ptr error() const { return body_.handle().promise().error; }
 
   // For algorithm bodies. Peers are group ranks other than rank(). A zero-byte isend/irecv posts nothing
@@ -132,6 +138,8 @@ class Op {
 
   const Group& group_;
   const Phase phase_;
+  const char* name_;
+  std::string label_;
   TrafficMeter& meter_;
   const size_t max_message_bytes_;
   int tag_ = 0;
@@ -140,6 +148,11 @@ class Op {
   std::coroutine_handle<> waiting_;  // the innermost suspended coroutine of the body
   Msg awaited_;
   std::vector<MPI_Request> requests_;
+  struct Peer {
+    int rank;  // group rank
+    bool send;
+  };
+  std::vector<Peer> peers_;  // by request
 };
 
 }  // namespace gpt::comm::mpi

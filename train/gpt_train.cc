@@ -12,8 +12,10 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "base/fault.h"
 #include "base/main.h"
 #include "comm/mpi_main.h"
 #include "data/loader.h"
@@ -166,6 +168,7 @@ class Run {
  public:
   Run(const TrainOptions& o, comm::Communicator& world);
   void loop();
+  void hang_if_asked(int64_t step) const;
 
  private:
   void start_from_model_file_or_checkpoint();
@@ -233,6 +236,16 @@ void Run::start_from_model_file_or_checkpoint() {
   }
 }
 
+// GPT_FAULT=hang:STEP:RANK (base/fault.h): this rank stops before the step, and the others' watchdog
+// (--comm-timeout) must end the job.
+void Run::hang_if_asked(int64_t step) const {
+  if (!fault_hangs(step, world_.rank())) return;
+  std::fprintf(stderr, "GPT_FAULT: rank %d hangs before step %lld\n", world_.rank(),
+               static_cast<long long>(step));
+  std::fflush(stderr);
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 void Run::loop() {
   StepTraffic traffic(world_);
   run_start_ = std::chrono::steady_clock::now();
@@ -241,6 +254,7 @@ void Run::loop() {
   while (iteration_ < o_.train_iters && !exit_now) {
     const auto start = std::chrono::steady_clock::now();
     const double lr = o_.schedule.at(engine_.applied_steps());
+    hang_if_asked(iteration_ + 1);
     const ZeroEngine::StepResult r = engine_.train_step(batches_.at(iteration_), lr, stop_signal != 0);
     ++iteration_;  // the data position advances on skipped steps too
     const double ms =
@@ -357,6 +371,7 @@ int run(comm::MpiSession& session, int argc, char** argv) {
   }
   comm::MpiOptions mpi_options;
   mpi_options.ranks_per_node = options.ranks_per_node;
+  mpi_options.comm_timeout_s = options.comm_timeout;
   std::unique_ptr<comm::Communicator> world = session.world(mpi_options);
   return train(options, *world);
 }

@@ -166,6 +166,12 @@ void add_precision_and_cluster_groups(FlagParser& flags, TrainOptions& o, Values
   flags.add_switch("--deepspeed", &v.deepspeed, "accepted for DeepSpeed command lines; does nothing");
   flags.add_int("--ranks-per-node", &o.ranks_per_node,
                 "simulate nodes of K consecutive ranks (0 = real nodes)", 0, 1 << 20);
+  flags.add_double("--comm-timeout", &o.comm_timeout,
+                   "seconds a collective may make no progress before the rank names it and aborts the job "
+                   "(0 = never)",
+                   0, 1e9);
+  flags.add_int("--distributed-timeout-minutes", &v.timeout_minutes,
+                "Megatron's spelling of --comm-timeout, in minutes", 0, 1 << 20);
   flags.add_int("--threads", &o.threads, "CPU threads per rank (0 = all cores)", 0, 1024);
 }
 
@@ -236,6 +242,15 @@ class FlagOrJson {
   const DeepSpeedConfig& ds_;
   std::vector<std::string>& notes_;
 };
+
+void resolve_timeout(const FlagParser& flags, const Values& v, TrainOptions& o) {
+  if (!flags.given("--distributed-timeout-minutes")) return;
+  if (flags.given("--comm-timeout")) {
+    throw UsageError(
+        "--comm-timeout and --distributed-timeout-minutes set the same timeout; give one of them");
+  }
+  o.comm_timeout = 60.0 * v.timeout_minutes;
+}
 
 void check_parallelism(const Values& v) {
   if (v.tensor_parallel != 1 || v.pipeline_parallel != 1) {
@@ -397,6 +412,7 @@ TrainFlags::TrainFlags(FlagParser& flags, TrainOptions* options) : flags_(flags)
 
 void TrainFlags::finish(int world_size) {
   check_parallelism(v_);
+  resolve_timeout(flags_, v_, o_);
   world_size = apply_plan(v_, world_size, o_);
   DeepSpeedConfig ds;
   if (!o_.deepspeed_config.empty()) ds = read_deepspeed_config(o_.deepspeed_config);

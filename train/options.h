@@ -41,8 +41,9 @@ struct TrainOptions {
   double split_train = 1.0, split_valid = 0.0;  // --split as fractions of the windows (train first, in order)
   std::string vocab_file, merge_file;
   std::string deepspeed_config;
-  int ranks_per_node = 0;  // 0: detect real nodes
-  int threads = 0;         // 0: all cores
+  int ranks_per_node = 0;     // 0: detect real nodes
+  double comm_timeout = 600;  // --comm-timeout seconds without progress before the job is aborted; 0 = never
+  int threads = 0;            // 0: all cores
 
   int log_interval = 1;      // a progress line every N steps (DeepSpeed's steps_per_print)
   int eval_interval = 1000;  // validation loss every N steps (and at the end), Megatron's default
@@ -80,7 +81,7 @@ class TrainFlags {
 
   // The flags merged with JSON keys or converted after parsing; the rest go straight into TrainOptions.
   struct Values {
-    int micro = 4, stage = 0, tensor_parallel = 1, pipeline_parallel = 1;
+    int micro = 4, stage = 0, tensor_parallel = 1, pipeline_parallel = 1, timeout_minutes = 0;
     int64_t global = 0, warmup = 0, decay_iters = 0;
     double lr = 6e-4, min_lr = 0, clip = 1.0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
     std::string decay_style = "constant", gpu_memory = "32GB", intra_bw = "150GB/s", inter_bw = "100Gb/s";

@@ -166,6 +166,7 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
   const bool local_nonfinite = !gradients_->take_local_finite();
   float totals[4] = {float(loss_sum), float(local_sum_of_squares()),
                      local_overflow() || local_nonfinite ? 1.0f : 0.0f, stop_request ? 1.0f : 0.0f};
+  const comm::OperationLabel serving("the step's agreement on loss, norm and overflow");
   dp_.all_reduce(totals, DType::kF32, 4, 1.0f, comm::Phase::kOther).wait();
   result.stop = totals[3] > 0;
   result.loss = totals[0] / (double(k) * dp_.size());

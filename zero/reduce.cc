@@ -126,6 +126,9 @@ void GradientReducer::post(int bucket) {
   p.recv = context_.wire.allocate("gradient bucket (result)", "buffers", p.recv_bytes);
   current_send_ = nullptr;
   const int64_t chunk = bucket_shard_elements_[bucket];
+  std::string label = "bucket " + std::to_string(bucket) + ": " + names_[buckets_[bucket].front()];
+  if (buckets_[bucket].size() > 1) label += ".." + names_[buckets_[bucket].back()];
+  const comm::OperationLabel serving(label);  // for the watchdog's message
   if (qgz_node_) {
     bool finite = true;
     qgz_start(context_, *qgz_node_, *qgz_cross_, static_cast<const float*>(p.send), chunk, qgz_block_, p.qgz,
@@ -134,8 +137,6 @@ void GradientReducer::post(int bucket) {
   } else {
     p.request = dp_.reduce_scatter(p.send, precision_, p.recv, size_t(chunk), 1.0f, comm::Phase::kGradReduce);
   }
-  std::string label = "bucket " + std::to_string(bucket) + ": " + names_[buckets_[bucket].front()];
-  if (buckets_[bucket].size() > 1) label += ".." + names_[buckets_[bucket].back()];
   events_.add(EngineEvent::Kind::kPostReduce, label, true);
   pending_.push_back(std::move(p));
   // Without overlap every reduction is waited for at once; with it, at most two are in flight.
@@ -147,6 +148,7 @@ void GradientReducer::complete_oldest() {
   Pending p = std::move(pending_.front());
   pending_.pop_front();
   if (qgz_node_) {
+    const comm::OperationLabel serving("bucket " + std::to_string(p.bucket) + " (qgZ's cross-node hop)");
     qgz_finish(context_, *qgz_node_, *qgz_cross_, qgz_block_, p.qgz, static_cast<float*>(p.recv),
                comm::Phase::kGradReduce);
   } else {
