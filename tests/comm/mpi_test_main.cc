@@ -36,6 +36,9 @@ int main(int argc, char** argv) {
   using namespace gpt::comm;
   MpiSession session(argc, argv);
   MpiOptions& options = testing::the_options;
+  // A hang names its collective and the peer it waits for (then aborts) before mpi_run.sh kills the job at
+  // 100 s without a word.
+  options.comm_timeout_s = 60;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--ranks-per-node") == 0) options.ranks_per_node = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--max-message-bytes") == 0) options.max_message_bytes = std::atoll(argv[i + 1]);

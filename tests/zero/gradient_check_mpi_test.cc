@@ -147,13 +147,20 @@ std::vector<double> reference_gradient(GPT2<double>& model, int world_size) {
   return model.grads;
 }
 
-TEST_CASE("ZeRO-3 in fp64: the sharded loop's reduced gradients equal the single-process model's") {
+// The tiny model with its norms and biases perturbed (gradient_check.h); one thread, as the model is tiny.
+std::unique_ptr<GPT2<double>> checked_model(const GPTConfig& config) {
   cpu::set_num_threads(1);
+  auto model = std::make_unique<GPT2<double>>(config, kMicroBatch);
+  model->init(1234);
+  test::perturb_norms_and_biases(*model);
+  return model;
+}
+
+TEST_CASE("ZeRO-3 in fp64: the sharded loop's reduced gradients equal the single-process model's") {
   comm::Communicator& world = comm::testing::world();
   const GPTConfig config = test::tiny_config();
-  GPT2<double> model(config, kMicroBatch);
-  model.init(1234);
-  test::perturb_norms_and_biases(model);
+  const std::unique_ptr<GPT2<double>> made = checked_model(config);
+  GPT2<double>& model = *made;
   const std::vector<double> expected = reference_gradient(model, world.size());
   for (bool checkpoint : {false, true}) {
     ShardedModel sharded(config, stage3_fp64(checkpoint), world);
@@ -179,12 +186,10 @@ TEST_CASE("ZeRO-3 in fp64: the sharded loop's reduced gradients equal the single
 }
 
 TEST_CASE("ZeRO-3 in fp64: the sharded loop's gradients match central differences of the sharded loss") {
-  cpu::set_num_threads(1);
   comm::Communicator& world = comm::testing::world();
   const GPTConfig config = test::tiny_config();
-  GPT2<double> model(config, kMicroBatch);
-  model.init(1234);
-  test::perturb_norms_and_biases(model);
+  const std::unique_ptr<GPT2<double>> made = checked_model(config);
+  GPT2<double>& model = *made;
   ShardedModel sharded(config, stage3_fp64(false), world);
   const Batch batch = batch_of(world.rank(), config);
   sharded.set_weights(model.params);
