@@ -144,6 +144,7 @@ int run(gpt::comm::MpiSession& session, int argc, char** argv) {
   if (!parse(argc, argv, session.world_size(), o, bench)) return 0;
   gpt::comm::MpiOptions mpi;
   mpi.ranks_per_node = o.ranks_per_node;
+  mpi.comm_timeout_s = o.comm_timeout;
   auto world = session.world(mpi);
   if (o.threads > 0) gpt::cpu::set_num_threads(o.threads);
   std::unique_ptr<gpt::data::ValidLoader> valid;
