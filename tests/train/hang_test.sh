@@ -2,7 +2,8 @@
 # No hang: on 4 ranks (2 simulated nodes x 2), rank 2 stops before step 3 (GPT_FAULT=hang:3:2); with
 # --comm-timeout 20 the ranks that wait for it name the stalled collective, its phase and unit and the rank they
 # wait for, and abort the whole job, which exits non-zero within 40 s. --comm-timeout and
-# --distributed-timeout-minutes together are refused (they set the same timeout).
+# --distributed-timeout-minutes together are refused (they set the same timeout), and so is a GPT_FAULT this
+# build does not inject.
 # Arg: path of gpt_train.
 set -uo pipefail
 TRAIN=$1
@@ -24,5 +25,10 @@ timeout 60 mpiexec -n 1 "$TRAIN" "${ARGS[@]}" --ranks-per-node 1 --comm-timeout 
   >/dev/null 2>"$TMP/both"
 rc=$?
 [[ $rc == 2 ]] && grep -q "give one of them" "$TMP/both" || fail "both timeouts: exit $rc: $(cat "$TMP/both")"
+# A GPT_FAULT this build does not know is refused in one line, not ignored.
+GPT_FAULT=hang:3 timeout 60 mpiexec -n 1 "$TRAIN" "${ARGS[@]}" --ranks-per-node 1 >/dev/null 2>"$TMP/bogus"
+rc=$?
+[[ $rc == 2 ]] && grep -q "GPT_FAULT=hang:3 is not a fault this build injects" "$TMP/bogus" ||
+  fail "unknown fault: exit $rc: $(cat "$TMP/bogus")"
 ((failures == 0)) && echo "a hung rank ends the job in $took s: $(grep -m1 'no progress' "$TMP/err")"
 exit $((failures > 0))
