@@ -26,9 +26,7 @@ bool parse(int argc, char** argv, Options& o) {
       "bench/generate",
       "Times greedy generation with and without the key/value cache (GPT-2 124M by default).");
   gpt::add_model_flags(flags, &o.config, gpt::SeqLengthFlag::kNo);
-  flags.add_alias("--layers", "--num-layers");
-  flags.add_alias("--hidden", "--hidden-size");
-  flags.add_alias("--heads", "--num-attention-heads");
+  gpt::add_short_model_aliases(flags);
   flags.add_int("--prompt-tokens", &o.prompt_tokens, "tokens of the (synthetic) prompt", 1, 1 << 20);
   flags.add_int("--new-tokens", &o.new_tokens, "tokens to generate", 1, 1 << 20);
   flags.add_int("--threads", &o.threads, "CPU threads", 1, 1024);

@@ -291,15 +291,19 @@ std::vector<int64_t> hub_shape(const ParamInfo& p, const GPTConfig& c) {
   return p.shape;
 }
 
+// dst [cols, rows] = src [rows, cols] transposed: Conv1D's [in, out] to our [out, in], and back.
+void transpose_into(const float* src, int64_t rows, int64_t cols, float* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+}
+
 // values (hub layout) into the model layout at p.
 void place(const ParamInfo& p, const std::vector<float>& values, float* params) {
-  if (!is_conv1d(p.name)) {
+  if (is_conv1d(p.name)) {
+    transpose_into(values.data(), p.shape[1], p.shape[0], params + p.offset);
+  } else {
     std::copy(values.begin(), values.end(), params + p.offset);  // wte's padding rows stay zero
-    return;
   }
-  const int64_t out = p.shape[0], in = p.shape[1];
-  for (int64_t i = 0; i < in; ++i)
-    for (int64_t o = 0; o < out; ++o) params[p.offset + o * in + i] = values[i * out + o];
 }
 
 bool ignored(const std::string& name) {
@@ -384,9 +388,7 @@ void write_safetensors_model(const std::string& path, const GPTConfig& config,
     std::vector<float> values(static_cast<size_t>(numel));
     const float* src = params.data() + p.offset;
     if (is_conv1d(p.name)) {
-      const int64_t out = p.shape[0], in = p.shape[1];
-      for (int64_t i = 0; i < in; ++i)
-        for (int64_t o = 0; o < out; ++o) values[i * out + o] = src[o * in + i];
+      transpose_into(src, p.shape[0], p.shape[1], values.data());
     } else {
       std::copy(src, src + numel, values.begin());  // wte: the first V rows, without the padding
     }

@@ -43,8 +43,8 @@ struct GenerateOptions {
   std::string vocab_file = data::default_vocab_file();
   std::string merge_file = data::default_merge_file();
   int threads = 0;
-  bool kv_cache = true;  // --no-kv-cache turns it off
-  int heads = 0;         // for a model.safetensors without config.json
+  bool no_kv_cache = false;
+  int heads = 0;  // for a model.safetensors without config.json
 };
 
 // Returns false when --help was printed.
@@ -71,11 +71,9 @@ bool parse_options(int argc, const char* const* argv, GenerateOptions& o) {
   flags.add_string("--merge-file", &o.merge_file, "GPT-2 vocab.bpe (from $GPT_DATA_DIR)");
   flags.add_switch("--print-ids", &o.print_ids, "after the text, print the prompt's and the new tokens' ids");
   flags.add_int("--threads", &o.threads, "CPU threads (0 = all cores)", 0, 1024);
-  bool no_kv_cache = false;
-  flags.add_switch("--no-kv-cache", &no_kv_cache,
+  flags.add_switch("--no-kv-cache", &o.no_kv_cache,
                    "run the full forward over the window for every new token (no key/value cache)");
   if (!flags.parse(argc, argv)) return false;
-  o.kv_cache = !no_kv_cache;
   if (o.model_file.empty() == o.load_dir.empty()) {
     throw UsageError(std::string(o.model_file.empty() ? "no model given" : "both --model and --load given") +
                      ": pass exactly one of --model FILE and --load DIR");
@@ -153,7 +151,7 @@ std::vector<int32_t> prompt_ids(data::Tokenizer& tokenizer, const std::string& p
 void sample(GPT2<float>& model, const data::Tokenizer& tokenizer, const GenerateOptions& o,
             std::vector<int32_t>& ids) {
   const uint64_t key = random::derive_key(static_cast<uint64_t>(o.seed), 0x67656e657261ULL);  // "genera"
-  NextTokenLogits next_logits(model, o.kv_cache);
+  NextTokenLogits next_logits(model, !o.no_kv_cache);
   std::vector<int32_t> candidates;
   for (int step = 0; step < o.max_new_tokens; ++step) {
     const float* logits = next_logits(ids);

@@ -20,12 +20,16 @@ void add_model_flags(FlagParser& flags, GPTConfig* config, SeqLengthFlag seq_len
   flags.add_int("--vocab-size", &config->vocab, "vocabulary (padded to a multiple of 128 inside)", 2, 65536);
 }
 
-void add_bench_shape_flags(FlagParser& flags, GPTConfig* config, int* micro_batch,
-                           const std::string& batch_help) {
-  add_model_flags(flags, config);
+void add_short_model_aliases(FlagParser& flags) {
   flags.add_alias("--layers", "--num-layers");
   flags.add_alias("--hidden", "--hidden-size");
   flags.add_alias("--heads", "--num-attention-heads");
+}
+
+void add_bench_shape_flags(FlagParser& flags, GPTConfig* config, int* micro_batch,
+                           const std::string& batch_help) {
+  add_model_flags(flags, config);
+  add_short_model_aliases(flags);
   flags.add_alias("--seq", "--seq-length");
   flags.add_int("--micro-batch-size", micro_batch, batch_help, 1, 1 << 16);
   flags.add_alias("--batch", "--micro-batch-size");
