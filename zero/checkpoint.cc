@@ -11,27 +11,18 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include <iterator>
 #include <sstream>
 #include <vector>
 
 #include "base/fault.h"
+#include "zero/checkpoint_manifest.h"
 #include "zero/sha256.h"
 
 namespace gpt {
 namespace {
 
 namespace fs = std::filesystem;
-using json = nlohmann::ordered_json;
-
-constexpr const char* kFormat = "gpt-zeropp checkpoint";
-constexpr int kVersion = 1;
-
-std::string shard_name(int shard, int shards) {
-  char name[64];
-  std::snprintf(name, sizeof name, "shard_%05d_of_%05d.bin", shard, shards);
-  return name;
-}
 
 // GPT_FAULT=crash_after:POINT (base/fault.h): rank 0 dies right after that point of a save.
 void fault_point(const char* point, const comm::Communicator& world) {
@@ -68,14 +59,6 @@ void write_text_atomically(const std::string& path, const std::string& text) {
   }
 }
 
-json model_json(const GPTConfig& m) {
-  return {{"num_layers", m.num_layers},
-          {"hidden", m.hidden},
-          {"heads", m.heads},
-          {"max_positions", m.max_positions},
-          {"vocab", m.vocab}};
-}
-
 // Gathers a string (at most kSlot bytes) from every rank to every rank.
 constexpr size_t kSlot = 1024;
 std::vector<std::string> gather_strings(comm::Communicator& world, const std::string& mine) {
@@ -101,7 +84,7 @@ void agree_on_rank0(comm::Communicator& world, std::string problem) {
 }
 
 // DIR/latest names the checkpoint; DIR may also be a checkpoint itself. Returns its path and manifest.
-std::pair<fs::path, json> read_manifest(const std::string& dir) {
+std::pair<fs::path, CheckpointManifest> read_manifest(const std::string& dir) {
   fs::path path = dir;
   if (!fs::exists(path / "manifest.json")) {
     std::ifstream latest(path / "latest");
@@ -113,24 +96,16 @@ std::pair<fs::path, json> read_manifest(const std::string& dir) {
     path = path / tag;
   }
   const std::string manifest_path = (path / "manifest.json").string();
-  try {
-    std::ifstream in(manifest_path);
-    if (!in) throw CheckpointError(manifest_path + ": cannot read (" + std::strerror(errno) + ")");
-    json manifest = json::parse(in);
-    if (manifest.at("format") != kFormat || manifest.at("version") != kVersion) {
-      throw CheckpointError(manifest_path + ": not a gpt-zeropp checkpoint of version " +
-                            std::to_string(kVersion));
-    }
-    return {path, manifest};
-  } catch (const json::exception& e) {
-    throw CheckpointError(manifest_path + ": not a valid manifest (" + e.what() + ")");
-  }
+  std::ifstream in(manifest_path, std::ios::binary);
+  if (!in) throw CheckpointError(manifest_path + ": cannot read (" + std::strerror(errno) + ")");
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return {path, parse_manifest(text, manifest_path)};
 }
 
-// Empty when shard file p matches the manifest's sha256; otherwise the one-line problem.
-std::string check_shard(const fs::path& path, const json& files, int p) {
-  const std::string file = (path / files.at(p).at("name").get<std::string>()).string();
-  const std::string expected = files.at(p).at("sha256");
+// Empty when the shard file matches the manifest's sha256; otherwise the one-line problem.
+std::string check_shard(const fs::path& path, const CheckpointManifest::ShardFile& shard) {
+  const std::string file = (path / shard.name).string();
+  const std::string& expected = shard.sha256;
   try {
     const std::string actual = sha256_file(file);
     if (actual == expected) return "";
@@ -146,38 +121,23 @@ std::string check_shard(const fs::path& path, const json& files, int p) {
 CheckpointWeights read_checkpoint_weights(const std::string& dir) {
   const auto [path, manifest] = read_manifest(dir);
   CheckpointWeights out;
-  try {
-    const json& m = manifest.at("model");
-    out.model.num_layers = m.at("num_layers");
-    out.model.hidden = m.at("hidden");
-    out.model.heads = m.at("heads");
-    out.model.max_positions = m.at("max_positions");
-    out.model.seq_len = out.model.max_positions;
-    out.model.vocab = m.at("vocab");
-    const json& files = manifest.at("files");
-    const json& units = manifest.at("units");
-    const int shards = manifest.at("num_shards");
-    const int64_t total = manifest.at("shard_total");
-    const ParamTable table = make_param_table(out.model);
-    if (units.size() != table.units.size()) throw CheckpointError(path.string() + ": unit count differs");
-    out.params.assign(table.total, 0.0f);
-    std::vector<float> shard(total);
-    for (int p = 0; p < shards; ++p) {
-      if (std::string problem = check_shard(path, files, p); !problem.empty()) throw CheckpointError(problem);
-      const std::string file = (path / files.at(p).at("name").get<std::string>()).string();
-      std::ifstream in(file, std::ios::binary);
-      in.read(reinterpret_cast<char*>(shard.data()), std::streamsize(total * sizeof(float)));  // the master
-      if (!in) throw CheckpointError(file + ": short read");
-      for (size_t u = 0; u < units.size(); ++u) {
-        const int64_t s = units[u].at("shard"), offset = units[u].at("shard_offset"),
-                      numel = units[u].at("numel");
-        const int64_t first = std::min(int64_t(p) * s, numel), last = std::min(first + s, numel);
-        std::copy(shard.begin() + offset, shard.begin() + offset + (last - first),
-                  out.params.begin() + table.units[u].offset + first);
-      }
+  out.model = manifest.model;
+  const ParamTable table = make_param_table(out.model);
+  out.params.assign(table.total, 0.0f);
+  std::vector<float> shard(manifest.shard_total);
+  for (int p = 0; p < manifest.num_shards(); ++p) {
+    const CheckpointManifest::ShardFile& file = manifest.files[p];
+    if (std::string problem = check_shard(path, file); !problem.empty()) throw CheckpointError(problem);
+    std::ifstream in(path / file.name, std::ios::binary);
+    in.read(reinterpret_cast<char*>(shard.data()), std::streamsize(shard.size() * sizeof(float)));  // the master
+    if (!in) throw CheckpointError((path / file.name).string() + ": short read");
+    for (size_t u = 0; u < manifest.units.size(); ++u) {
+      const CheckpointManifest::Unit& unit = manifest.units[u];
+      const int64_t first = std::min(int64_t(p) * unit.shard, unit.numel);
+      const int64_t last = std::min(first + unit.shard, unit.numel);
+      std::copy(shard.begin() + unit.shard_offset, shard.begin() + unit.shard_offset + (last - first),
+                out.params.begin() + table.units[u].offset + first);
     }
-  } catch (const json::exception& e) {
-    throw CheckpointError(path.string() + "/manifest.json: missing or malformed field (" + e.what() + ")");
   }
   return out;
 }
@@ -185,44 +145,26 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
 namespace {
 
 // The manifest of a save: training position, loss scaler, model, partition and each shard file's digest.
-json make_manifest(const ZeroEngine& engine, int world_size, const TrainingPosition& position,
-                   const std::vector<std::string>& digests) {
+CheckpointManifest make_manifest(const ZeroEngine& engine, int world_size, const TrainingPosition& position,
+                                 const std::vector<std::string>& digests) {
   const Partition& partition = engine.partition();
-  json manifest;
-  manifest["format"] = kFormat;
-  manifest["version"] = kVersion;
-  manifest["iteration"] = position.iteration;
-  manifest["skipped_total"] = position.skipped_total;
-  manifest["global_batch"] = position.global_batch;
-  manifest["seed"] = position.seed;
-  manifest["applied_steps"] = engine.applied_steps();
-  const LossScaler::State s = engine.loss_scaler().state();
-  manifest["loss_scaler"] = {{"scale", s.scale},
-                             {"hysteresis_left", s.hysteresis_left},
-                             {"iteration", s.iteration},
-                             {"last_overflow_iteration", s.last_overflow_iteration}};
-  manifest["model"] = model_json(engine.model());
-  manifest["world_size"] = world_size;
-  manifest["zero"] = {{"stage", engine.config().stage},
-                      {"precision", precision_name(engine.config().precision)}};
-  manifest["num_shards"] = partition.num_shards();
-  manifest["shard_total"] = partition.shard_total();
-  json units = json::array();
+  CheckpointManifest manifest;
+  manifest.position = position;
+  manifest.applied_steps = engine.applied_steps();
+  manifest.scaler = engine.loss_scaler().state();
+  manifest.model = engine.model();
+  manifest.world_size = world_size;
+  manifest.stage = engine.config().stage;
+  manifest.precision = precision_name(engine.config().precision);
   for (size_t u = 0; u < partition.units().size(); ++u) {
     const UnitPartition& p = partition.unit(int(u));
-    units.push_back({{"name", engine.table().units[u].name},
-                     {"numel", p.numel},
-                     {"shard", p.shard},
-                     {"shard_offset", p.shard_offset}});
+    manifest.units.push_back({engine.table().units[u].name, p.numel, p.shard, p.shard_offset});
   }
-  manifest["units"] = units;
-  json files = json::array();
+  manifest.shard_total = partition.shard_total();
   for (int r = 0; r < partition.num_shards(); ++r) {
-    files.push_back({{"name", shard_name(r, partition.num_shards())},
-                     {"bytes", 3 * partition.shard_total() * int64_t(sizeof(float))},
-                     {"sha256", digests[r]}});
+    manifest.files.push_back({shard_file_name(r, partition.num_shards()),
+                              3 * partition.shard_total() * int64_t(sizeof(float)), digests[r]});
   }
-  manifest["files"] = files;
   return manifest;
 }
 
@@ -265,7 +207,7 @@ std::string write_own_shard(ZeroEngine& engine, comm::Communicator& world, const
   if (world.rank() >= shards) return "ok";
   const ZeroEngine::ShardState state = engine.shard_state();
   const size_t bytes = size_t(state.size) * sizeof(float);
-  const std::string file = (tmp_path / shard_name(engine.shard_index(), shards)).string();
+  const std::string file = (tmp_path / shard_file_name(engine.shard_index(), shards)).string();
   try {
     if (fault_save_fails(world.rank())) throw CheckpointError(file + ": write failed (GPT_FAULT save_fail)");
     write_file(file, {{state.master, bytes}, {state.adam_m, bytes}, {state.adam_v, bytes}});
@@ -301,8 +243,8 @@ std::vector<std::string> agree_shards_written(comm::Communicator& world, const s
 void publish(ZeroEngine& engine, comm::Communicator& world, const std::string& dir, const std::string& name,
              const fs::path& tmp_path, const fs::path& final_path, const TrainingPosition& position,
              const std::vector<std::string>& digests, int keep) {
-  const json manifest = make_manifest(engine, world.size(), position, digests);
-  write_text_atomically((tmp_path / "manifest.json").string(), manifest.dump(1) + "\n");
+  const CheckpointManifest manifest = make_manifest(engine, world.size(), position, digests);
+  write_text_atomically((tmp_path / "manifest.json").string(), manifest_text(manifest));
   fault_point("manifest", world);
   std::error_code ec;
   fs::remove_all(final_path, ec);  // an older save of the same iteration
@@ -339,35 +281,29 @@ std::string save_checkpoint(ZeroEngine& engine, comm::Communicator& world, const
 namespace {
 
 // The training position, loss scaler and world size a manifest records, once its model is checked.
-LoadedCheckpoint read_position(const json& manifest, const std::string& manifest_path,
+LoadedCheckpoint read_position(const CheckpointManifest& manifest, const std::string& manifest_path,
                                const GPTConfig& model) {
-  LoadedCheckpoint loaded;
-  try {
-    if (manifest.at("model") != model_json(model)) {
-      throw CheckpointError(manifest_path + ": made for the model " + manifest.at("model").dump() +
-                            ", but the flags describe " + model_json(model).dump() +
-                            "; pass the model flags the checkpoint was trained with");
-    }
-    loaded.position.iteration = manifest.at("iteration");
-    loaded.position.skipped_total = manifest.at("skipped_total");
-    loaded.position.global_batch = manifest.at("global_batch");
-    loaded.position.seed = manifest.at("seed");
-    loaded.applied_steps = manifest.at("applied_steps");
-    const json& s = manifest.at("loss_scaler");
-    loaded.scaler = {s.at("scale"), s.at("hysteresis_left"), s.at("iteration"),
-                     s.at("last_overflow_iteration")};
-    loaded.saved_world_size = manifest.at("world_size");
-  } catch (const json::exception& e) {
-    throw CheckpointError(manifest_path + ": missing or malformed field (" + e.what() + ")");
+  if (model_shape_text(manifest.model) != model_shape_text(model)) {
+    throw CheckpointError(manifest_path + ": made for the model " + model_shape_text(manifest.model) +
+                          ", but the flags describe " + model_shape_text(model) +
+                          "; pass the model flags the checkpoint was trained with");
   }
+  LoadedCheckpoint loaded;
+  loaded.position = manifest.position;
+  loaded.applied_steps = manifest.applied_steps;
+  loaded.scaler = manifest.scaler;
+  loaded.saved_world_size = manifest.world_size;
   return loaded;
 }
 
 // Rank 0 checks every shard file against the manifest and tells everyone, so all ranks stop together.
-void agree_shards_intact(comm::Communicator& world, const fs::path& path, const json& files, int old_shards) {
+void agree_shards_intact(comm::Communicator& world, const fs::path& path, const CheckpointManifest& manifest) {
   std::string problem;
   if (world.rank() == 0) {
-    for (int p = 0; p < old_shards && problem.empty(); ++p) problem = check_shard(path, files, p);
+    for (const auto& file : manifest.files) {
+      problem = check_shard(path, file);
+      if (!problem.empty()) break;
+    }
   }
   agree_on_rank0(world, problem);
 }
@@ -375,23 +311,20 @@ void agree_shards_intact(comm::Communicator& world, const fs::path& path, const 
 // Reads this rank's ranges of every unit (master, and Adam's moments unless weights_only) from the old
 // shards that hold them: unit u's element x sits in old shard x / old_shard, at its shard_offset +
 // x % old_shard.
-void read_owned_ranges(const fs::path& path, const json& manifest, const Partition& partition, int me,
-                       const ZeroEngine::ShardState& state, bool weights_only) {
-  const int old_shards = manifest.at("num_shards");
-  const int64_t old_total = manifest.at("shard_total");
-  const json& old_units = manifest.at("units");
-  const json& files = manifest.at("files");
-  std::vector<int> fds(old_shards, -1);
+void read_owned_ranges(const fs::path& path, const CheckpointManifest& manifest, const Partition& partition,
+                       int me, const ZeroEngine::ShardState& state, bool weights_only) {
+  const int64_t old_total = manifest.shard_total;
+  std::vector<int> fds(manifest.num_shards(), -1);
   auto open_shard = [&](int p) {
     if (fds[p] >= 0) return fds[p];
-    const std::string file = (path / files.at(p).at("name").get<std::string>()).string();
+    const std::string file = (path / manifest.files[p].name).string();
     fds[p] = ::open(file.c_str(), O_RDONLY);
     if (fds[p] < 0) throw CheckpointError(file + ": cannot open (" + std::strerror(errno) + ")");
     return fds[p];
   };
   for (size_t u = 0; u < partition.units().size(); ++u) {
     const UnitPartition& now = partition.unit(int(u));
-    const int64_t old_shard = old_units[u].at("shard"), old_offset = old_units[u].at("shard_offset");
+    const int64_t old_shard = manifest.units[u].shard, old_offset = manifest.units[u].shard_offset;
     const int64_t first = std::min(int64_t(me) * now.shard, now.numel);
     const int64_t last = std::min(first + now.shard, now.numel);
     for (int64_t x = first; x < last;) {
@@ -405,7 +338,7 @@ void read_owned_ranges(const fs::path& path, const json& manifest, const Partiti
         const size_t bytes = size_t(run) * sizeof(float);
         char* dst = reinterpret_cast<char*>(targets[array] + now.shard_offset + (x - first));
         if (::pread(fd, dst, bytes, offset) != ssize_t(bytes)) {
-          throw CheckpointError(files.at(p).at("name").get<std::string>() + ": short read");
+          throw CheckpointError(manifest.files[p].name + ": short read");
         }
       }
       x += run;
@@ -426,15 +359,13 @@ LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, 
   loaded.path = path.string();
 
   const Partition& partition = engine.partition();
-  if (manifest.at("units").size() != partition.units().size())
-    throw CheckpointError(manifest_path + ": unit count differs");
   ZeroEngine::ShardState state = engine.shard_state();
   std::fill(state.master, state.master + state.size, 0.0f);
   if (!weights_only) {
     std::fill(state.adam_m, state.adam_m + state.size, 0.0f);
     std::fill(state.adam_v, state.adam_v + state.size, 0.0f);
   }
-  agree_shards_intact(world, path, manifest.at("files"), manifest.at("num_shards"));
+  agree_shards_intact(world, path, manifest);
   read_owned_ranges(path, manifest, partition, engine.shard_index(), state, weights_only);
   if (!weights_only) engine.set_training_state(loaded.applied_steps, loaded.scaler);
   engine.commit_shard_state();

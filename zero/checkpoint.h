@@ -13,27 +13,12 @@
 #include <string>
 #include <vector>
 
-#include "base/user_error.h"
-
 #include "comm/communicator.h"
+#include "zero/checkpoint_manifest.h"
 #include "zero/engine.h"
 #include "zero/loss_scaler.h"
 
 namespace gpt {
-
-// A checkpoint that cannot be used: missing, truncated, altered, or made for another model. what() is one
-// line naming the file and the problem; the trainer prints it and exits with code 2.
-struct CheckpointError : UsageError {
-  using UsageError::UsageError;
-};
-
-// The training position a checkpoint carries besides the engine's state.
-struct TrainingPosition {
-  int64_t iteration = 0;  // optimizer iterations done, skipped ones included (the data position is this x G)
-  int64_t skipped_total = 0;  // skipped iterations so far
-  int64_t global_batch = 0;   // G, sequences per iteration: a resume must use the same
-  uint64_t seed = 0;          // the data order and dropout masks depend on it
-};
 
 // Collective over the engine's communicator. Writes DIR/global_step{iteration} and points DIR/latest at it;
 // then removes the oldest checkpoints so that `keep` remain (0 keeps all). Returns the checkpoint's path.

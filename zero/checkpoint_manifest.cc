@@ -1,0 +1,226 @@
+// Writing and strictly reading a checkpoint's manifest; see checkpoint_manifest.h.
+#include "zero/checkpoint_manifest.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "model/params.h"
+#include "zero/partition.h"
+
+namespace gpt {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+constexpr const char* kFormat = "gpt-zeropp checkpoint";
+constexpr int kVersion = 1;
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+const char* const kPrecisions[] = {"fp32", "fp16", "bf16", "fp64"};
+
+// Reads fields strictly: a missing field, a wrong type or a value out of range is one CheckpointError naming
+// the manifest and the field ("model.hidden", "units[3].shard").
+class FieldReader {
+ public:
+  explicit FieldReader(const std::string& path) : path_(path) {}
+
+  [[noreturn]] void fail(const std::string& problem) const {
+    throw CheckpointError(path_ + ": " + problem +
+                          "; the manifest is damaged or was edited: load another checkpoint");
+  }
+
+  const json& at(const json& object, const std::string& where, const char* key) const {
+    const auto it = object.find(key);
+    if (it == object.end()) fail("missing field " + where + key);
+    return *it;
+  }
+  const json& object(const json& parent, const std::string& where, const char* key) const {
+    const json& value = at(parent, where, key);
+    if (!value.is_object()) fail(where + key + " is not an object");
+    return value;
+  }
+  const json& array(const json& parent, const std::string& where, const char* key) const {
+    const json& value = at(parent, where, key);
+    if (!value.is_array()) fail(where + key + " is not an array");
+    return value;
+  }
+  int64_t integer(const json& parent, const std::string& where, const char* key, int64_t lo, int64_t hi) const {
+    const json& value = at(parent, where, key);
+    const bool fits = value.is_number_integer() &&
+                      !(value.is_number_unsigned() && value.get<uint64_t>() > uint64_t(kInt64Max));
+    if (!fits || value.get<int64_t>() < lo || value.get<int64_t>() > hi) {
+      fail(where + key + " is " + value.dump() + ", not an integer in [" + std::to_string(lo) + ", " +
+           std::to_string(hi) + "]");
+    }
+    return value.get<int64_t>();
+  }
+  uint64_t unsigned_integer(const json& parent, const std::string& where, const char* key) const {
+    const json& value = at(parent, where, key);
+    if (!value.is_number_unsigned()) fail(where + key + " is " + value.dump() + ", not an unsigned integer");
+    return value.get<uint64_t>();
+  }
+  double positive_number(const json& parent, const std::string& where, const char* key) const {
+    const json& value = at(parent, where, key);
+    if (!value.is_number() || !std::isfinite(value.get<double>()) || value.get<double>() <= 0) {
+      fail(where + key + " is " + value.dump() + ", not a positive number");
+    }
+    return value.get<double>();
+  }
+  std::string string(const json& parent, const std::string& where, const char* key) const {
+    const json& value = at(parent, where, key);
+    if (!value.is_string()) fail(where + key + " is " + value.dump() + ", not a string");
+    return value.get<std::string>();
+  }
+
+ private:
+  const std::string& path_;
+};
+
+json model_json(const GPTConfig& m) {
+  return {{"num_layers", m.num_layers},
+          {"hidden", m.hidden},
+          {"heads", m.heads},
+          {"max_positions", m.max_positions},
+          {"vocab", m.vocab}};
+}
+
+void read_position(const FieldReader& r, const json& root, CheckpointManifest& m) {
+  m.position.iteration = r.integer(root, "", "iteration", 0, kInt64Max);
+  m.position.skipped_total = r.integer(root, "", "skipped_total", 0, kInt64Max);
+  m.position.global_batch = r.integer(root, "", "global_batch", 1, kInt64Max);
+  m.position.seed = r.unsigned_integer(root, "", "seed");
+  m.applied_steps = r.integer(root, "", "applied_steps", 0, kInt64Max);
+  const json& s = r.object(root, "", "loss_scaler");
+  m.scaler.scale = r.positive_number(s, "loss_scaler.", "scale");
+  m.scaler.hysteresis_left = int(r.integer(s, "loss_scaler.", "hysteresis_left", 0, 1 << 30));
+  m.scaler.iteration = r.integer(s, "loss_scaler.", "iteration", 0, kInt64Max);
+  m.scaler.last_overflow_iteration = r.integer(s, "loss_scaler.", "last_overflow_iteration", -1, kInt64Max);
+}
+
+// The model's shape, within the limits the llm.c reader also applies (every size then fits int64).
+void read_model(const FieldReader& r, const json& root, CheckpointManifest& m) {
+  const json& model = r.object(root, "", "model");
+  m.model.num_layers = int(r.integer(model, "model.", "num_layers", 1, 1 << 16));
+  m.model.hidden = int(r.integer(model, "model.", "hidden", 1, 1 << 20));
+  m.model.heads = int(r.integer(model, "model.", "heads", 1, 1 << 16));
+  m.model.max_positions = m.model.seq_len = int(r.integer(model, "model.", "max_positions", 1, 1 << 20));
+  m.model.vocab = int(r.integer(model, "model.", "vocab", 2, 1 << 16));
+  if (std::string problem = m.model.validate(); !problem.empty()) r.fail("model: " + problem);
+  const json& zero = r.object(root, "", "zero");
+  m.stage = int(r.integer(zero, "zero.", "stage", 0, 3));
+  m.precision = r.string(zero, "zero.", "precision");
+  if (std::find(std::begin(kPrecisions), std::end(kPrecisions), m.precision) == std::end(kPrecisions)) {
+    r.fail("zero.precision \"" + m.precision + "\" is not fp32, fp16, bf16 or fp64");
+  }
+}
+
+// The files, then the units: both must be exactly what the saving run's partition made.
+void read_partition(const FieldReader& r, const json& root, CheckpointManifest& m) {
+  m.world_size = int(r.integer(root, "", "world_size", 1, 1 << 20));
+  const int expected_shards = m.stage == 0 ? 1 : m.world_size;
+  const int shards = int(r.integer(root, "", "num_shards", expected_shards, expected_shards));
+  const json& units = r.array(root, "", "units");
+  const size_t expected_units = size_t(ParamTable::block_unit(m.model.num_layers - 1) + 2);  // + ln_f
+  if (units.size() != expected_units) {
+    r.fail("units has " + std::to_string(units.size()) + " entries; the model has " +
+           std::to_string(expected_units) + " gather units");
+  }
+  const ParamTable table = make_param_table(m.model);
+  const Partition partition(table, m.world_size, shards);
+  m.shard_total = r.integer(root, "", "shard_total", partition.shard_total(), partition.shard_total());
+  for (size_t u = 0; u < units.size(); ++u) {
+    const std::string where = "units[" + std::to_string(u) + "].";
+    if (!units[u].is_object()) r.fail(where + " is not an object");
+    const UnitPartition& expected = partition.unit(int(u));
+    CheckpointManifest::Unit unit;
+    unit.name = r.string(units[u], where, "name");
+    if (unit.name != table.units[u].name) r.fail(where + "name is not " + table.units[u].name);
+    unit.numel = r.integer(units[u], where, "numel", expected.numel, expected.numel);
+    unit.shard = r.integer(units[u], where, "shard", expected.shard, expected.shard);
+    unit.shard_offset = r.integer(units[u], where, "shard_offset", expected.shard_offset, expected.shard_offset);
+    m.units.push_back(unit);
+  }
+  const json& files = r.array(root, "", "files");
+  if (files.size() != size_t(shards)) {
+    r.fail("files has " + std::to_string(files.size()) + " entries for " + std::to_string(shards) + " shards");
+  }
+  const int64_t bytes = 3 * m.shard_total * int64_t(sizeof(float));
+  for (int p = 0; p < shards; ++p) {
+    const std::string where = "files[" + std::to_string(p) + "].";
+    if (!files[p].is_object()) r.fail(where + " is not an object");
+    CheckpointManifest::ShardFile file;
+    file.name = r.string(files[p], where, "name");
+    if (file.name != shard_file_name(p, shards)) r.fail(where + "name is not " + shard_file_name(p, shards));
+    file.bytes = r.integer(files[p], where, "bytes", bytes, bytes);
+    file.sha256 = r.string(files[p], where, "sha256");
+    if (file.sha256.size() != 64 || file.sha256.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      r.fail(where + "sha256 is not 64 lowercase hex digits");
+    }
+    m.files.push_back(file);
+  }
+}
+
+}  // namespace
+
+std::string shard_file_name(int shard, int shards) {
+  char name[64];
+  std::snprintf(name, sizeof name, "shard_%05d_of_%05d.bin", shard, shards);
+  return name;
+}
+
+std::string model_shape_text(const GPTConfig& model) { return model_json(model).dump(); }
+
+std::string manifest_text(const CheckpointManifest& m) {
+  json root;
+  root["format"] = kFormat;
+  root["version"] = kVersion;
+  root["iteration"] = m.position.iteration;
+  root["skipped_total"] = m.position.skipped_total;
+  root["global_batch"] = m.position.global_batch;
+  root["seed"] = m.position.seed;
+  root["applied_steps"] = m.applied_steps;
+  root["loss_scaler"] = {{"scale", m.scaler.scale},
+                         {"hysteresis_left", m.scaler.hysteresis_left},
+                         {"iteration", m.scaler.iteration},
+                         {"last_overflow_iteration", m.scaler.last_overflow_iteration}};
+  root["model"] = model_json(m.model);
+  root["world_size"] = m.world_size;
+  root["zero"] = {{"stage", m.stage}, {"precision", m.precision}};
+  root["num_shards"] = m.num_shards();
+  root["shard_total"] = m.shard_total;
+  json units = json::array();
+  for (const CheckpointManifest::Unit& u : m.units) {
+    units.push_back({{"name", u.name}, {"numel", u.numel}, {"shard", u.shard}, {"shard_offset", u.shard_offset}});
+  }
+  root["units"] = units;
+  json files = json::array();
+  for (const CheckpointManifest::ShardFile& f : m.files) {
+    files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"sha256", f.sha256}});
+  }
+  root["files"] = files;
+  return root.dump(1) + "\n";
+}
+
+CheckpointManifest parse_manifest(std::string_view text, const std::string& path) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::exception& e) {
+    throw CheckpointError(path + ": not a valid manifest (" + e.what() + ")");
+  }
+  const FieldReader r(path);
+  if (!root.is_object()) r.fail("not a JSON object");
+  const auto format = root.find("format"), version = root.find("version");
+  if (format == root.end() || *format != kFormat || version == root.end() || *version != kVersion) {
+    throw CheckpointError(path + ": not a gpt-zeropp checkpoint of version " + std::to_string(kVersion));
+  }
+  CheckpointManifest m;
+  read_position(r, root, m);
+  read_model(r, root, m);
+  read_partition(r, root, m);
+  return m;
+}
+
+}  // namespace gpt

@@ -1,0 +1,75 @@
+// The manifest of a checkpoint (DIR/global_stepN/manifest.json): the training position, the loss scaler, the
+// model, the world size and ZeRO settings, the partition of every gather unit, and each shard file's name,
+// size and sha256. save_checkpoint writes it; every load reads it through parse_manifest. A manifest is
+// untrusted input (a user's file, perhaps truncated or edited by hand), so the reader checks every field's
+// type and range and recomputes the partition from the model and the world size; what it returns, the
+// loaders can trust (shard files named inside the checkpoint directory, offsets inside the shards).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/user_error.h"
+#include "model/config.h"
+#include "zero/loss_scaler.h"
+
+namespace gpt {
+
+// A checkpoint that cannot be used: missing, truncated, altered, or made for another model. what() is one
+// line naming the file and the problem; the trainer prints it and exits with code 2.
+struct CheckpointError : UsageError {
+  using UsageError::UsageError;
+};
+
+// The training position a checkpoint carries besides the engine's state.
+struct TrainingPosition {
+  int64_t iteration = 0;  // optimizer iterations done, skipped ones included (the data position is this x G)
+  int64_t skipped_total = 0;  // skipped iterations so far
+  int64_t global_batch = 0;   // G, sequences per iteration: a resume must use the same
+  uint64_t seed = 0;          // the data order and dropout masks depend on it
+};
+
+struct CheckpointManifest {
+  TrainingPosition position;
+  int64_t applied_steps = 0;  // optimizer steps applied (iterations minus fp16 overflow skips)
+  LossScaler::State scaler{};
+  GPTConfig model;  // seq_len = max_positions
+  int world_size = 0;
+  int stage = 0;
+  std::string precision;  // precision_name(): "fp32", "fp16", "bf16", "fp64"
+
+  // Partition(make_param_table(model), world_size, num_shards) of the run that saved, unit by unit.
+  struct Unit {
+    std::string name;
+    int64_t numel = 0, shard = 0, shard_offset = 0;
+  };
+  std::vector<Unit> units;
+  int64_t shard_total = 0;  // elements of each of master, m and v in one shard file
+
+  // One file per shard: master[shard_total] m[shard_total] v[shard_total] in fp32.
+  struct ShardFile {
+    std::string name;  // a plain file name inside the checkpoint directory
+    int64_t bytes = 0;
+    std::string sha256;  // 64 lowercase hex digits
+  };
+  std::vector<ShardFile> files;
+  int num_shards() const { return static_cast<int>(files.size()); }
+};
+
+// The name of shard file `shard` of `shards` in a checkpoint directory: "shard_00003_of_00008.bin".
+std::string shard_file_name(int shard, int shards);
+
+// The model shape as the manifest records it, as one line of JSON: two shapes are the same model when these
+// are equal (seq_len is a training setting, not part of the shape).
+std::string model_shape_text(const GPTConfig& model);
+
+// The manifest as save_checkpoint writes it: JSON, one key per line, ending with a newline.
+std::string manifest_text(const CheckpointManifest& manifest);
+
+// Parses and checks a manifest's text; `path` names it in messages. Throws CheckpointError (one line) for
+// anything but a consistent manifest of this format and version.
+CheckpointManifest parse_manifest(std::string_view text, const std::string& path);
+
+}  // namespace gpt
