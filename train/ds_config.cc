@@ -209,6 +209,8 @@ json parse_object(const std::string& text, const std::string& path) {
   } catch (const json::parse_error& e) {
     throw UsageError(path + ": malformed JSON at " + where(text, e.byte == 0 ? 0 : e.byte - 1) +
                      "; fix the syntax (DeepSpeed configs are plain JSON, no comments or trailing commas)");
+  } catch (const json::out_of_range& e) {  // a number beyond double's range, such as 1e999
+    throw UsageError(path + ": " + e.what() + "; write the number within double precision's range");
   }
   if (!root.is_object()) throw UsageError(path + ": the config must be a JSON object { ... }");
   return root;
