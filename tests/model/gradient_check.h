@@ -45,6 +45,13 @@ struct GradientCheckStats {
 // Compares analytic[i] with (-L(x+2h) + 8 L(x+h) - 8 L(x-h) + L(x-2h)) / 12h for every stride-th element of
 // each parameter tensor (starting at its first, so every tensor is covered). loss() runs the forward from
 // model.params. Bounds: relative error < 1e-5 where |g| > 1e-6, absolute error < 1e-9 elsewhere.
+// How many elements check_model_gradients visits at `stride`.
+inline int64_t elements_checked(const ParamTable& table, int64_t stride) {
+  int64_t count = 0;
+  for (const ParamInfo& p : table.params) count += (p.numel + stride - 1) / stride;
+  return count;
+}
+
 inline GradientCheckStats check_model_gradients(GPT2<double>& model, const std::vector<double>& analytic,
                                                 const std::function<double()>& loss, int64_t stride = 1) {
   const double h = 1e-3;

@@ -16,24 +16,15 @@
 #include <vector>
 
 #include "tensor/half.h"
+#include "tests/sanitized_build.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define GPT_SANITIZED_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define GPT_SANITIZED_BUILD 1
-#endif
-#endif
 
 namespace {
 
 constexpr uint32_t kBlock = 4096;  // patterns converted per call
 constexpr uint64_t kBlocks = (1ull << 32) / kBlock;
-#if defined(GPT_SANITIZED_BUILD)
-constexpr uint64_t kBlockStride = 16;  // a sample: every 16th block, each exponent still seen 128 times
-#else
-constexpr uint64_t kBlockStride = 1;
-#endif
+// In a sanitized build, a sample: every 16th block, each exponent still seen 128 times.
+constexpr uint64_t kBlockStride = gpt::test::kSanitizedBuild ? 16 : 1;
 
 struct SweepResult {
   uint64_t checked = 0;
