@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "data/tokenizer.h"
-#include "fuzz/tokenizer_support.h"
 #include "fuzz/fuzz_support.h"
+#include "fuzz/tokenizer_support.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   gpt::fuzz::load_tokenizer_or_exit();

@@ -129,7 +129,8 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
     const CheckpointManifest::ShardFile& file = manifest.files[p];
     if (std::string problem = check_shard(path, file); !problem.empty()) throw CheckpointError(problem);
     std::ifstream in(path / file.name, std::ios::binary);
-    in.read(reinterpret_cast<char*>(shard.data()), std::streamsize(shard.size() * sizeof(float)));  // the master
+    in.read(reinterpret_cast<char*>(shard.data()),
+            std::streamsize(shard.size() * sizeof(float)));  // the master
     if (!in) throw CheckpointError((path / file.name).string() + ": short read");
     for (size_t u = 0; u < manifest.units.size(); ++u) {
       const CheckpointManifest::Unit& unit = manifest.units[u];
@@ -297,7 +298,8 @@ LoadedCheckpoint read_position(const CheckpointManifest& manifest, const std::st
 }
 
 // Rank 0 checks every shard file against the manifest and tells everyone, so all ranks stop together.
-void agree_shards_intact(comm::Communicator& world, const fs::path& path, const CheckpointManifest& manifest) {
+void agree_shards_intact(comm::Communicator& world, const fs::path& path,
+                         const CheckpointManifest& manifest) {
   std::string problem;
   if (world.rank() == 0) {
     for (const auto& file : manifest.files) {

@@ -46,7 +46,8 @@ class FieldReader {
     if (!value.is_array()) fail(where + key + " is not an array");
     return value;
   }
-  int64_t integer(const json& parent, const std::string& where, const char* key, int64_t lo, int64_t hi) const {
+  int64_t integer(const json& parent, const std::string& where, const char* key, int64_t lo,
+                  int64_t hi) const {
     const json& value = at(parent, where, key);
     const bool fits = value.is_number_integer() &&
                       !(value.is_number_unsigned() && value.get<uint64_t>() > uint64_t(kInt64Max));
@@ -139,12 +140,14 @@ void read_partition(const FieldReader& r, const json& root, CheckpointManifest& 
     if (unit.name != table.units[u].name) r.fail(where + "name is not " + table.units[u].name);
     unit.numel = r.integer(units[u], where, "numel", expected.numel, expected.numel);
     unit.shard = r.integer(units[u], where, "shard", expected.shard, expected.shard);
-    unit.shard_offset = r.integer(units[u], where, "shard_offset", expected.shard_offset, expected.shard_offset);
+    unit.shard_offset =
+        r.integer(units[u], where, "shard_offset", expected.shard_offset, expected.shard_offset);
     m.units.push_back(unit);
   }
   const json& files = r.array(root, "", "files");
   if (files.size() != size_t(shards)) {
-    r.fail("files has " + std::to_string(files.size()) + " entries for " + std::to_string(shards) + " shards");
+    r.fail("files has " + std::to_string(files.size()) + " entries for " + std::to_string(shards) +
+           " shards");
   }
   const int64_t bytes = 3 * m.shard_total * int64_t(sizeof(float));
   for (int p = 0; p < shards; ++p) {
@@ -170,7 +173,9 @@ std::string shard_file_name(int shard, int shards) {
   return name;
 }
 
-std::string model_shape_text(const GPTConfig& model) { return model_json(model).dump(); }
+std::string model_shape_text(const GPTConfig& model) {
+  return model_json(model).dump();
+}
 
 std::string manifest_text(const CheckpointManifest& m) {
   json root;
@@ -192,7 +197,8 @@ std::string manifest_text(const CheckpointManifest& m) {
   root["shard_total"] = m.shard_total;
   json units = json::array();
   for (const CheckpointManifest::Unit& u : m.units) {
-    units.push_back({{"name", u.name}, {"numel", u.numel}, {"shard", u.shard}, {"shard_offset", u.shard_offset}});
+    units.push_back(
+        {{"name", u.name}, {"numel", u.numel}, {"shard", u.shard}, {"shard_offset", u.shard_offset}});
   }
   root["units"] = units;
   json files = json::array();

@@ -27,7 +27,7 @@ TEST_CASE("device memory of the checked backend faults outside ops and works ins
   const pid_t child = fork();
   REQUIRE(child >= 0);
   if (child == 0) {
-    std::signal(SIGSEGV, SIG_DFL);  // die of the signal itself, even where a sanitizer reports faults
+    std::signal(SIGSEGV, SIG_DFL);          // die of the signal itself, even where a sanitizer reports faults
     static_cast<float*>(t.data)[0] = 1.0f;  // outside any op: must fault
     _exit(0);
   }

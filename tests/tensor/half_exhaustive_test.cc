@@ -18,7 +18,6 @@
 #include "tensor/half.h"
 #include "tests/sanitized_build.h"
 
-
 namespace {
 
 constexpr uint32_t kBlock = 4096;  // patterns converted per call

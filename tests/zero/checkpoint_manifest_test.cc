@@ -77,7 +77,8 @@ TEST_CASE("damaged manifests are refused with the field named") {
   CHECK(error_after([](json& j) { j["loss_scaler"]["scale"] = 0; }).find("loss_scaler.scale") !=
         std::string::npos);
   CHECK(error_after([](json& j) { j["model"]["heads"] = 3; }).find("not divisible") != std::string::npos);
-  CHECK(error_after([](json& j) { j["model"]["hidden"] = 1 << 30; }).find("model.hidden") != std::string::npos);
+  CHECK(error_after([](json& j) { j["model"]["hidden"] = 1 << 30; }).find("model.hidden") !=
+        std::string::npos);
   CHECK(error_after([](json& j) { j["zero"]["precision"] = "fp8"; }).find("zero.precision") !=
         std::string::npos);
   CHECK(error_after([](json& j) { j["num_shards"] = 2; }).find("num_shards") != std::string::npos);
@@ -90,13 +91,18 @@ TEST_CASE("damaged manifests are refused with the field named") {
         std::string::npos);
   CHECK(error_after([](json& j) { j["files"][0]["sha256"] = "XYZ"; }).find("files[0].sha256") !=
         std::string::npos);
-  CHECK(error_after([](json& j) { j["files"][3]["bytes"] = 12; }).find("files[3].bytes") != std::string::npos);
+  CHECK(error_after([](json& j) { j["files"][3]["bytes"] = 12; }).find("files[3].bytes") !=
+        std::string::npos);
   CHECK(error_after([](json& j) { j["files"].erase(3); }).find("files has 3 entries") != std::string::npos);
 }
 
 TEST_CASE("text that is not a manifest is refused in one line") {
-  const std::string texts[] = {"", "{", "[]", R"({"format": "gpt-zeropp checkpoint", "version": 1})",
-                               R"({"a": 1e999})", std::string("\0\xff", 2)};
+  const std::string texts[] = {"",
+                               "{",
+                               "[]",
+                               R"({"format": "gpt-zeropp checkpoint", "version": 1})",
+                               R"({"a": 1e999})",
+                               std::string("\0\xff", 2)};
   for (const std::string& text : texts) {
     CHECK_THROWS_AS(parse_manifest(text, "m"), CheckpointError);
   }
