@@ -8,6 +8,7 @@
 #include <bit>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <type_traits>
 #include <vector>
 
 #include "base/atomic_file.h"
@@ -88,13 +90,29 @@ uint64_t file_size_of(const std::string& path, FILE* f) {
   return uint64_t(st.st_size);
 }
 
+// The elements of a JSON array of integers; throws std::invalid_argument for anything else (a float such as
+// 3e65 would otherwise be converted to an integer, which is undefined once it is out of range).
+template <typename Int>
+std::vector<Int> integers_of(const json& array) {
+  if (!array.is_array()) throw std::invalid_argument("not an array");
+  std::vector<Int> out;
+  for (const json& v : array) {
+    const bool fits = std::is_signed_v<Int> ? v.is_number_integer() &&
+                                                  !(v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX)
+                                            : v.is_number_unsigned();
+    if (!fits) throw std::invalid_argument("not an integer");
+    out.push_back(v.get<Int>());
+  }
+  return out;
+}
+
 Entry parse_entry(const std::string& path, const std::string& name, const json& value) {
   Entry e;
   e.file_name = name;
   try {
     e.dtype = value.at("dtype").get<std::string>();
-    e.shape = value.at("shape").get<std::vector<int64_t>>();
-    const auto offsets = value.at("data_offsets").get<std::vector<uint64_t>>();
+    e.shape = integers_of<int64_t>(value.at("shape"));
+    const auto offsets = integers_of<uint64_t>(value.at("data_offsets"));
     if (offsets.size() != 2) throw std::invalid_argument("two data_offsets");
     e.begin = offsets[0];
     e.end = offsets[1];
