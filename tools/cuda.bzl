@@ -37,7 +37,7 @@ NVCC_FLAGS = [
 # Targets list this unless --config=cuda (//tools:cuda_enabled), which no platform satisfies.
 CUDA_ONLY = select({
     "//tools:cuda_enabled": [],
-    "//conditions:default": ["//tools:cuda_build_only"],
+    "//conditions:default": ["//tools:special_build_only"],
 })
 
 def _is_header(path):

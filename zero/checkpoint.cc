@@ -17,6 +17,7 @@
 
 #include "base/fault.h"
 #include "zero/checkpoint_manifest.h"
+#include "zero/partition.h"
 #include "zero/sha256.h"
 
 namespace gpt {
@@ -123,6 +124,7 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
   CheckpointWeights out;
   out.model = manifest.model;
   const ParamTable table = make_param_table(out.model);
+  const Partition saved(table, manifest.world_size, manifest.num_shards());  // the manifest's, as it checked
   out.params.assign(table.total, 0.0f);
   std::vector<float> shard(manifest.shard_total);
   for (int p = 0; p < manifest.num_shards(); ++p) {
@@ -132,12 +134,10 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
     in.read(reinterpret_cast<char*>(shard.data()),
             std::streamsize(shard.size() * sizeof(float)));  // the master
     if (!in) throw CheckpointError((path / file.name).string() + ": short read");
-    for (size_t u = 0; u < manifest.units.size(); ++u) {
-      const CheckpointManifest::Unit& unit = manifest.units[u];
-      const int64_t first = std::min(int64_t(p) * unit.shard, unit.numel);
-      const int64_t last = std::min(first + unit.shard, unit.numel);
-      std::copy(shard.begin() + unit.shard_offset, shard.begin() + unit.shard_offset + (last - first),
-                out.params.begin() + table.units[u].offset + first);
+    for (int u = 0; u < int(saved.units().size()); ++u) {
+      const Partition::Range range = saved.owned_model_range(u, p);
+      const auto piece = shard.begin() + saved.unit(u).shard_offset;
+      std::copy(piece, piece + (range.end - range.begin), out.params.begin() + range.begin);
     }
   }
   return out;
