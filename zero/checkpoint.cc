@@ -131,8 +131,8 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
     const CheckpointManifest::ShardFile& file = manifest.files[p];
     if (std::string problem = check_shard(path, file); !problem.empty()) throw CheckpointError(problem);
     std::ifstream in(path / file.name, std::ios::binary);
-    in.read(reinterpret_cast<char*>(shard.data()),
-            std::streamsize(shard.size() * sizeof(float)));  // the master
+    // The file's first third is the fp32 master shard: the weights.
+    in.read(reinterpret_cast<char*>(shard.data()), std::streamsize(shard.size() * sizeof(float)));
     if (!in) throw CheckpointError((path / file.name).string() + ": short read");
     for (int u = 0; u < int(saved.units().size()); ++u) {
       const Partition::Range range = saved.owned_model_range(u, p);
