@@ -9,8 +9,10 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "comm/mpi_collectives.h"
 #include "comm/mpi_engine.h"
@@ -229,6 +231,13 @@ std::unique_ptr<Communicator> MpiSession::world(const MpiOptions& options) {
 
 double MpiSession::comm_thread_cpu_seconds() const {
   return engine_ ? engine_->thread_cpu_seconds() : 0.0;
+}
+
+void abort_job(int code) {
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::abort();  // MPI_Abort does not return
 }
 
 }  // namespace gpt::comm

@@ -11,6 +11,7 @@
 #include <future>
 #include <stdexcept>
 
+#include "comm/mpi_communicator.h"
 #include "comm/request.h"
 
 namespace gpt::comm::mpi {
@@ -207,7 +208,7 @@ bool Engine::progress() {
           std::fprintf(stderr, "comm: rank %d: a collective failed on the communication thread: %s\n",
                        topology_.world_rank, e.what());
         }
-        MPI_Abort(MPI_COMM_WORLD, 70);
+        abort_job(70);
       }
       front.state->complete();
       lane.ops.pop_front();
@@ -227,8 +228,7 @@ void Engine::check_stalled(Lane& lane, std::chrono::steady_clock::time_point now
       "comm: rank %d: no progress for %.0f s in %s; aborting the job (--comm-timeout %.0f; raise it if "
       "a step can legitimately take longer)\n",
       topology_.world_rank, timeout, lane.ops.front().op->describe_wait().c_str(), timeout);
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 3);
+  abort_job(3);
 }
 
 void Engine::loop() {

@@ -1,10 +1,6 @@
 // run_mpi_main; see mpi_main.h.
 #include "comm/mpi_main.h"
 
-#include <mpi.h>
-
-#include <cstdio>
-
 #include "base/main.h"
 
 namespace gpt::comm {
@@ -17,10 +13,7 @@ int run_mpi_main(const char* program, int& argc, char**& argv, const std::functi
       code = body(session);
     } catch (...) {
       code = report_exception(program);
-      if (code != 2 && session.world_size() > 1) {
-        std::fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, code);
-      }
+      if (code != 2 && session.world_size() > 1) abort_job(code);
     }
     session.set_exit_code(code);  // for the finished-work marker (see MpiSession's destructor)
     return code;
