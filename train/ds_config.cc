@@ -92,6 +92,25 @@ class Reader {
       field = v.get<std::string>();
     };
   }
+  // zeropp_loco_param: an object (LoCo on, its keys read here) or null (DeepSpeed's default: off). The
+  // ranges are checked with the rest of ZeRO++'s settings, which name the fix.
+  ReadKey loco_into() const {
+    return [this](const json& o, const std::string& n, const std::string& k) {
+      if (o.at(n).is_null()) return;
+      const json& params = object(o, n, k);
+      config_.zeropp_loco = true;
+      for (const auto& [name, value] : params.items()) {
+        const std::string key = k + "." + name;
+        if (name == "err_beta") {
+          config_.loco_err_beta = number(params, name, key, -1e300, 1e300);
+        } else if (name == "reset_T") {
+          config_.loco_reset_T = integer(params, name, key, -(int64_t(1) << 50), int64_t(1) << 50);
+        } else {
+          config_.warnings.push_back("unknown key " + key + " (ignored)");
+        }
+      }
+    };
+  }
   ReadKey betas_into() const {
     return [this](const json& o, const std::string& n, const std::string& k) {
       const json& v = o.at(n);
@@ -144,6 +163,8 @@ void add_zero_keys(const Reader& r, DeepSpeedConfig& c, KeyTable& keys) {
       // Block sizes are checked ("a positive multiple of 8") with the rest of ZeRO++'s settings.
       {z + "zeropp_weight_block_size", r.integer_into(c.zeropp_weight_block_size, -kBig, kBig)},
       {z + "zeropp_gradient_block_size", r.integer_into(c.zeropp_gradient_block_size, -kBig, kBig)},
+      {z + "zeropp_intra_node_gradient_bits", r.integer_into(c.zeropp_intra_node_gradient_bits, -kBig, kBig)},
+      {z + "zeropp_loco_param", r.loco_into()},
       {z + "reduce_scatter", r.boolean_into(c.reduce_scatter)},
       {z + "contiguous_gradients", r.boolean_into(c.contiguous_gradients)},
       {z + "stage3_prefetch_bucket_size", r.number_into(c.stage3_prefetch_bucket_size, 0, 1e15)},

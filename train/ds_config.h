@@ -41,6 +41,11 @@ struct DeepSpeedConfig {
   std::optional<bool> zero_quantized_gradients;
   std::optional<int64_t> zeropp_weight_block_size;
   std::optional<int64_t> zeropp_gradient_block_size;
+  std::optional<int64_t> zeropp_intra_node_gradient_bits;  // ours: qgZ's intra-node hop, 4 or 8
+  // zeropp_loco_param{err_beta, reset_T}: present (an object) turns LoCo's error feedback on; null is off.
+  bool zeropp_loco = false;
+  std::optional<double> loco_err_beta;
+  std::optional<int64_t> loco_reset_T;
 
   // optimizer{type: Adam | AdamW, params{lr, betas, eps, weight_decay, adam_w_mode}}
   std::optional<std::string> optimizer_type;

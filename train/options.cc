@@ -315,11 +315,16 @@ void resolve_zero_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
   o.zero.quantized_weights = ds.zero_quantized_weights.value_or(false);
   o.zero.hpz_partition_size = int(ds.zero_hpz_partition_size.value_or(1));
   o.zero.quantized_gradients = ds.zero_quantized_gradients.value_or(false);
-  auto block = [](std::optional<int64_t> v, int fallback) {
+  // An int setting that check_zeropp validates (naming the fix); clamped so that the message shows it.
+  auto int_setting = [](std::optional<int64_t> v, int fallback) {
     return v ? int(std::clamp<int64_t>(*v, -(int64_t(1) << 30), int64_t(1) << 30)) : fallback;
   };
-  o.zero.weight_block = block(ds.zeropp_weight_block_size, o.zero.weight_block);
-  o.zero.gradient_block = block(ds.zeropp_gradient_block_size, o.zero.gradient_block);
+  o.zero.weight_block = int_setting(ds.zeropp_weight_block_size, o.zero.weight_block);
+  o.zero.gradient_block = int_setting(ds.zeropp_gradient_block_size, o.zero.gradient_block);
+  o.zero.intra_node_gradient_bits = int_setting(ds.zeropp_intra_node_gradient_bits, o.zero.intra_node_gradient_bits);
+  o.zero.loco = ds.zeropp_loco;
+  o.zero.loco_err_beta = ds.loco_err_beta.value_or(o.zero.loco_err_beta);
+  o.zero.loco_reset_T = ds.loco_reset_T.value_or(o.zero.loco_reset_T);
   note_accepted_keys(ds, o.zero, o.notes);
 }
 

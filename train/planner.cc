@@ -95,12 +95,13 @@ std::vector<PlanMemoryLine> buffer_lines(const Partition& p, const ZeroConfig& z
   const size_t alive = z.overlap_comm ? 3 : 1;
   const double bytes = sum_of_largest<int64_t>(chunks, alive, [&](const int64_t& chunk) {
     double b = W * double(chunk) * cb + 4.0 * double(chunk);
-    if (qgz) b += 2 * W * double(quant::quantized_bytes(chunk, kQuantizedGradientBits, z.gradient_block));
+    if (qgz) b += 2 * W * double(quant::quantized_bytes(chunk, z.intra_node_gradient_bits, z.gradient_block));
     return b;
   });
+  const std::string qgz_buffers = " + int" + std::to_string(z.intra_node_gradient_bits) + " buffers";
   lines.push_back({"gradient buckets", bytes,
-                   std::to_string(alive) + " x the largest bucket in " + dtype +
-                       (qgz ? " + int4 buffers" : "") + (z.overlap_comm ? " (2 reducing, 1 filling)" : "")});
+                   std::to_string(alive) + " x the largest bucket in " + dtype + (qgz ? qgz_buffers : "") +
+                       (z.overlap_comm ? " (2 reducing, 1 filling)" : "")});
   return lines;
 }
 
@@ -175,7 +176,7 @@ PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, i
   const double cb = double(dtype_size(z.precision));
   const std::string c = cb == 2 ? "2" : "4";
   PlanMemory m;
-  for (const StateFormula& f : zero_state_formulas(p, z)) m.states.push_back({f.state, f.bytes, f.formula});
+  for (const StateFormula& f : zero_state_formulas(p, z, nodes)) m.states.push_back({f.state, f.bytes, f.formula});
   m.buffers = buffer_lines(p, z, nodes);
   double buffers = 0;
   for (const PlanMemoryLine& line : m.buffers) buffers += line.bytes;

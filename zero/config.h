@@ -16,9 +16,11 @@ namespace gpt {
 // spells it as flags, banners and checkpoint manifests do: "fp32", "fp16", "bf16" (and "fp64").
 const char* precision_name(DType precision);
 
-// Bits per value on the wire: qwZ's weights and qgZ's gradients.
+// Bits per value on the wire: qwZ's weights and qgZ's gradients (the cross-node hop; the intra-node hop has
+// its own setting, 4 by default). LoCo keeps its errors in int8 blocks.
 inline constexpr int kQuantizedWeightBits = 8;
 inline constexpr int kQuantizedGradientBits = 4;
+inline constexpr int kFeedbackBits = 8;
 
 struct ZeroConfig {
   int stage = 0;  // 0: data parallel, 1: +optimizer states, 2: +gradients, 3: +weights
@@ -39,6 +41,11 @@ struct ZeroConfig {
   bool quantized_gradients = false;  // zero_quantized_gradients (qgZ): int4 hierarchical all-to-all reduction
   int weight_block = 2048;           // zeropp_weight_block_size: elements per qwZ scale
   int gradient_block = 512;          // zeropp_gradient_block_size: elements per qgZ scale
+  int intra_node_gradient_bits = kQuantizedGradientBits;  // zeropp_intra_node_gradient_bits: qgZ's first hop
+  // zeropp_loco_param (LoCo error feedback for qgZ's two hops; zero/qgz.h has the recurrence).
+  bool loco = false;
+  double loco_err_beta = 0.8;     // err_beta: the weight of the kept error in its moving average
+  int64_t loco_reset_T = 1024;    // reset_T: the kept errors are zeroed every reset_T applied steps
 };
 
 }  // namespace gpt

@@ -64,6 +64,33 @@ Tensor ZeroEngine::state_tensor(float* data) const {
 
 ZeroEngine::~ZeroEngine() = default;
 
+namespace {
+
+// qgZ's own options: LoCo's error feedback and the intra-node hop's bits.
+std::string check_qgz_options(const ZeroConfig& config) {
+  if (config.loco && !config.quantized_gradients) {
+    return "zeropp_loco_param is error feedback for qgZ, but zero_quantized_gradients is off; set "
+           "zero_quantized_gradients to true or remove zeropp_loco_param";
+  }
+  if (!(config.loco_err_beta >= 0 && config.loco_err_beta < 1)) {
+    std::ostringstream beta;
+    beta << config.loco_err_beta;
+    return "zeropp_loco_param.err_beta is " + beta.str() +
+           "; it must be in [0, 1) (LoCo's default is 0.8)";
+  }
+  if (config.loco_reset_T < 1) {
+    return "zeropp_loco_param.reset_T is " + std::to_string(config.loco_reset_T) +
+           "; it must be at least 1 (the default is 1024 steps)";
+  }
+  const int bits = config.intra_node_gradient_bits;
+  if (bits != 4 && bits != 8) {
+    return "zeropp_intra_node_gradient_bits is " + std::to_string(bits) + "; it must be 4 or 8 (default 4)";
+  }
+  return "";
+}
+
+}  // namespace
+
 std::string ZeroEngine::check_zeropp(const ZeroConfig& config, const comm::Topology& topology) {
   const bool any = config.quantized_weights || config.quantized_gradients || config.hpz_partition_size > 1;
   if (any && config.stage != 3) {
@@ -77,6 +104,7 @@ std::string ZeroEngine::check_zeropp(const ZeroConfig& config, const comm::Topol
     return "zero_hpz_partition_size " + std::to_string(h) + " does not divide the " + std::to_string(L) +
            " ranks per node; choose a divisor of the ranks per node (1 turns hpZ off)";
   }
+  if (std::string problem = check_qgz_options(config); !problem.empty()) return problem;
   for (auto [key, block] : {std::pair{"zeropp_weight_block_size", config.weight_block},
                             std::pair{"zeropp_gradient_block_size", config.gradient_block}}) {
     if (block <= 0 || block % 8 != 0) {
@@ -103,7 +131,8 @@ void ZeroEngine::create_zeropp_groups() {
     node_group_ = dp_.subgroup(node);
     cross_group_ = dp_.subgroup(cross);
   } else if (config_.quantized_gradients) {
-    notes_.push_back("qgZ: all ranks are on one node, so gradients use the plain ring reduce-scatter");
+    notes_.push_back("qgZ: all ranks are on one node, so gradients use the plain ring reduce-scatter" +
+                     std::string(config_.loco ? " (and zeropp_loco_param has nothing to compensate)" : ""));
   }
 }
 
@@ -172,6 +201,8 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
   result.loss = totals[0] / (double(k) * dp_.size());
   result.skipped = totals[2] > 0 || !std::isfinite(totals[1]);
   scaler_.update(result.skipped);
+  // LoCo's kept errors belong to the gradients of a scale: a skipped step or a new scale makes them stale.
+  if (result.skipped || scaler_.scale() != result.loss_scale) gradients_->reset_feedback();
   if (result.skipped) {
     result.grad_norm = std::numeric_limits<double>::infinity();
     result.optimizer_ms = since(optimizer_start);
@@ -183,6 +214,7 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
     clip = config_.gradient_clipping / (result.grad_norm + 1e-6);
   }
   ++applied_steps_;
+  if (config_.loco && applied_steps_ % config_.loco_reset_T == 0) gradients_->reset_feedback();
   apply_adamw(lr, float(clip / result.loss_scale));
   weights_changed();
   result.optimizer_ms = since(optimizer_start);
@@ -273,7 +305,7 @@ std::vector<ZeroEngine::MemoryLine> ZeroEngine::memory() const {
   };
   // Each model state's arena category is named as its formula's state.
   std::vector<MemoryLine> lines;
-  for (const StateFormula& f : zero_state_formulas(partition_, config_))
+  for (const StateFormula& f : zero_state_formulas(partition_, config_, dp_.topology().num_nodes()))
     lines.push_back({f.state, usage(f.state), f.formula, f.bytes});
   lines.push_back({"buffers", usage("buffers"), "", 0});
   lines.push_back({"activations", loop_.activation_bytes(), "", 0});

@@ -113,6 +113,12 @@ class ZeroEngine {
   // and the step count: each rank copies the ranges it owns.
   void load_model_weights(const float* model_layout);
 
+  // LoCo's kept errors on this rank (qgZ with zeropp_loco_param on two or more nodes; empty otherwise): a
+  // host copy for checkpoints, and its restore (the same size, from a run with the same world and buckets).
+  std::vector<uint8_t> feedback_state() const { return gradients_->download_feedback(); }
+  size_t feedback_bytes() const { return gradients_->feedback_bytes(); }
+  void restore_feedback(const std::vector<uint8_t>& bytes) { gradients_->upload_feedback(bytes); }
+
   // The full fp32 master weights in the model layout, gathered from every rank (for tests and export).
   std::vector<float> gather_master();
 

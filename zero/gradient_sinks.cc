@@ -117,7 +117,7 @@ class BucketedGradients final : public EngineGradients<Real> {
     reducer_ = std::make_unique<GradientReducer>(partition_, p.unit_names, p.gradient_order, p.dp,
                                                  p.config.precision, p.config.reduce_bucket_size,
                                                  p.config.overlap_comm, grad_, context_);
-    if (p.qgz_node) reducer_->use_quantized_gradients(p.qgz_node, p.qgz_cross, p.config.gradient_block);
+    if (p.qgz_node) reducer_->use_quantized_gradients(p.qgz_node, p.qgz_cross, QgzSettings::of(p.config));
   }
   ~BucketedGradients() override {
     for (const Buffer& b : buffers_) context_.device.release(b.data);
@@ -126,6 +126,10 @@ class BucketedGradients final : public EngineGradients<Real> {
   void end_micro_step() override { reducer_->finish(); }
   Real* shard() override { return grad_; }
   bool take_local_finite() override { return reducer_->take_local_finite(); }
+  size_t feedback_bytes() const override { return reducer_->feedback_bytes(); }
+  std::vector<uint8_t> download_feedback() const override { return reducer_->download_feedback(); }
+  void upload_feedback(const std::vector<uint8_t>& bytes) override { reducer_->upload_feedback(bytes); }
+  void reset_feedback() override { reducer_->reset_feedback(); }
 
  protected:
   Real* buffer_for(int unit) override {

@@ -2,10 +2,13 @@
 #include "zero/memory_model.h"
 
 #include "kernels/quant/quantize.h"
+#include "model/loop.h"
+#include "zero/qgz.h"
+#include "zero/reduce.h"
 
 namespace gpt {
 
-std::vector<StateFormula> zero_state_formulas(const Partition& p, const ZeroConfig& z) {
+std::vector<StateFormula> zero_state_formulas(const Partition& p, const ZeroConfig& z, int nodes) {
   const double P = double(p.padded_total()), S = double(p.shard_total());  // S = P at stage 0
   const double cb = double(dtype_size(z.precision));
   const std::string c = cb == 2 ? "2" : "4";
@@ -25,6 +28,19 @@ std::vector<StateFormula> zero_state_formulas(const Partition& p, const ZeroConf
       bytes += shard * double(p.world_size() / h);
     }
     lines.push_back({"hpZ secondary", z.quantized_weights ? "(1+4/B)P/h" : c + "P/h", bytes});
+  }
+  if (z.stage == 3 && z.quantized_gradients && z.loco && nodes >= 2) {
+    // LoCo keeps an int8 error per value each hop quantizes: all W chunks of a bucket in hop 1, the N partial
+    // sums in hop 2 (1/L of them).
+    double bytes = 0;
+    for (const std::vector<int>& bucket :
+         plan_buckets(p, loop_schedule(int(p.units().size())).gradients, z.reduce_bucket_size)) {
+      int64_t chunk = 0;
+      for (int u : bucket) chunk += p.unit(u).shard;
+      bytes += double(qgz_intra_feedback_bytes(chunk, p.world_size(), z.gradient_block) +
+                      qgz_cross_feedback_bytes(chunk, nodes, z.gradient_block));
+    }
+    lines.push_back({std::string(GradientReducer::kFeedbackCategory), "(1+4/B)(P+P/L)", bytes});
   }
   return lines;
 }

@@ -1,12 +1,24 @@
-// qgZ's two-hop int4 all-to-all reduction; see qgz.h.
+// qgZ's two-hop quantized all-to-all reduction, with LoCo's error feedback as an option; see qgz.h.
 #include "zero/qgz.h"
 
 #include "kernels/quant/quantize.h"
 
 namespace gpt {
 
-size_t qgz_chunk_bytes(int64_t chunk, int block) {
-  return quant::quantized_bytes(chunk, kQuantizedGradientBits, block);
+QgzSettings QgzSettings::of(const ZeroConfig& config) {
+  return {config.gradient_block, config.intra_node_gradient_bits, float(config.loco_err_beta), config.loco};
+}
+
+size_t qgz_chunk_bytes(int64_t chunk, int bits, int block) {
+  return quant::quantized_bytes(chunk, bits, block);
+}
+
+size_t qgz_intra_feedback_bytes(int64_t chunk, int world, int block) {
+  return size_t(world) * quant::quantized_bytes(chunk, kFeedbackBits, block);
+}
+
+size_t qgz_cross_feedback_bytes(int64_t chunk, int nodes, int block) {
+  return size_t(nodes) * quant::quantized_bytes(chunk, kFeedbackBits, block);
 }
 
 void QgzExchange::release() {
@@ -17,11 +29,27 @@ void QgzExchange::release() {
   send = recv = nullptr;
 }
 
+namespace {
+
+// Quantizes `count` slices of `chunk` fp32 values from x into out, through the kept errors when there are.
+bool quantize_hop(const EngineContext& context, void* out, const float* x, uint8_t* kept, int64_t chunk,
+                  int64_t count, int bits, const QgzSettings& s) {
+  const Tensor wire = context.view(out, int64_t(count * qgz_chunk_bytes(chunk, bits, s.block)), DType::kI8);
+  const Tensor values = context.view(x, chunk * count, DType::kF32);
+  if (!kept) return context.ops.quantize(wire, values, chunk, count, bits, s.block);
+  const Tensor errors = context.view(kept, int64_t(count * qgz_chunk_bytes(chunk, kFeedbackBits, s.block)),
+                                     DType::kI8);
+  return context.ops.quantize_with_feedback(wire, values, errors, chunk, count, bits, s.block, s.err_beta);
+}
+
+}  // namespace
+
 void qgz_start(const EngineContext& context, comm::Communicator& node, comm::Communicator& cross,
-               const float* input, int64_t chunk, int block, QgzExchange& exchange, bool* finite,
-               comm::Phase phase) {
+               const float* input, int64_t chunk, const QgzSettings& settings, const QgzFeedback& feedback,
+               QgzExchange& exchange, bool* finite, comm::Phase phase) {
   const int L = node.size(), N = cross.size();
-  const size_t qb = qgz_chunk_bytes(chunk, block);
+  const size_t qb = qgz_chunk_bytes(chunk, settings.intra_bits, settings.block);
+  const size_t eb = qgz_chunk_bytes(chunk, kFeedbackBits, settings.block);
   exchange.chunk = chunk;
   exchange.wire = &context.wire;
   exchange.send = context.wire.allocate("qgZ stage 1 (send)", "buffers", size_t(L) * N * qb);
@@ -32,9 +60,9 @@ void qgz_start(const EngineContext& context, comm::Communicator& node, comm::Com
     for (int n = 0; n < N; ++n) {
       const int destination = n * L + peer;
       uint8_t* out = static_cast<uint8_t*>(exchange.send) + (size_t(peer) * N + n) * qb;
-      ok &= context.ops.quantize(context.view(out, int64_t(qb), DType::kI8),
-                                 context.view(input + int64_t(destination) * chunk, chunk, DType::kF32),
-                                 chunk, 1, kQuantizedGradientBits, block);
+      uint8_t* kept = feedback.intra ? feedback.intra + size_t(destination) * eb : nullptr;
+      ok &= quantize_hop(context, out, input + int64_t(destination) * chunk, kept, chunk, 1,
+                         settings.intra_bits, settings);
     }
   }
   *finite = ok;
@@ -42,34 +70,36 @@ void qgz_start(const EngineContext& context, comm::Communicator& node, comm::Com
   exchange.request = node.all_to_all_v(exchange.send, bytes, exchange.recv, bytes, phase);
 }
 
-void qgz_finish(const EngineContext& context, comm::Communicator& node, comm::Communicator& cross, int block,
-                QgzExchange& exchange, float* out, comm::Phase phase) {
+void qgz_finish(const EngineContext& context, comm::Communicator& node, comm::Communicator& cross,
+                const QgzSettings& settings, const QgzFeedback& feedback, QgzExchange& exchange, float* out,
+                comm::Phase phase) {
   const int L = node.size(), N = cross.size();
   const int64_t chunk = exchange.chunk;
-  const size_t qb = qgz_chunk_bytes(chunk, block);
+  const int block = settings.block;
+  const size_t q1 = qgz_chunk_bytes(chunk, settings.intra_bits, block);
+  const size_t q2 = qgz_chunk_bytes(chunk, kQuantizedGradientBits, block);
   Ops& ops = context.ops;
   exchange.request.wait();
   // Stage 1's sums: for each node n, the chunk of rank n L + j summed over this node's L ranks, in fp32.
   float* partial = static_cast<float*>(context.wire.allocate("qgZ partial sums", "buffers", N * chunk * 4));
   const Tensor partials = context.view(partial, N * chunk, DType::kF32);
   for (int source = 0; source < L; ++source) {
-    const uint8_t* arrived = static_cast<const uint8_t*>(exchange.recv) + size_t(source) * N * qb;
-    ops.dequantize_add(partials, context.view(arrived, int64_t(N * qb), DType::kI8), chunk, N,
-                       kQuantizedGradientBits, block);
+    const uint8_t* arrived = static_cast<const uint8_t*>(exchange.recv) + size_t(source) * N * q1;
+    ops.dequantize_add(partials, context.view(arrived, int64_t(N * q1), DType::kI8), chunk, N,
+                       settings.intra_bits, block);
   }
   exchange.release();
   // Stage 2: requantize and exchange across nodes among the ranks with this local index.
-  void* send = context.wire.allocate("qgZ stage 2 (send)", "buffers", N * qb);
-  void* recv = context.wire.allocate("qgZ stage 2 (received)", "buffers", N * qb);
-  ops.quantize(context.view(send, int64_t(N * qb), DType::kI8), partials, chunk, N, kQuantizedGradientBits,
-               block);
-  const std::vector<size_t> bytes(N, qb);
+  void* send = context.wire.allocate("qgZ stage 2 (send)", "buffers", N * q2);
+  void* recv = context.wire.allocate("qgZ stage 2 (received)", "buffers", N * q2);
+  quantize_hop(context, send, partial, feedback.cross, chunk, N, kQuantizedGradientBits, settings);
+  const std::vector<size_t> bytes(N, q2);
   cross.all_to_all_v(send, bytes, recv, bytes, phase).wait();
   const Tensor result = context.view(out, chunk, DType::kF32);
   ops.fill(result, 0);
   for (int n = 0; n < N; ++n) {
     ops.dequantize_add(result,
-                       context.view(static_cast<uint8_t*>(recv) + size_t(n) * qb, int64_t(qb), DType::kI8),
+                       context.view(static_cast<uint8_t*>(recv) + size_t(n) * q2, int64_t(q2), DType::kI8),
                        chunk, 1, kQuantizedGradientBits, block);
   }
   ops.divide(result, float(L * N));  // one correctly rounded division

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -63,13 +64,58 @@ GradientReducer::~GradientReducer() {
 }
 
 void GradientReducer::use_quantized_gradients(comm::Communicator* node, comm::Communicator* cross,
-                                              int block) {
+                                              const QgzSettings& settings) {
   if (accumulation_ != DType::kF32)
     throw std::invalid_argument("qgZ quantizes fp32 gradients; the wire dtype is " +
                                 std::string(dtype_name(precision_)));
   qgz_node_ = node;
   qgz_cross_ = cross;
-  qgz_block_ = block;
+  qgz_ = settings;
+  if (!settings.feedback) return;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const int64_t chunk = bucket_shard_elements_[b];
+    const size_t intra = qgz_intra_feedback_bytes(chunk, partition_.num_shards(), settings.block);
+    const size_t inter = qgz_cross_feedback_bytes(chunk, cross->size(), settings.block);
+    const std::string name = "qgZ kept errors, bucket " + std::to_string(b);
+    // Arena blocks come zero-filled: no error kept yet.
+    feedback_.push_back({static_cast<uint8_t*>(context_.device.allocate(name + " (hop 1)", kFeedbackCategory, intra)),
+                         static_cast<uint8_t*>(context_.device.allocate(name + " (hop 2)", kFeedbackCategory, inter))});
+    feedback_sizes_.push_back({intra, inter});
+  }
+}
+
+size_t GradientReducer::feedback_bytes() const {
+  size_t total = 0;
+  for (const auto& [intra, inter] : feedback_sizes_) total += intra + inter;
+  return total;
+}
+
+void GradientReducer::for_each_feedback(const std::function<void(const Tensor&, size_t)>& visit) const {
+  size_t at = 0;
+  for (size_t b = 0; b < feedback_.size(); ++b) {
+    const auto [intra, inter] = feedback_sizes_[b];
+    visit(context_.view(feedback_[b].intra, int64_t(intra), DType::kI8), at);
+    visit(context_.view(feedback_[b].cross, int64_t(inter), DType::kI8), at + intra);
+    at += intra + inter;
+  }
+}
+
+std::vector<uint8_t> GradientReducer::download_feedback() const {
+  std::vector<uint8_t> host(feedback_bytes());
+  for_each_feedback([&](const Tensor& kept, size_t at) { ops_.download(host.data() + at, kept); });
+  return host;
+}
+
+void GradientReducer::upload_feedback(const std::vector<uint8_t>& bytes) {
+  if (bytes.size() != feedback_bytes()) {
+    throw std::invalid_argument("GradientReducer: " + std::to_string(bytes.size()) +
+                                " bytes of kept errors for buffers of " + std::to_string(feedback_bytes()));
+  }
+  for_each_feedback([&](const Tensor& kept, size_t at) { ops_.upload(kept, bytes.data() + at); });
+}
+
+void GradientReducer::reset_feedback() {
+  if (!feedback_.empty()) upload_feedback(std::vector<uint8_t>(feedback_bytes(), 0));
 }
 
 bool GradientReducer::take_local_finite() {
@@ -131,8 +177,8 @@ void GradientReducer::post(int bucket) {
   const comm::OperationLabel serving(label);  // for the watchdog's message
   if (qgz_node_) {
     bool finite = true;
-    qgz_start(context_, *qgz_node_, *qgz_cross_, static_cast<const float*>(p.send), chunk, qgz_block_, p.qgz,
-              &finite, comm::Phase::kGradReduce);
+    qgz_start(context_, *qgz_node_, *qgz_cross_, static_cast<const float*>(p.send), chunk, qgz_,
+              feedback_of(bucket), p.qgz, &finite, comm::Phase::kGradReduce);
     local_finite_ = local_finite_ && finite;
   } else {
     p.request = dp_.reduce_scatter(p.send, precision_, p.recv, size_t(chunk), 1.0f, comm::Phase::kGradReduce);
@@ -149,8 +195,8 @@ void GradientReducer::complete_oldest() {
   pending_.pop_front();
   if (qgz_node_) {
     const comm::OperationLabel serving("bucket " + std::to_string(p.bucket) + " (qgZ's cross-node hop)");
-    qgz_finish(context_, *qgz_node_, *qgz_cross_, qgz_block_, p.qgz, static_cast<float*>(p.recv),
-               comm::Phase::kGradReduce);
+    qgz_finish(context_, *qgz_node_, *qgz_cross_, qgz_, feedback_of(p.bucket), p.qgz,
+               static_cast<float*>(p.recv), comm::Phase::kGradReduce);
   } else {
     p.request.wait();
   }

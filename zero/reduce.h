@@ -7,12 +7,15 @@
 // gradients, an fp64 wire and fp64 sums.) With overlap_comm a bucket's reduction runs while backward goes on
 // (at most two in flight); without, each bucket is reduced and waited for as soon as it closes.
 //
-// With qgZ (on two or more nodes) a bucket's rank-major fp32 gradients go through the int4 hierarchical
-// all-to-all of qgz.h instead of the ring; buckets, packing and accumulation are the same.
+// With qgZ (on two or more nodes) a bucket's rank-major fp32 gradients go through the quantized hierarchical
+// all-to-all of qgz.h instead of the ring; buckets, packing and accumulation are the same. With LoCo's error
+// feedback each bucket keeps its two hops' errors (device memory, category kFeedbackCategory) from one
+// reduction to the next.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,7 +42,8 @@ class GradientReducer {
                   int64_t bucket_size, bool overlap, void* grad_shard, const EngineContext& context);
   // Turns on qgZ (fp32 gradients only): node is this rank's node group, cross the group of ranks with its
   // local index.
-  void use_quantized_gradients(comm::Communicator* node, comm::Communicator* cross, int block);
+  void use_quantized_gradients(comm::Communicator* node, comm::Communicator* cross, const QgzSettings& settings);
+  static constexpr const char* kFeedbackCategory = "qgZ error feedback";
   ~GradientReducer();
 
   const std::vector<std::vector<int>>& buckets() const { return buckets_; }
@@ -53,6 +57,13 @@ class GradientReducer {
   // Whether every local gradient quantized by qgZ since the last call was finite (then resets).
   bool take_local_finite();
 
+  // LoCo's kept errors of every bucket, back to back (hop 1 then hop 2 of bucket 0, then bucket 1, ...): their
+  // size (0 without feedback), a copy in host memory, and a copy back (the same size).
+  size_t feedback_bytes() const;
+  std::vector<uint8_t> download_feedback() const;
+  void upload_feedback(const std::vector<uint8_t>& bytes);
+  void reset_feedback();  // every kept error to zero
+
  private:
   struct Pending {
     int bucket;
@@ -63,6 +74,8 @@ class GradientReducer {
     QgzExchange qgz;  // qgZ: stage 1 in flight
   };
   void post(int bucket);
+  void for_each_feedback(const std::function<void(const Tensor&, size_t)>& visit) const;  // with its offset
+  QgzFeedback feedback_of(int bucket) const { return feedback_.empty() ? QgzFeedback{} : feedback_[bucket]; }
   void complete_oldest();
 
   const Partition& partition_;
@@ -86,7 +99,9 @@ class GradientReducer {
   std::deque<Pending> pending_;
   comm::Communicator* qgz_node_ = nullptr;
   comm::Communicator* qgz_cross_ = nullptr;
-  int qgz_block_ = 0;
+  QgzSettings qgz_;
+  std::vector<QgzFeedback> feedback_;  // per bucket, with LoCo
+  std::vector<std::pair<size_t, size_t>> feedback_sizes_;  // per bucket: hop 1's and hop 2's bytes
   bool local_finite_ = true;
 };
 

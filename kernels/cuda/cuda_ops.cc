@@ -203,6 +203,10 @@ void CudaOps::adamw(const Tensor&, const Tensor&, const Tensor&, const Tensor&, 
 bool CudaOps::quantize(const Tensor&, const Tensor&, int64_t, int64_t, int, int) {
   not_yet("quantize");
 }
+bool CudaOps::quantize_with_feedback(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int, int,
+                                     float) {
+  not_yet("quantize_with_feedback");
+}
 void CudaOps::dequantize(const Tensor&, const Tensor&, int64_t, int64_t, int, int, DType) {
   not_yet("dequantize");
 }

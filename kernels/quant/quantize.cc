@@ -10,6 +10,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "kernels/quant/quantize_block.h"
 #include "tensor/half.h"
@@ -145,6 +146,61 @@ void dequantize_all(const uint8_t* in, int64_t slice_len, int64_t count, int blo
   }
 }
 
+// One block with error feedback (quantize.h): h = x + kept error goes on the wire as kBits codes, and the
+// block's kept error becomes the moving average of what that lost, stored as int8 codes with their own scale.
+// scratch holds len floats.
+template <int kBits>
+bool quantize_block_with_feedback(const float* x, int64_t len, float beta, uint8_t* codes, uint8_t* scale_slot,
+                                  uint8_t* kept_codes, uint8_t* kept_scale_slot, float* scratch) {
+  constexpr int qmax = qmax_of(kBits);
+  float kept_scale;
+  std::memcpy(&kept_scale, kept_scale_slot, sizeof kept_scale);
+  auto kept = [&](int64_t i) { return dequantize_value(static_cast<int8_t>(kept_codes[i]), kept_scale); };
+  for (int64_t i = 0; i < len; ++i) scratch[i] = compensate(x[i], kept(i));
+  if (!quantize_block<kBits>(ReadF32{scratch}, len, codes, scale_slot)) {
+    std::memset(kept_codes, 0, len);  // an overflow: the step is skipped, nothing worth keeping
+    std::memset(kept_scale_slot, 0, sizeof kept_scale);
+    return false;
+  }
+  float scale;
+  std::memcpy(&scale, scale_slot, sizeof scale);
+  const float one_minus_beta = 1.0f - beta;
+  for (int64_t i = 0; i < len; ++i) {
+    const float h = scratch[i];
+    scratch[i] = feedback_error(h, quantize_value(h, scale, qmax), scale, kept(i), beta, one_minus_beta);
+  }
+  quantize_block<8>(ReadF32{scratch}, len, kept_codes, kept_scale_slot);
+  return true;
+}
+
+template <int kBits>
+bool quantize_all_with_feedback(const float* x, int64_t slice_len, int64_t count, int block, float beta,
+                                uint8_t* error, uint8_t* out) {
+  const int64_t blocks = block_count(slice_len, block);
+  const int64_t total = blocks * count;
+  const size_t slice_bytes = quantized_bytes(slice_len, kBits, block);
+  const size_t codes_bytes = data_bytes(slice_len, kBits);
+  const size_t error_slice_bytes = quantized_bytes(slice_len, 8, block);
+  bool finite = true;
+#pragma omp parallel reduction(&& : finite) if (slice_len * count >= kParallelMinValues)
+  {
+    std::vector<float> scratch(size_t(std::min<int64_t>(block, slice_len)));
+#pragma omp for schedule(static)
+    for (int64_t g = 0; g < total; ++g) {
+      const int64_t slice = g / blocks, b = g % blocks;
+      const int64_t first = b * block;
+      const int64_t len = std::min<int64_t>(block, slice_len - first);
+      uint8_t* base = out + static_cast<size_t>(slice) * slice_bytes;
+      uint8_t* kept = error + static_cast<size_t>(slice) * error_slice_bytes;
+      const bool block_finite = quantize_block_with_feedback<kBits>(
+          x + slice * slice_len + first, len, beta, base + data_bytes(first, kBits), base + codes_bytes + 4 * b,
+          kept + first, kept + slice_len + 4 * b, scratch.data());
+      finite = finite && block_finite;
+    }
+  }
+  return finite;
+}
+
 template <class Read>
 bool quantize_bits(Read x, int64_t slice_len, int64_t count, int bits, int block, uint8_t* out) {
   return bits == 8 ? quantize_all<8>(x, slice_len, count, block, out)
@@ -197,6 +253,17 @@ bool quantize_slices(const void* x, DType dtype, int64_t slice_len, int64_t coun
       throw std::invalid_argument(std::string("gpt::quant::quantize_slices: cannot quantize dtype ") +
                                   dtype_name(dtype) + "; pass f32, f16 or bf16");
   }
+}
+
+bool quantize_slices_with_feedback(const float* x, int64_t slice_len, int64_t count, int bits, int block,
+                                   float beta, uint8_t* error, uint8_t* out) {
+  check_arguments("quantize_slices_with_feedback", slice_len, count, bits, block);
+  if (!(beta >= 0.0f && beta < 1.0f)) {
+    throw std::invalid_argument("gpt::quant::quantize_slices_with_feedback: beta is " + std::to_string(beta) +
+                                "; it must be in [0, 1)");
+  }
+  return bits == 8 ? quantize_all_with_feedback<8>(x, slice_len, count, block, beta, error, out)
+                   : quantize_all_with_feedback<4>(x, slice_len, count, block, beta, error, out);
 }
 
 void dequantize_slices(const uint8_t* in, int64_t slice_len, int64_t count, int bits, int block, float* out,

@@ -52,6 +52,13 @@ void dequantize_add(const uint8_t* in, int64_t n, int bits, int block, float* ac
 bool quantize_slices(const float* x, int64_t slice_len, int64_t count, int bits, int block, uint8_t* out);
 bool quantize_slices(const void* x, DType dtype, int64_t slice_len, int64_t count, int bits, int block,
                      uint8_t* out);
+// LoCo error feedback (qgZ; the recurrence is in zero/qgz.h and, per element, in quantize_block.h): quantizes
+// the `count` slices of x plus the error kept in `error`, and replaces that error with the new one. `error`
+// holds count int8 slices in the wire format above (count * quantized_bytes(slice_len, 8, block) bytes, the
+// same blocks as out's); all-zero bytes mean no error kept. beta weighs the kept error against the new one.
+// A non-finite block is quantized as quantize_slices does (NaN scale) and its kept error is cleared.
+bool quantize_slices_with_feedback(const float* x, int64_t slice_len, int64_t count, int bits, int block,
+                                   float beta, uint8_t* error, uint8_t* out);
 // The inverses: slice i of `in` to out[i * slice_len, (i + 1) * slice_len), or added into acc there.
 void dequantize_slices(const uint8_t* in, int64_t slice_len, int64_t count, int bits, int block, float* out,
                        DType round_to = DType::kF32);

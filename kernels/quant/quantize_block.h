@@ -119,12 +119,13 @@ GPT_HOST_DEVICE inline float dequantize_value(int q, float scale) {
 #endif
 }
 
-// acc + q * scale with two roundings, never one FMA (point 4 above).
-GPT_HOST_DEVICE inline float dequantize_accumulate(float acc, int q, float scale) {
+// a * b rounded on its own: a product the compiler can never fuse with a following addition (point 4 above),
+// whatever the caller's flags.
+GPT_HOST_DEVICE inline float unfused_product(float a, float b) {
 #if defined(__CUDA_ARCH__)
-  return __fadd_rn(acc, __fmul_rn(static_cast<float>(q), scale));
+  return __fmul_rn(a, b);
 #else
-  float product = dequantize_value(q, scale);
+  float product = a * b;
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   __asm__("" : "+x"(product));  // the product is now an opaque register value: nothing to fuse it with
 #elif defined(__aarch64__) && (defined(__GNUC__) || defined(__clang__))
@@ -133,8 +134,44 @@ GPT_HOST_DEVICE inline float dequantize_accumulate(float acc, int q, float scale
   volatile float opaque = product;
   product = opaque;
 #endif
-  return acc + product;
+  return product;
 #endif
+}
+
+// a + b and a - b, correctly rounded (named so that host and device spell the same operation).
+GPT_HOST_DEVICE inline float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+GPT_HOST_DEVICE inline float sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+// acc + q * scale with two roundings, never one FMA (point 4 above).
+GPT_HOST_DEVICE inline float dequantize_accumulate(float acc, int q, float scale) {
+  return add_rn(acc, unfused_product(static_cast<float>(q), scale));
+}
+
+// LoCo error feedback around one quantizing hop of qgZ (the recurrence, and why, are in zero/qgz.h). Per
+// element, with e the error this hop kept last time (dequantized from its int8 store):
+//   h  = x + e                                   the value that is quantized instead of x
+//   e' = beta * e + (1 - beta) * (h - q * s)     the error to keep, q * s being what h became on the wire
+// one_minus_beta is 1 - beta rounded to fp32 once by the caller; every product, difference and sum is rounded
+// on its own, so host and device keep the same bits.
+GPT_HOST_DEVICE inline float compensate(float x, float kept_error) {
+  return add_rn(x, kept_error);
+}
+GPT_HOST_DEVICE inline float feedback_error(float h, int q, float scale, float kept_error, float beta,
+                                            float one_minus_beta) {
+  const float lost = sub_rn(h, unfused_product(static_cast<float>(q), scale));
+  return add_rn(unfused_product(beta, kept_error), unfused_product(one_minus_beta, lost));
 }
 
 // int4 codes travel two per byte, element 2k in the low nibble and 2k + 1 in the high one, each as a 4-bit

@@ -73,6 +73,8 @@ class CheckedOps final : public Ops {
              const AdamWHyper& hyper, int64_t step, float grad_scale) override;
   bool quantize(const Tensor& out, const Tensor& x, int64_t slice_len, int64_t count, int bits,
                 int block) override;
+  bool quantize_with_feedback(const Tensor& out, const Tensor& x, const Tensor& error, int64_t slice_len,
+                              int64_t count, int bits, int block, float beta) override;
   void dequantize(const Tensor& out, const Tensor& in, int64_t slice_len, int64_t count, int bits, int block,
                   DType round_to) override;
   void dequantize_add(const Tensor& acc, const Tensor& in, int64_t slice_len, int64_t count, int bits,

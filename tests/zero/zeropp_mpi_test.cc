@@ -96,10 +96,12 @@ TEST_CASE("qgZ: rank r gets the mean of slice r within the two quantization stag
   gpt::Arena arena;
   gpt::EventLog events(false);
   const gpt::EngineContext context{gpt::cpu_ops(), arena, arena, events};
-  gpt::qgz_start(context, *g.node, *g.cross, input.data(), chunk, block, exchange, &finite,
+  gpt::QgzSettings settings;
+  settings.block = block;
+  gpt::qgz_start(context, *g.node, *g.cross, input.data(), chunk, settings, {}, exchange, &finite,
                  Phase::kGradReduce);
   std::vector<float> out(chunk);
-  gpt::qgz_finish(context, *g.node, *g.cross, block, exchange, out.data(), Phase::kGradReduce);
+  gpt::qgz_finish(context, *g.node, *g.cross, settings, {}, exchange, out.data(), Phase::kGradReduce);
   CHECK(finite);
 
   // The reference: float64 mean of every rank's chunk r; the bound from each stage's block scales.
