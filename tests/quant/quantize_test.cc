@@ -319,5 +319,73 @@ TEST_CASE("fp16 and bf16 input is widened exactly; round_to gives the compute dt
   }
 }
 
+TEST_CASE("error feedback: three steps equal the float64 recurrence; a non-finite block clears its error") {
+  std::mt19937_64 rng(21);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int block = 64;
+  const int64_t n = 203, count = 3;  // short last blocks, odd for int4
+  const size_t error_slice = quantized_bytes(n, 8, block);
+  for (int bits_per_code : {4, 8}) {
+    for (float beta : {0.0f, 0.5f, 0.8f}) {
+      CAPTURE(bits_per_code);
+      CAPTURE(beta);
+      const size_t slice_bytes = quantized_bytes(n, bits_per_code, block);
+      std::vector<uint8_t> error(count * error_slice, 0), out(count * slice_bytes);
+      std::vector<testing::Decoded> kept(count);
+      for (int step = 0; step < 4; ++step) {
+        std::vector<float> x(count * n);
+        for (int64_t i = 0; i < count * n; ++i) x[i] = normal(rng) * ((i / block) % 3 == 0 ? 1e-3f : 1.0f);
+        if (step == 3) x[n + 5] = std::numeric_limits<float>::infinity();  // slice 1, block 0
+        const bool finite = quantize_slices_with_feedback(x.data(), n, count, bits_per_code, block, beta,
+                                                          error.data(), out.data());
+        CHECK(finite == (step != 3));
+        if (step == 0) {  // nothing kept yet: the wire is plain quantization
+          std::vector<uint8_t> plain(out.size());
+          quantize_slices(x.data(), n, count, bits_per_code, block, plain.data());
+          CHECK(plain == out);
+        }
+        for (int64_t s = 0; s < count; ++s) {
+          CAPTURE(step);
+          CAPTURE(s);
+          const testing::Decoded wire =
+              testing::reference_feedback_hop(&x[s * n], n, bits_per_code, block, beta, kept[s]);
+          const std::vector<uint8_t> expected_wire = testing::encode_slice(wire, bits_per_code);
+          const std::vector<uint8_t> expected_error = testing::encode_slice(kept[s], 8);
+          CHECK(std::equal(expected_wire.begin(), expected_wire.end(), out.begin() + s * slice_bytes));
+          CHECK(std::equal(expected_error.begin(), expected_error.end(), error.begin() + s * error_slice));
+
+        }
+      }
+      const testing::Decoded cleared = testing::decode_slice(&error[error_slice], n, 8, block);
+      CHECK(cleared.scales[0] == 0.0f);
+      CHECK(std::all_of(cleared.codes.begin(), cleared.codes.begin() + block, [](int c) { return c == 0; }));
+    }
+  }
+}
+
+TEST_CASE("error feedback changes nothing on the grid: the kept error stays zero, the wire is plain") {
+  const int block = 16;
+  for (int bits_per_code : {4, 8}) {
+    const int qmax = testing::qmax_for(bits_per_code);
+    std::vector<float> x(5 * block);
+    for (size_t i = 0; i < x.size(); ++i) {
+      // Multiples of 2^-6 with |k| <= qmax and +-qmax in every block: the scale is exactly 2^-6.
+      const int k = i % block == 0 ? qmax : int(i * 7 % (2 * qmax + 1)) - qmax;
+      x[i] = std::ldexp(float(k), -6);
+    }
+    std::vector<uint8_t> error(quantized_bytes(int64_t(x.size()), 8, block), 0),
+        out(quantized_bytes(int64_t(x.size()), bits_per_code, block)), plain(out.size());
+    quantize_slices(x.data(), int64_t(x.size()), 1, bits_per_code, block, plain.data());
+    for (int step = 0; step < 3; ++step) {
+      quantize_slices_with_feedback(x.data(), int64_t(x.size()), 1, bits_per_code, block, 0.8f, error.data(),
+                                    out.data());
+      CHECK(out == plain);
+      std::vector<float> kept(x.size(), 1.0f);
+      dequantize_slice(error.data(), int64_t(x.size()), 8, block, kept.data());
+      CHECK(std::all_of(kept.begin(), kept.end(), [](float e) { return e == 0.0f; }));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gpt::quant

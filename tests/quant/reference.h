@@ -2,7 +2,8 @@
 // the error bound computed in double arithmetic from the scheme's definition (issue 5), never by calling
 // kernels/quant. A double quotient or product of two floats, rounded once to float, is the correctly rounded
 // fp32 result (53 >= 2 * 24 + 2 bits, Figueroa 1995), which is how fl32(a / b) is formed here without fp32
-// division.
+// division. A file that includes this must be compiled with -ffp-contract=off: GCC fuses a rounded product
+// with a following addition under -march=native otherwise, and the reference would round once too few.
 #pragma once
 
 #include <algorithm>
@@ -97,6 +98,74 @@ inline Decoded decode_slice(const uint8_t* wire, int64_t n, int bits_per_code, i
     d.scales.push_back(s);
   }
   return d;
+}
+
+// The codes and scales of x as one slice, block by block, by the definitions above.
+inline Decoded reference_quantize(const float* x, int64_t n, int bits_per_code, int block) {
+  Decoded d;
+  const int qmax = qmax_for(bits_per_code);
+  for (int64_t first = 0; first < n; first += block) {
+    const int64_t len = std::min<int64_t>(block, n - first);
+    const float scale = reference_scale(x + first, len, qmax);
+    d.scales.push_back(scale);
+    for (int64_t i = first; i < first + len; ++i) d.codes.push_back(reference_code(x[i], scale, qmax));
+  }
+  return d;
+}
+
+// Value i of a decoded slice: fl32(q * scale).
+inline float reference_dequantized(const Decoded& d, int64_t i, int block) {
+  return reference_value(d.codes[size_t(i)], d.scales[size_t(i / block)]);
+}
+
+// The wire bytes of a decoded slice (codes, then scales), written independently of the library's packing.
+inline std::vector<uint8_t> encode_slice(const Decoded& d, int bits_per_code) {
+  const size_t n = d.codes.size();
+  std::vector<uint8_t> wire(bits_per_code == 8 ? n : (n + 1) / 2, 0);
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned code = static_cast<unsigned>(d.codes[i]);
+    if (bits_per_code == 8) {
+      wire[i] = static_cast<uint8_t>(code & 0xffu);
+    } else {
+      wire[i / 2] = static_cast<uint8_t>(wire[i / 2] | ((code & 0xfu) << (i % 2 == 0 ? 0 : 4)));
+    }
+  }
+  for (float s : d.scales) {
+    uint8_t b[4];
+    std::memcpy(b, &s, 4);
+    wire.insert(wire.end(), b, b + 4);
+  }
+  return wire;
+}
+
+// LoCo's error feedback around one quantizing hop (zero/qgz.h), in double with each operation rounded to fp32
+// once (the correctly rounded fp32 result, as above): h = fl(x + e), the wire's Q(h), and the kept error
+// replaced by int8(fl(fl(beta e) + fl((1 - beta) fl(h - fl(q s))))), 1 - beta itself rounded to fp32. `kept`
+// holds the int8 codes and scales of e (empty: no error kept yet). A non-finite block clears its kept error
+// (codes 0, scale 0).
+inline Decoded reference_feedback_hop(const float* x, int64_t n, int bits_per_code, int block, float beta,
+                                      Decoded& kept) {
+  auto fl = [](double v) { return static_cast<float>(v); };
+  std::vector<float> e(static_cast<size_t>(n), 0.0f), h(static_cast<size_t>(n));
+  if (!kept.codes.empty()) {
+    for (int64_t i = 0; i < n; ++i) e[size_t(i)] = reference_dequantized(kept, i, block);
+  }
+  for (int64_t i = 0; i < n; ++i) h[size_t(i)] = fl(double(x[i]) + double(e[size_t(i)]));
+  const Decoded wire = reference_quantize(h.data(), n, bits_per_code, block);
+  const float one_minus_beta = fl(1.0 - double(beta));
+  std::vector<float> next(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const float lost = fl(double(h[size_t(i)]) - double(reference_dequantized(wire, i, block)));
+    next[size_t(i)] = fl(double(fl(double(beta) * e[size_t(i)])) + double(fl(double(one_minus_beta) * lost)));
+  }
+  kept = reference_quantize(next.data(), n, 8, block);
+  for (size_t b = 0; b < wire.scales.size(); ++b) {
+    if (!std::isnan(wire.scales[b])) continue;
+    kept.scales[b] = 0.0f;
+    for (int64_t i = int64_t(b) * block; i < std::min<int64_t>(n, int64_t(b + 1) * block); ++i)
+      kept.codes[size_t(i)] = 0;
+  }
+  return wire;
 }
 
 }  // namespace gpt::quant::testing
