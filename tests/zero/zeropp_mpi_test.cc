@@ -4,6 +4,7 @@
 // the model's shape.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "tensor/arena.h"
 #include "tensor/half.h"
 #include "tests/comm/mpi_test_env.h"
+#include "tests/quant/reference.h"
 #include "tests/zero/engine_harness.h"
 #include "zero/gather.h"
 #include "zero/qgz.h"
@@ -326,9 +328,11 @@ Expected closed_forms(const gpt::GPTConfig& m, const RunSpec& spec, int W, int L
       int64_t E = 0;
       for (int u : bucket) E += padded[u];
       if (spec.zero.quantized_gradients) {
-        const uint64_t q = quantized(E / W, 4, spec.zero.gradient_block);
-        e.intra[2] += uint64_t(W) * (L - 1) * N * q;
-        e.inter[2] += uint64_t(W) * (N - 1) * q;
+        // Inside the node at zeropp_intra_node_gradient_bits, across nodes in int4.
+        const uint64_t q1 = quantized(E / W, spec.zero.intra_node_gradient_bits, spec.zero.gradient_block);
+        const uint64_t q2 = quantized(E / W, 4, spec.zero.gradient_block);
+        e.intra[2] += uint64_t(W) * (L - 1) * N * q1;
+        e.inter[2] += uint64_t(W) * (N - 1) * q2;
       } else {
         ring(2, uint64_t(E / W) * 2, W, N);
       }
@@ -340,7 +344,8 @@ Expected closed_forms(const gpt::GPTConfig& m, const RunSpec& spec, int W, int L
 }  // namespace
 
 TEST_CASE(
-    "traffic of ZeRO-3, qwZ, hpZ, qgZ and all three equals the closed forms; ZeRO++ crosses nodes 4x less") {
+    "traffic of ZeRO-3, qwZ, hpZ, qgZ, all three, with int8 intra-node gradients and with LoCo equals the "
+    "closed forms; ZeRO++ crosses nodes 4x less") {
   const int W = world().size(), L = topology().ranks_per_node, N = topology().num_nodes();
   if (N < 2) {
     MESSAGE("one node: the closed forms are for two or more nodes");
@@ -352,16 +357,22 @@ TEST_CASE(
     bool qwz;
     int h;
     bool qgz;
+    int intra_bits = 4;
+    bool loco = false;
   };
   const Config configs[] = {{"zero3", false, 1, false},
                             {"qwz", true, 1, false},
                             {"hpz", false, L, false},
                             {"qgz", false, 1, true},
-                            {"zeropp", true, L, true}};
+                            {"zeropp", true, L, true},
+                            {"zeropp_int8intra", true, L, true, 8},
+                            {"zeropp_loco", true, L, true, 4, true}};
   for (int accumulation : {1, 2}) {
     uint64_t zero3_inter = 0, zeropp_inter = 0;
     for (const Config& c : configs) {
       RunSpec spec = zeropp_spec(c.qwz, c.h, c.qgz);
+      spec.zero.intra_node_gradient_bits = c.intra_bits;
+      spec.zero.loco = c.loco;
       spec.steps = 2;
       spec.accumulation = accumulation;
       const RunResult r = gpt::testing::run(world(), model, spec);
@@ -385,4 +396,255 @@ TEST_CASE(
     }
     CHECK(ratio <= 0.25);
   }
+}
+
+namespace {
+
+namespace ref = gpt::quant::testing;
+
+// One qgZ reduction of every rank, simulated with the float64 reference (tests/quant/reference.h), with or
+// without LoCo: each rank's kept errors of hop 1 (per destination rank) and hop 2 (per node), and each rank's
+// output chunk. The order of the fp32 sums is qgz_finish's: sources in local order, nodes in order, from 0.
+struct QgzReference {
+  int W, L, N, block, intra_bits;
+  float beta;
+  bool feedback;
+  int64_t chunk;
+  std::vector<std::vector<ref::Decoded>> intra, cross;  // [rank][destination], [rank][node]
+
+  QgzReference(int W_, int L_, int block_, int bits, float beta_, bool feedback_, int64_t chunk_)
+      : W(W_),
+        L(L_),
+        N(W_ / L_),
+        block(block_),
+        intra_bits(bits),
+        beta(beta_),
+        feedback(feedback_),
+        chunk(chunk_),
+        intra(W_, std::vector<ref::Decoded>(W_)),
+        cross(W_, std::vector<ref::Decoded>(W_ / L_)) {}
+
+  ref::Decoded hop(const float* x, int bits, ref::Decoded& kept) const {
+    return feedback ? ref::reference_feedback_hop(x, chunk, bits, block, beta, kept)
+                    : ref::reference_quantize(x, chunk, bits, block);
+  }
+  // inputs[rank]: W chunks; returns every rank's output chunk.
+  std::vector<std::vector<float>> reduce(const std::vector<std::vector<float>>& inputs) {
+    auto fl = [](double v) { return float(v); };
+    std::vector<std::vector<ref::Decoded>> wire1(W, std::vector<ref::Decoded>(W));
+    for (int s = 0; s < W; ++s)
+      for (int d = 0; d < W; ++d) wire1[s][d] = hop(&inputs[s][size_t(d) * chunk], intra_bits, intra[s][d]);
+    std::vector<std::vector<ref::Decoded>> wire2(W, std::vector<ref::Decoded>(N));
+    for (int r = 0; r < W; ++r) {
+      const int n = r / L, j = r % L;
+      for (int m = 0; m < N; ++m) {
+        std::vector<float> partial(chunk, 0.0f);
+        for (int s = n * L; s < (n + 1) * L; ++s)
+          for (int64_t i = 0; i < chunk; ++i)
+            partial[i] = fl(double(partial[i]) + ref::reference_dequantized(wire1[s][m * L + j], i, block));
+        wire2[r][m] = hop(partial.data(), 4, cross[r][m]);
+      }
+    }
+    std::vector<std::vector<float>> out(W, std::vector<float>(chunk, 0.0f));
+    for (int r = 0; r < W; ++r) {
+      for (int n = 0; n < N; ++n)
+        for (int64_t i = 0; i < chunk; ++i)
+          out[r][i] =
+              fl(double(out[r][i]) + ref::reference_dequantized(wire2[n * L + r % L][r / L], i, block));
+      for (int64_t i = 0; i < chunk; ++i) out[r][i] = fl(double(out[r][i]) / W);
+    }
+    return out;
+  }
+};
+
+// qgZ on this rank's groups, with its kept errors in host memory (the CPU backend's device).
+struct QgzRun {
+  Groups groups = make_groups(1);
+  gpt::QgzSettings settings;
+  std::vector<uint8_t> intra, cross;
+  gpt::Arena arena;
+  gpt::EventLog events{false};
+  gpt::EngineContext context{gpt::cpu_ops(), arena, arena, events};
+  int64_t chunk;
+
+  QgzRun(int64_t chunk_, int block, int bits, bool feedback) : chunk(chunk_) {
+    settings.block = block;
+    settings.intra_bits = bits;
+    settings.feedback = feedback;
+    settings.err_beta = 0.8f;
+    intra.assign(gpt::qgz_intra_feedback_bytes(chunk, world().size(), block), 0);
+    cross.assign(gpt::qgz_cross_feedback_bytes(chunk, topology().num_nodes(), block), 0);
+  }
+  std::vector<float> reduce(const std::vector<float>& input) {
+    const gpt::QgzFeedback kept =
+        settings.feedback ? gpt::QgzFeedback{intra.data(), cross.data()} : gpt::QgzFeedback{};
+    gpt::QgzExchange exchange;
+    bool finite = false;
+    gpt::qgz_start(context, *groups.node, *groups.cross, input.data(), chunk, settings, kept, exchange,
+                   &finite, Phase::kGradReduce);
+    std::vector<float> out(chunk);
+    gpt::qgz_finish(context, *groups.node, *groups.cross, settings, kept, exchange, out.data(),
+                    Phase::kGradReduce);
+    return out;
+  }
+};
+
+// Every rank's input of reduction `step`: W chunks of off-grid values (a pure function of rank, step, index).
+std::vector<std::vector<float>> step_inputs(int W, int64_t chunk, int step) {
+  std::vector<std::vector<float>> inputs(W, std::vector<float>(size_t(W) * chunk));
+  for (int s = 0; s < W; ++s)
+    for (int64_t i = 0; i < W * chunk; ++i) inputs[s][i] = input_value(s + 16 * step, i);
+  return inputs;
+}
+
+}  // namespace
+
+TEST_CASE("qgZ with LoCo: three reductions equal the float64 recurrence, outputs and kept errors") {
+  const int W = world().size(), L = topology().ranks_per_node, r = world().rank();
+  if (topology().num_nodes() < 2) return;
+  const int block = 64;
+  const int64_t chunk = 200;  // a short last block
+  for (int bits : {4, 8}) {
+    CAPTURE(bits);
+    QgzRun run(chunk, block, bits, true);
+    QgzReference reference(W, L, block, bits, 0.8f, true, chunk);
+    for (int step = 0; step < 3; ++step) {
+      CAPTURE(step);
+      const std::vector<std::vector<float>> inputs = step_inputs(W, chunk, step);
+      const std::vector<float> out = run.reduce(inputs[r]);
+      const std::vector<float> expected = reference.reduce(inputs)[r];
+      CHECK(std::memcmp(out.data(), expected.data(), chunk * sizeof(float)) == 0);
+      std::vector<uint8_t> intra, cross;
+      for (const ref::Decoded& kept : reference.intra[r]) {
+        const std::vector<uint8_t> bytes = ref::encode_slice(kept, 8);
+        intra.insert(intra.end(), bytes.begin(), bytes.end());
+      }
+      for (const ref::Decoded& kept : reference.cross[r]) {
+        const std::vector<uint8_t> bytes = ref::encode_slice(kept, 8);
+        cross.insert(cross.end(), bytes.begin(), bytes.end());
+      }
+      CHECK(intra == run.intra);
+      CHECK(cross == run.cross);
+    }
+  }
+}
+
+TEST_CASE("qgZ with LoCo on grid values: outputs equal plain qgZ's and the input, no error is kept") {
+  const int W = world().size(), L = topology().ranks_per_node;
+  if (topology().num_nodes() < 2) return;
+  const int block = 32;
+  const int64_t chunk = 80;
+  // Every rank sends the same multiples of 2^-4 with +-7 at each block's start: exact in int4 on both hops
+  // (the partial sums are L times the values, with scale L 2^-4).
+  std::vector<float> input(size_t(W) * chunk);
+  for (int64_t i = 0; i < W * chunk; ++i) {
+    const int64_t at = i % chunk;
+    input[i] = std::ldexp(float(at % block == 0 ? (i % 2 ? 7 : -7) : int(at * 5 % 15) - 7), -4);
+  }
+  QgzRun plain(chunk, block, 4, false), loco(chunk, block, 4, true);
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<float> a = plain.reduce(input), b = loco.reduce(input);
+    CHECK(std::memcmp(a.data(), b.data(), chunk * sizeof(float)) == 0);
+    CHECK(std::memcmp(b.data(), input.data() + size_t(world().rank()) * chunk, chunk * sizeof(float)) == 0);
+  }
+  std::vector<float> intra(size_t(W) * chunk), cross(size_t(W / L) * chunk);
+  gpt::quant::dequantize_slices(loco.intra.data(), chunk, W, 8, block, intra.data());
+  gpt::quant::dequantize_slices(loco.cross.data(), chunk, W / L, 8, block, cross.data());
+  CHECK(std::all_of(intra.begin(), intra.end(), [](float e) { return e == 0.0f; }));
+  CHECK(std::all_of(cross.begin(), cross.end(), [](float e) { return e == 0.0f; }));
+}
+
+TEST_CASE(
+    "qgZ with LoCo: the accumulated output tracks the true sum with a bounded error; plain qgZ drifts") {
+  const int W = world().size(), r = world().rank();
+  if (topology().num_nodes() < 2) return;
+  const int block = 64;
+  const int64_t chunk = 256;
+  const int steps = 400;
+  // A gradient with a steady part and noise: x = bias + 0.1 noise, both off the grid.
+  auto input_of = [&](int rank, int step) {
+    std::vector<float> x(size_t(W) * chunk);
+    for (int64_t i = 0; i < W * chunk; ++i)
+      x[i] = input_value(rank, i) + 0.1f * input_value(rank + 1000 + 16 * step, i);
+    return x;
+  };
+  QgzRun plain(chunk, block, 4, false), loco(chunk, block, 4, true);
+  std::vector<double> truth(chunk, 0), sum_plain(chunk, 0), sum_loco(chunk, 0);
+  std::vector<double> drift_plain, drift_loco;  // max |accumulated error| after each step
+  for (int step = 0; step < steps; ++step) {
+    std::vector<std::vector<float>> inputs;
+    for (int s = 0; s < W; ++s) inputs.push_back(input_of(s, step));
+    for (int s = 0; s < W; ++s)
+      for (int64_t i = 0; i < chunk; ++i) truth[i] += double(inputs[s][size_t(r) * chunk + i]) / W;
+    const std::vector<float> a = plain.reduce(inputs[r]), b = loco.reduce(inputs[r]);
+    double worst_plain = 0, worst_loco = 0;
+    for (int64_t i = 0; i < chunk; ++i) {
+      sum_plain[i] += a[i];
+      sum_loco[i] += b[i];
+      worst_plain = std::max(worst_plain, std::fabs(sum_plain[i] - truth[i]));
+      worst_loco = std::max(worst_loco, std::fabs(sum_loco[i] - truth[i]));
+    }
+    drift_plain.push_back(worst_plain);
+    drift_loco.push_back(worst_loco);
+  }
+  auto max_over = [](const std::vector<double>& v, int from, int to) {
+    return *std::max_element(v.begin() + from, v.begin() + to);
+  };
+  // Early: steps 40-80, once the kept errors have filled (they start at zero); late: the second half.
+  const double loco_early = max_over(drift_loco, steps / 10, steps / 5),
+               loco_late = max_over(drift_loco, steps / 2, steps);
+  const double plain_early = max_over(drift_plain, steps / 10, steps / 5), plain_late = drift_plain.back();
+  INFO("rank " << r << ": accumulated error, LoCo " << loco_early << " (steps 40-80) -> " << loco_late
+               << " (second half); plain qgZ " << plain_early << " -> " << plain_late);
+  if (r == 0) {
+    std::printf(
+        "accumulated error over %d steps: LoCo %.4g (steps 40-80) -> %.4g (second half); plain %.4g -> "
+        "%.4g\n",
+        steps, loco_early, loco_late, plain_early, plain_late);
+  }
+  // Deterministic inputs on one thread: the same numbers every run. Five times the steps: a random walk grows
+  // by sqrt(5) ~ 2.2 (plain qgZ, with its steady part on top); LoCo's error is (e_0 - e_k) / (1 - beta) per
+  // hop plus the int8 store's rounding, so only the larger window's maximum lifts it a little.
+  CHECK(loco_late <= 2 * loco_early);      // bounded: no growth with k
+  CHECK(plain_late >= 2.5 * plain_early);  // grows
+  CHECK(loco_late * 6 <= plain_late);
+}
+
+TEST_CASE("LoCo in the engine: its memory line, a reset every reset_T steps and after a skipped step") {
+  if (topology().num_nodes() < 2) return;
+  const gpt::GPTConfig model = gpt::testing::tiny_model();
+  RunSpec spec = zeropp_spec(true, topology().ranks_per_node, true);
+  spec.zero.loco = true;
+  spec.zero.loco_reset_T = 3;
+  spec.accumulation = 1;
+  spec.steps = 1;
+  gpt::ZeroEngine engine(model, spec.zero, spec.micro_batch, world(), spec.seed);
+  bool found = false;
+  for (const auto& line : engine.memory()) {
+    if (line.state != "qgZ error feedback") continue;
+    found = true;
+    CHECK(line.formula_bytes == double(engine.feedback_bytes()));
+    CHECK(line.bytes >= engine.feedback_bytes());  // the arena's measure, with its allocation rounding
+    CHECK(line.bytes <= engine.feedback_bytes() + 4096);
+  }
+  CHECK(found);
+  auto all_zero = [&] {
+    const std::vector<uint8_t> kept = engine.feedback_state();
+    return std::all_of(kept.begin(), kept.end(), [](uint8_t b) { return b == 0; });
+  };
+  bool poison = false;
+  engine.set_gradient_hook([&](int, float* grad, int64_t) {
+    if (poison && world().rank() == 0) grad[0] = std::numeric_limits<float>::infinity();
+  });
+  // Applied steps 1, 2 keep errors; step 3 is a multiple of reset_T: zeroed; 4 keeps again; a skipped step
+  // zeroes them.
+  const bool expect_zero[] = {false, false, true, false};
+  for (bool zero : expect_zero) {
+    gpt::testing::train_steps(engine, world(), model, spec);
+    CHECK(all_zero() == zero);
+  }
+  poison = true;
+  gpt::testing::train_steps(engine, world(), model, spec);
+  CHECK(engine.applied_steps() == 4);
+  CHECK(all_zero());
 }
