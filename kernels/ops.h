@@ -119,8 +119,8 @@ class Ops {
                         int block) = 0;
   // quantize() of x (fp32) plus the error kept in `error` (int8 slices of the same blocks), which is replaced
   // by the new kept error: qgZ's LoCo error feedback (kernels/quant/quantize.h), beta in [0, 1).
-  virtual bool quantize_with_feedback(const Tensor& out, const Tensor& x, const Tensor& error, int64_t slice_len,
-                                      int64_t count, int bits, int block, float beta) = 0;
+  virtual bool quantize_with_feedback(const Tensor& out, const Tensor& x, const Tensor& error,
+                                      int64_t slice_len, int64_t count, int bits, int block, float beta) = 0;
   // The inverse into out (fp32), each value rounded through round_to (fp32, fp16 or bf16).
   virtual void dequantize(const Tensor& out, const Tensor& in, int64_t slice_len, int64_t count, int bits,
                           int block, DType round_to) = 0;

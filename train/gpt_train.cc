@@ -245,6 +245,7 @@ void Run::start_from_model_file_or_checkpoint() {
     std::printf("gpt_train: loaded %s (saved at %d ranks)%s\n", c.path.c_str(), c.saved_world_size,
                 o_.finetune ? ", weights only (--finetune)"
                             : (", resuming after step " + std::to_string(iteration_)).c_str());
+    if (!c.feedback_note.empty()) std::printf("  note: %s\n", c.feedback_note.c_str());
   }
 }
 

@@ -321,7 +321,8 @@ void resolve_zero_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
   };
   o.zero.weight_block = int_setting(ds.zeropp_weight_block_size, o.zero.weight_block);
   o.zero.gradient_block = int_setting(ds.zeropp_gradient_block_size, o.zero.gradient_block);
-  o.zero.intra_node_gradient_bits = int_setting(ds.zeropp_intra_node_gradient_bits, o.zero.intra_node_gradient_bits);
+  o.zero.intra_node_gradient_bits =
+      int_setting(ds.zeropp_intra_node_gradient_bits, o.zero.intra_node_gradient_bits);
   o.zero.loco = ds.zeropp_loco;
   o.zero.loco_err_beta = ds.loco_err_beta.value_or(o.zero.loco_err_beta);
   o.zero.loco_reset_T = ds.loco_reset_T.value_or(o.zero.loco_reset_T);

@@ -176,7 +176,8 @@ PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, i
   const double cb = double(dtype_size(z.precision));
   const std::string c = cb == 2 ? "2" : "4";
   PlanMemory m;
-  for (const StateFormula& f : zero_state_formulas(p, z, nodes)) m.states.push_back({f.state, f.bytes, f.formula});
+  for (const StateFormula& f : zero_state_formulas(p, z, nodes))
+    m.states.push_back({f.state, f.bytes, f.formula});
   m.buffers = buffer_lines(p, z, nodes);
   double buffers = 0;
   for (const PlanMemoryLine& line : m.buffers) buffers += line.bytes;

@@ -147,7 +147,8 @@ namespace {
 
 // The manifest of a save: training position, loss scaler, model, partition and each shard file's digest.
 CheckpointManifest make_manifest(const ZeroEngine& engine, int world_size, const TrainingPosition& position,
-                                 const std::vector<std::string>& digests) {
+                                 const std::vector<std::string>& digests,
+                                 const std::vector<std::string>& feedback_digests) {
   const Partition& partition = engine.partition();
   CheckpointManifest manifest;
   manifest.position = position;
@@ -166,6 +167,11 @@ CheckpointManifest make_manifest(const ZeroEngine& engine, int world_size, const
     manifest.files.push_back({shard_file_name(r, partition.num_shards()),
                               3 * partition.shard_total() * int64_t(sizeof(float)), digests[r]});
   }
+  for (int r = 0; r < int(feedback_digests.size()); ++r) {
+    manifest.feedback_files.push_back(
+        {feedback_file_name(r, world_size), int64_t(engine.feedback_bytes()), feedback_digests[r]});
+  }
+  manifest.feedback_layout = engine.feedback_layout();
   return manifest;
 }
 
@@ -201,6 +207,18 @@ void prepare_directory(comm::Communicator& world, const std::string& dir, const 
   agree_on_rank0(world, problem);
 }
 
+// Writes a file of this rank's; returns "ok DIGEST" or "failed MESSAGE".
+std::string write_outcome(const std::string& file, const std::vector<std::pair<const void*, size_t>>& pieces,
+                          const comm::Communicator& world) {
+  try {
+    if (fault_save_fails(world.rank())) throw CheckpointError(file + ": write failed (GPT_FAULT save_fail)");
+    write_file(file, pieces);
+    return "ok " + sha256_file(file);
+  } catch (const CheckpointError& e) {
+    return std::string("failed ") + e.what();
+  }
+}
+
 // Writes this rank's shard, if it owns one (at stage 0 rank 0 holds the only one). Returns "ok DIGEST", "ok"
 // (no shard) or "failed MESSAGE".
 std::string write_own_shard(ZeroEngine& engine, comm::Communicator& world, const fs::path& tmp_path) {
@@ -209,13 +227,14 @@ std::string write_own_shard(ZeroEngine& engine, comm::Communicator& world, const
   const ZeroEngine::ShardState state = engine.shard_state();
   const size_t bytes = size_t(state.size) * sizeof(float);
   const std::string file = (tmp_path / shard_file_name(engine.shard_index(), shards)).string();
-  try {
-    if (fault_save_fails(world.rank())) throw CheckpointError(file + ": write failed (GPT_FAULT save_fail)");
-    write_file(file, {{state.master, bytes}, {state.adam_m, bytes}, {state.adam_v, bytes}});
-    return "ok " + sha256_file(file);
-  } catch (const CheckpointError& e) {
-    return std::string("failed ") + e.what();
-  }
+  return write_outcome(file, {{state.master, bytes}, {state.adam_m, bytes}, {state.adam_v, bytes}}, world);
+}
+
+// Writes this rank's LoCo kept errors (every rank has them, of the same size). Returns as write_own_shard.
+std::string write_own_feedback(ZeroEngine& engine, comm::Communicator& world, const fs::path& tmp_path) {
+  const std::vector<uint8_t> kept = engine.feedback_state();
+  const std::string file = (tmp_path / feedback_file_name(world.rank(), world.size())).string();
+  return write_outcome(file, {{kept.data(), kept.size()}}, world);
 }
 
 // Every rank's outcome of write_own_shard; the digests when all succeeded. When any rank failed, rank 0
@@ -243,8 +262,10 @@ std::vector<std::string> agree_shards_written(comm::Communicator& world, const s
 // Rank 0: the manifest, the rename into place, then `latest` (each step a crash point for the tests).
 void publish(ZeroEngine& engine, comm::Communicator& world, const std::string& dir, const std::string& name,
              const fs::path& tmp_path, const fs::path& final_path, const TrainingPosition& position,
-             const std::vector<std::string>& digests, int keep) {
-  const CheckpointManifest manifest = make_manifest(engine, world.size(), position, digests);
+             const std::vector<std::string>& digests, const std::vector<std::string>& feedback_digests,
+             int keep) {
+  const CheckpointManifest manifest =
+      make_manifest(engine, world.size(), position, digests, feedback_digests);
   write_text_atomically((tmp_path / "manifest.json").string(), manifest_text(manifest));
   fault_point("manifest", world);
   std::error_code ec;
@@ -266,11 +287,16 @@ std::string save_checkpoint(ZeroEngine& engine, comm::Communicator& world, const
   prepare_directory(world, dir, tmp_path);
   const std::vector<std::string> digests =
       agree_shards_written(world, write_own_shard(engine, world, tmp_path), name, dir, tmp_path);
+  std::vector<std::string> feedback_digests;
+  if (engine.feedback_bytes() > 0) {
+    feedback_digests =
+        agree_shards_written(world, write_own_feedback(engine, world, tmp_path), name, dir, tmp_path);
+  }
   fault_point("shards", world);
   std::string problem;
   if (world.rank() == 0) {
     try {
-      publish(engine, world, dir, name, tmp_path, final_path, position, digests, keep);
+      publish(engine, world, dir, name, tmp_path, final_path, position, digests, feedback_digests, keep);
     } catch (const CheckpointError& e) {
       problem = e.what();
     }
@@ -351,6 +377,48 @@ void read_owned_ranges(const fs::path& path, const CheckpointManifest& manifest,
   }
 }
 
+// Every rank learns the first non-empty problem of any rank and throws it, so all ranks stop together.
+void agree_on_all(comm::Communicator& world, const std::string& mine) {
+  for (const std::string& problem : gather_strings(world, mine.substr(0, kSlot))) {
+    if (!problem.empty()) throw CheckpointError(problem);
+  }
+}
+
+// LoCo's kept errors: restored when the checkpoint holds this rank's file from a run with the same layout
+// (world size, nodes, buckets, block); otherwise they start from zero. Returns a note for the banner saying
+// which
+// ("" when restored, or when neither side uses LoCo).
+std::string load_feedback(ZeroEngine& engine, comm::Communicator& world, const fs::path& path,
+                          const CheckpointManifest& manifest) {
+  const std::string zero = "LoCo's kept errors start from zero: ";
+  if (engine.feedback_bytes() == 0) {
+    return manifest.feedback_files.empty()
+               ? ""
+               : "the checkpoint's LoCo kept errors are not used (this run has no "
+                 "qgZ error feedback)";
+  }
+  if (manifest.feedback_files.empty()) return zero + "the checkpoint was saved without them";
+  if (manifest.world_size != world.size()) {
+    return zero + "the checkpoint was saved at " + std::to_string(manifest.world_size) +
+           " ranks, this run has " + std::to_string(world.size());
+  }
+  if (manifest.feedback_layout != engine.feedback_layout()) {
+    return zero + "they were saved for " + manifest.feedback_layout + "; this run has " +
+           engine.feedback_layout();
+  }
+  const CheckpointManifest::ShardFile& file = manifest.feedback_files[world.rank()];
+  std::string problem = check_shard(path, file);
+  std::vector<uint8_t> kept(engine.feedback_bytes());
+  if (problem.empty()) {
+    std::ifstream in(path / file.name, std::ios::binary);
+    in.read(reinterpret_cast<char*>(kept.data()), std::streamsize(kept.size()));
+    if (!in) problem = (path / file.name).string() + ": short read; load an earlier checkpoint";
+  }
+  agree_on_all(world, problem);
+  engine.restore_feedback(kept);
+  return "";
+}
+
 }  // namespace
 
 LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, const std::string& dir,
@@ -369,7 +437,10 @@ LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, 
   }
   agree_shards_intact(world, path, manifest);
   read_owned_ranges(path, manifest, partition, engine.shard_index(), state, weights_only);
-  if (!weights_only) engine.set_training_state(loaded.applied_steps, loaded.scaler);
+  if (!weights_only) {
+    engine.set_training_state(loaded.applied_steps, loaded.scaler);
+    loaded.feedback_note = load_feedback(engine, world, path, manifest);
+  }
   engine.commit_shard_state();
   world.barrier().wait();
   return loaded;

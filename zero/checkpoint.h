@@ -33,11 +33,14 @@ struct LoadedCheckpoint {
   int64_t applied_steps = 0;
   LossScaler::State scaler{};
   int saved_world_size = 0;
+  std::string feedback_note;  // why LoCo's kept errors start from zero, if they do (see load_checkpoint)
 };
 
 // Collective. Resolves DIR/latest (or DIR itself when it is a checkpoint directory), checks the manifest
 // against the engine's model and the sha256 of every shard file read, and loads the master weights; unless
-// weights_only, also Adam's moments, the step count and the loss scaler. Throws CheckpointError.
+// weights_only, also Adam's moments, the step count, the loss scaler and LoCo's kept errors (those only from
+// a run with the same world and buckets; otherwise they start from zero and feedback_note says so). Throws
+// CheckpointError.
 LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, const std::string& dir,
                                  bool weights_only);
 

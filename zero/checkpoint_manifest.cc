@@ -117,6 +117,39 @@ void read_model(const FieldReader& r, const json& root, CheckpointManifest& m) {
   }
 }
 
+// One file entry: its name as expected, its size within [min_bytes, max_bytes], a well-formed digest.
+CheckpointManifest::ShardFile read_file_entry(const FieldReader& r, const json& entry,
+                                              const std::string& where, const std::string& name,
+                                              int64_t min_bytes, int64_t max_bytes) {
+  if (!entry.is_object()) r.fail(where + " is not an object");
+  CheckpointManifest::ShardFile file;
+  file.name = r.string(entry, where, "name");
+  if (file.name != name) r.fail(where + "name is not " + name);
+  file.bytes = r.integer(entry, where, "bytes", min_bytes, max_bytes);
+  file.sha256 = r.string(entry, where, "sha256");
+  if (file.sha256.size() != 64 || file.sha256.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    r.fail(where + "sha256 is not 64 lowercase hex digits");
+  }
+  return file;
+}
+
+// LoCo's kept errors, when the manifest lists them: one file per rank, all of the same size.
+void read_feedback_files(const FieldReader& r, const json& root, CheckpointManifest& m) {
+  if (!root.contains("error_feedback_files")) return;
+  m.feedback_layout = r.string(root, "", "error_feedback_layout");
+  const json& files = r.array(root, "", "error_feedback_files");
+  if (files.size() != size_t(m.world_size)) {
+    r.fail("error_feedback_files has " + std::to_string(files.size()) + " entries for " +
+           std::to_string(m.world_size) + " ranks");
+  }
+  for (int rank = 0; rank < m.world_size; ++rank) {
+    const int64_t bytes = rank == 0 ? 1 : m.feedback_files[0].bytes;
+    m.feedback_files.push_back(
+        read_file_entry(r, files[rank], "error_feedback_files[" + std::to_string(rank) + "].",
+                        feedback_file_name(rank, m.world_size), bytes, rank == 0 ? int64_t(1) << 50 : bytes));
+  }
+}
+
 // The files, then the units: both must be exactly what the saving run's partition made.
 void read_partition(const FieldReader& r, const json& root, CheckpointManifest& m) {
   m.world_size = int(r.integer(root, "", "world_size", 1, 1 << 20));
@@ -151,17 +184,8 @@ void read_partition(const FieldReader& r, const json& root, CheckpointManifest& 
   }
   const int64_t bytes = 3 * m.shard_total * int64_t(sizeof(float));
   for (int p = 0; p < shards; ++p) {
-    const std::string where = "files[" + std::to_string(p) + "].";
-    if (!files[p].is_object()) r.fail(where + " is not an object");
-    CheckpointManifest::ShardFile file;
-    file.name = r.string(files[p], where, "name");
-    if (file.name != shard_file_name(p, shards)) r.fail(where + "name is not " + shard_file_name(p, shards));
-    file.bytes = r.integer(files[p], where, "bytes", bytes, bytes);
-    file.sha256 = r.string(files[p], where, "sha256");
-    if (file.sha256.size() != 64 || file.sha256.find_first_not_of("0123456789abcdef") != std::string::npos) {
-      r.fail(where + "sha256 is not 64 lowercase hex digits");
-    }
-    m.files.push_back(file);
+    m.files.push_back(read_file_entry(r, files[p], "files[" + std::to_string(p) + "].",
+                                      shard_file_name(p, shards), bytes, bytes));
   }
 }
 
@@ -170,6 +194,12 @@ void read_partition(const FieldReader& r, const json& root, CheckpointManifest& 
 std::string shard_file_name(int shard, int shards) {
   char name[64];
   std::snprintf(name, sizeof name, "shard_%05d_of_%05d.bin", shard, shards);
+  return name;
+}
+
+std::string feedback_file_name(int rank, int ranks) {
+  char name[64];
+  std::snprintf(name, sizeof name, "loco_errors_%05d_of_%05d.bin", rank, ranks);
   return name;
 }
 
@@ -201,11 +231,17 @@ std::string manifest_text(const CheckpointManifest& m) {
         {{"name", u.name}, {"numel", u.numel}, {"shard", u.shard}, {"shard_offset", u.shard_offset}});
   }
   root["units"] = units;
-  json files = json::array();
-  for (const CheckpointManifest::ShardFile& f : m.files) {
-    files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"sha256", f.sha256}});
+  auto file_list = [](const std::vector<CheckpointManifest::ShardFile>& list) {
+    json files = json::array();
+    for (const CheckpointManifest::ShardFile& f : list)
+      files.push_back({{"name", f.name}, {"bytes", f.bytes}, {"sha256", f.sha256}});
+    return files;
+  };
+  root["files"] = file_list(m.files);
+  if (!m.feedback_files.empty()) {
+    root["error_feedback_layout"] = m.feedback_layout;
+    root["error_feedback_files"] = file_list(m.feedback_files);
   }
-  root["files"] = files;
   return root.dump(1) + "\n";
 }
 
@@ -226,6 +262,7 @@ CheckpointManifest parse_manifest(std::string_view text, const std::string& path
   read_position(r, root, m);
   read_model(r, root, m);
   read_partition(r, root, m);
+  read_feedback_files(r, root, m);
   return m;
 }
 

@@ -56,10 +56,17 @@ struct CheckpointManifest {
   };
   std::vector<ShardFile> files;
   int num_shards() const { return static_cast<int>(files.size()); }
+  // With LoCo (qgZ's error feedback): one file per rank of its kept errors, as the engine's feedback_state()
+  // (int8 blocks, opaque here); empty when the run that saved had none.
+  std::vector<ShardFile> feedback_files;
+  std::string feedback_layout;  // ZeroEngine::feedback_layout() of the run that saved them
 };
 
 // The name of shard file `shard` of `shards` in a checkpoint directory: "shard_00003_of_00008.bin".
 std::string shard_file_name(int shard, int shards);
+
+// The name of rank r's file of LoCo's kept errors: "loco_errors_00003_of_00008.bin".
+std::string feedback_file_name(int rank, int ranks);
 
 // The model shape as the manifest records it, as one line of JSON: two shapes are the same model when these
 // are equal (seq_len is a training setting, not part of the shape).

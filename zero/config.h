@@ -44,8 +44,8 @@ struct ZeroConfig {
   int intra_node_gradient_bits = kQuantizedGradientBits;  // zeropp_intra_node_gradient_bits: qgZ's first hop
   // zeropp_loco_param (LoCo error feedback for qgZ's two hops; zero/qgz.h has the recurrence).
   bool loco = false;
-  double loco_err_beta = 0.8;     // err_beta: the weight of the kept error in its moving average
-  int64_t loco_reset_T = 1024;    // reset_T: the kept errors are zeroed every reset_T applied steps
+  double loco_err_beta = 0.8;   // err_beta: the weight of the kept error in its moving average
+  int64_t loco_reset_T = 1024;  // reset_T: the kept errors are zeroed every reset_T applied steps
 };
 
 }  // namespace gpt

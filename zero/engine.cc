@@ -75,8 +75,7 @@ std::string check_qgz_options(const ZeroConfig& config) {
   if (!(config.loco_err_beta >= 0 && config.loco_err_beta < 1)) {
     std::ostringstream beta;
     beta << config.loco_err_beta;
-    return "zeropp_loco_param.err_beta is " + beta.str() +
-           "; it must be in [0, 1) (LoCo's default is 0.8)";
+    return "zeropp_loco_param.err_beta is " + beta.str() + "; it must be in [0, 1) (LoCo's default is 0.8)";
   }
   if (config.loco_reset_T < 1) {
     return "zeropp_loco_param.reset_T is " + std::to_string(config.loco_reset_T) +

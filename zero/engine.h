@@ -117,6 +117,7 @@ class ZeroEngine {
   // host copy for checkpoints, and its restore (the same size, from a run with the same world and buckets).
   std::vector<uint8_t> feedback_state() const { return gradients_->download_feedback(); }
   size_t feedback_bytes() const { return gradients_->feedback_bytes(); }
+  std::string feedback_layout() const { return gradients_->feedback_layout(); }
   void restore_feedback(const std::vector<uint8_t>& bytes) { gradients_->upload_feedback(bytes); }
 
   // The full fp32 master weights in the model layout, gathered from every rank (for tests and export).

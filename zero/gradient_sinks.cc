@@ -127,6 +127,7 @@ class BucketedGradients final : public EngineGradients<Real> {
   Real* shard() override { return grad_; }
   bool take_local_finite() override { return reducer_->take_local_finite(); }
   size_t feedback_bytes() const override { return reducer_->feedback_bytes(); }
+  std::string feedback_layout() const override { return reducer_->feedback_layout(); }
   std::vector<uint8_t> download_feedback() const override { return reducer_->download_feedback(); }
   void upload_feedback(const std::vector<uint8_t>& bytes) override { reducer_->upload_feedback(bytes); }
   void reset_feedback() override { reducer_->reset_feedback(); }

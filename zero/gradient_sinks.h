@@ -46,6 +46,7 @@ class EngineGradients : public GradientSink<Real> {
   // LoCo's kept errors (qgZ with zeropp_loco_param; GradientReducer): their size (0 without), a host copy, a
   // copy back and a reset to zero.
   virtual size_t feedback_bytes() const { return 0; }
+  virtual std::string feedback_layout() const { return ""; }
   virtual std::vector<uint8_t> download_feedback() const { return {}; }
   virtual void upload_feedback(const std::vector<uint8_t>& bytes) { (void)bytes; }
   virtual void reset_feedback() {}

@@ -12,13 +12,15 @@
 namespace gpt {
 
 struct StateFormula {
-  std::string state;    // "compute weights", "master", "moments", "gradients", "hpZ secondary", "qgZ error feedback"
+  std::string
+      state;  // "compute weights", "master", "moments", "gradients", "hpZ secondary", "qgZ error feedback"
   std::string formula;  // "2P/W", "4P", "(1+4/B)P/h", ...
   double bytes = 0;     // per rank
 };
 
 // P is the padded parameter count, W the world size, h the hpZ group size, B the qwZ block (qgZ's block for
 // LoCo's kept errors, which exist with qgZ on two or more nodes), L the ranks per node.
-std::vector<StateFormula> zero_state_formulas(const Partition& partition, const ZeroConfig& config, int nodes);
+std::vector<StateFormula> zero_state_formulas(const Partition& partition, const ZeroConfig& config,
+                                              int nodes);
 
 }  // namespace gpt

@@ -37,8 +37,8 @@ bool quantize_hop(const EngineContext& context, void* out, const float* x, uint8
   const Tensor wire = context.view(out, int64_t(count * qgz_chunk_bytes(chunk, bits, s.block)), DType::kI8);
   const Tensor values = context.view(x, chunk * count, DType::kF32);
   if (!kept) return context.ops.quantize(wire, values, chunk, count, bits, s.block);
-  const Tensor errors = context.view(kept, int64_t(count * qgz_chunk_bytes(chunk, kFeedbackBits, s.block)),
-                                     DType::kI8);
+  const Tensor errors =
+      context.view(kept, int64_t(count * qgz_chunk_bytes(chunk, kFeedbackBits, s.block)), DType::kI8);
   return context.ops.quantize_with_feedback(wire, values, errors, chunk, count, bits, s.block, s.err_beta);
 }
 

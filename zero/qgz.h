@@ -35,10 +35,10 @@ namespace gpt {
 
 // What a reduction needs to know about qgZ's settings.
 struct QgzSettings {
-  int block = 512;                               // zeropp_gradient_block_size
-  int intra_bits = kQuantizedGradientBits;       // hop 1 (zeropp_intra_node_gradient_bits); hop 2 is int4
-  float err_beta = 0;                            // LoCo's beta, when `feedback`
-  bool feedback = false;                         // zeropp_loco_param given
+  int block = 512;                          // zeropp_gradient_block_size
+  int intra_bits = kQuantizedGradientBits;  // hop 1 (zeropp_intra_node_gradient_bits); hop 2 is int4
+  float err_beta = 0;                       // LoCo's beta, when `feedback`
+  bool feedback = false;                    // zeropp_loco_param given
   static QgzSettings of(const ZeroConfig& config);
 };
 

@@ -78,8 +78,9 @@ void GradientReducer::use_quantized_gradients(comm::Communicator* node, comm::Co
     const size_t inter = qgz_cross_feedback_bytes(chunk, cross->size(), settings.block);
     const std::string name = "qgZ kept errors, bucket " + std::to_string(b);
     // Arena blocks come zero-filled: no error kept yet.
-    feedback_.push_back({static_cast<uint8_t*>(context_.device.allocate(name + " (hop 1)", kFeedbackCategory, intra)),
-                         static_cast<uint8_t*>(context_.device.allocate(name + " (hop 2)", kFeedbackCategory, inter))});
+    feedback_.push_back(
+        {static_cast<uint8_t*>(context_.device.allocate(name + " (hop 1)", kFeedbackCategory, intra)),
+         static_cast<uint8_t*>(context_.device.allocate(name + " (hop 2)", kFeedbackCategory, inter))});
     feedback_sizes_.push_back({intra, inter});
   }
 }
@@ -98,6 +99,14 @@ void GradientReducer::for_each_feedback(const std::function<void(const Tensor&, 
     visit(context_.view(feedback_[b].cross, int64_t(inter), DType::kI8), at + intra);
     at += intra + inter;
   }
+}
+
+std::string GradientReducer::feedback_layout() const {
+  if (feedback_.empty()) return "";
+  std::string layout = "block " + std::to_string(qgz_.block) + ", " + std::to_string(qgz_cross_->size()) +
+                       " nodes of " + std::to_string(qgz_node_->size()) + " ranks, chunks";
+  for (int64_t chunk : bucket_shard_elements_) layout += " " + std::to_string(chunk);
+  return layout;
 }
 
 std::vector<uint8_t> GradientReducer::download_feedback() const {

@@ -42,7 +42,8 @@ class GradientReducer {
                   int64_t bucket_size, bool overlap, void* grad_shard, const EngineContext& context);
   // Turns on qgZ (fp32 gradients only): node is this rank's node group, cross the group of ranks with its
   // local index.
-  void use_quantized_gradients(comm::Communicator* node, comm::Communicator* cross, const QgzSettings& settings);
+  void use_quantized_gradients(comm::Communicator* node, comm::Communicator* cross,
+                               const QgzSettings& settings);
   static constexpr const char* kFeedbackCategory = "qgZ error feedback";
   ~GradientReducer();
 
@@ -57,9 +58,12 @@ class GradientReducer {
   // Whether every local gradient quantized by qgZ since the last call was finite (then resets).
   bool take_local_finite();
 
-  // LoCo's kept errors of every bucket, back to back (hop 1 then hop 2 of bucket 0, then bucket 1, ...): their
-  // size (0 without feedback), a copy in host memory, and a copy back (the same size).
+  // LoCo's kept errors of every bucket, back to back (hop 1 then hop 2 of bucket 0, then bucket 1, ...):
+  // their size (0 without feedback), a copy in host memory, and a copy back (the same size).
   size_t feedback_bytes() const;
+  // What the kept errors' bytes mean: the block, the nodes and every bucket's chunk ("block 128, 2 nodes,
+  // chunks 5376 2304"); two runs can exchange them when these are equal.
+  std::string feedback_layout() const;
   std::vector<uint8_t> download_feedback() const;
   void upload_feedback(const std::vector<uint8_t>& bytes);
   void reset_feedback();  // every kept error to zero
@@ -100,7 +104,7 @@ class GradientReducer {
   comm::Communicator* qgz_node_ = nullptr;
   comm::Communicator* qgz_cross_ = nullptr;
   QgzSettings qgz_;
-  std::vector<QgzFeedback> feedback_;  // per bucket, with LoCo
+  std::vector<QgzFeedback> feedback_;                      // per bucket, with LoCo
   std::vector<std::pair<size_t, size_t>> feedback_sizes_;  // per bucket: hop 1's and hop 2's bytes
   bool local_finite_ = true;
 };

@@ -81,7 +81,8 @@ comm::TrafficCounts expected_step_traffic(const TrafficModelInput& in) {
     for (int u : bucket) chunk += p.unit(u).shard;
     if (z.quantized_gradients && s.N >= 2) {
       // Hop 1 at the intra-node bits, hop 2 in int4.
-      const uint64_t q1 = quant::quantized_bytes(int64_t(chunk), z.intra_node_gradient_bits, z.gradient_block);
+      const uint64_t q1 =
+          quant::quantized_bytes(int64_t(chunk), z.intra_node_gradient_bits, z.gradient_block);
       const uint64_t q2 = quant::quantized_bytes(int64_t(chunk), kQuantizedGradientBits, z.gradient_block);
       t.bytes[int(Phase::kGradReduce)][int(Link::kIntraNode)] += k * s.W * (s.L - 1) * s.N * q1;
       t.bytes[int(Phase::kGradReduce)][int(Link::kInterNode)] += k * s.W * (s.N - 1) * q2;

@@ -295,8 +295,8 @@ bool CpuOps::quantize(const Tensor& out, const Tensor& x, int64_t slice_len, int
   return quant::quantize_slices(x.data, x.dtype, slice_len, count, bits, block, ptr<uint8_t>(out));
 }
 
-bool CpuOps::quantize_with_feedback(const Tensor& out, const Tensor& x, const Tensor& error, int64_t slice_len,
-                                    int64_t count, int bits, int block, float beta) {
+bool CpuOps::quantize_with_feedback(const Tensor& out, const Tensor& x, const Tensor& error,
+                                    int64_t slice_len, int64_t count, int bits, int block, float beta) {
   return quant::quantize_slices_with_feedback(ptr<float>(x), slice_len, count, bits, block, beta,
                                               ptr<uint8_t>(error), ptr<uint8_t>(out));
 }

@@ -150,8 +150,9 @@ void dequantize_all(const uint8_t* in, int64_t slice_len, int64_t count, int blo
 // block's kept error becomes the moving average of what that lost, stored as int8 codes with their own scale.
 // scratch holds len floats.
 template <int kBits>
-bool quantize_block_with_feedback(const float* x, int64_t len, float beta, uint8_t* codes, uint8_t* scale_slot,
-                                  uint8_t* kept_codes, uint8_t* kept_scale_slot, float* scratch) {
+bool quantize_block_with_feedback(const float* x, int64_t len, float beta, uint8_t* codes,
+                                  uint8_t* scale_slot, uint8_t* kept_codes, uint8_t* kept_scale_slot,
+                                  float* scratch) {
   constexpr int qmax = qmax_of(kBits);
   float kept_scale;
   std::memcpy(&kept_scale, kept_scale_slot, sizeof kept_scale);
@@ -193,8 +194,8 @@ bool quantize_all_with_feedback(const float* x, int64_t slice_len, int64_t count
       uint8_t* base = out + static_cast<size_t>(slice) * slice_bytes;
       uint8_t* kept = error + static_cast<size_t>(slice) * error_slice_bytes;
       const bool block_finite = quantize_block_with_feedback<kBits>(
-          x + slice * slice_len + first, len, beta, base + data_bytes(first, kBits), base + codes_bytes + 4 * b,
-          kept + first, kept + slice_len + 4 * b, scratch.data());
+          x + slice * slice_len + first, len, beta, base + data_bytes(first, kBits),
+          base + codes_bytes + 4 * b, kept + first, kept + slice_len + 4 * b, scratch.data());
       finite = finite && block_finite;
     }
   }

@@ -159,7 +159,8 @@ bool CheckedOps::quantize(const Tensor& out, const Tensor& x, int64_t slice_len,
 
 bool CheckedOps::quantize_with_feedback(const Tensor& out, const Tensor& x, const Tensor& error,
                                         int64_t slice_len, int64_t count, int bits, int block, float beta) {
-  return inside([&] { return cpu_.quantize_with_feedback(out, x, error, slice_len, count, bits, block, beta); });
+  return inside(
+      [&] { return cpu_.quantize_with_feedback(out, x, error, slice_len, count, bits, block, beta); });
 }
 
 void CheckedOps::dequantize(const Tensor& out, const Tensor& in, int64_t slice_len, int64_t count, int bits,

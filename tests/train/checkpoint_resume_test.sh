@@ -2,7 +2,9 @@
 # Checkpoints end to end with gpt_train on 4 ranks (2 simulated nodes x 2):
 #  - exact resume: a run killed with SIGKILL after a checkpoint and resumed with --load logs the same loss for
 #    every later step as an uninterrupted run, bit for bit (the metrics file's full-precision losses), with
-#    ZeRO-3 and with ZeRO++ (qwZ + hpZ + qgZ);
+#    ZeRO-3 and with ZeRO++ (qwZ + hpZ + qgZ with LoCo's error feedback, whose kept errors the checkpoint
+#    carries; reset_T 7 puts resets on both sides of the resume); at another world size they start from zero
+#    and the start-up output says so;
 #  - a crash injected at each point of a save (GPT_CHECKPOINT_FAULT, the old spelling of GPT_FAULT=crash_after)
 #    leaves a loadable checkpoint;
 #  - a shard write failing on one rank (GPT_FAULT=save_fail) stops every rank with one message and loses nothing;
@@ -15,11 +17,12 @@ source "$(dirname "$0")/test_lib.sh"
 write_random_shard "$TMP/data.bin" 20000
 cat >"$TMP/zeropp.json" <<'JSON'
 {"zero_optimization": {"stage": 3, "reduce_bucket_size": 20000, "zero_quantized_weights": true,
- "zero_hpz_partition_size": 2, "zero_quantized_gradients": true}}
+ "zero_hpz_partition_size": 2, "zero_quantized_gradients": true, "zeropp_loco_param": {"reset_T": 7}}}
 JSON
 echo '{"zero_optimization": {"stage": 3, "reduce_bucket_size": 20000}}' >"$TMP/zero3.json"
-MODEL=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 16384 --threads 1
-  --micro-batch-size 2 --global-batch-size 8 --fp16 --ranks-per-node 2 --data-path "$TMP/data.bin")
+SHAPE=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 16384 --threads 1
+  --global-batch-size 8 --fp16 --data-path "$TMP/data.bin")
+MODEL=("${SHAPE[@]}" --micro-batch-size 2 --ranks-per-node 2)
 run() { timeout --signal=KILL 120 mpiexec -n 4 "$TRAIN" "${MODEL[@]}" "$@"; }
 losses() { grep -o '"step":[0-9]*,"loss":[-0-9.e]*' "$1" | sort -u; }
 
@@ -48,7 +51,15 @@ for config in zero3 zeropp; do
     fail "$config: resumed losses differ: $(head -5 "$TMP/diff")"
   fi
   [[ $(losses "$TMP/resumed_$config.jsonl" | wc -l) == 40 ]] || fail "$config: expected 40 distinct steps"
+  ! grep -q "start from zero" "$TMP/resume.log" || fail "$config: kept errors not restored: $(cat "$TMP/resume.log")"
 done
+
+# LoCo's kept errors saved at 4 ranks, loaded at 8 (2 nodes of 4): they start from zero, and the run says why.
+timeout --signal=KILL 120 mpiexec -n 8 "$TRAIN" "${SHAPE[@]}" --micro-batch-size 1 --ranks-per-node 4 \
+  --deepspeed_config "$TMP/zeropp.json" --train-iters 12 --load "$TMP/ckpt_zeropp" >"$TMP/w8.log" 2>&1 ||
+  fail "LoCo at another world size: the run failed: $(tail -3 "$TMP/w8.log")"
+grep -q "note: LoCo's kept errors start from zero: the checkpoint was saved at 4 ranks, this run has 8" "$TMP/w8.log" ||
+  fail "LoCo at another world size: no note: $(cat "$TMP/w8.log")"
 
 # A crash at each point of a save: the next --load still finds a complete checkpoint.
 for point in shards manifest rename latest; do

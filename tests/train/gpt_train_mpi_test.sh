@@ -70,6 +70,21 @@ echo '{"zero_optimization": {"stage": 3, "zero_quantized_gradients": true, "zero
   >"$TMP/block.json"
 expect_all_ranks_error "block size" 4 "zeropp_gradient_block_size is 100; a quantization block must be a positive multiple of 8" \
   "${MODEL[@]}" --deepspeed_config "$TMP/block.json" --ranks-per-node 2
+# qgZ's own options: LoCo without qgZ, err_beta and reset_T out of range, intra-node bits other than 4 or 8.
+qgz_error() {  # name fragment extra-json
+  echo "{\"zero_optimization\": {\"stage\": 3, $3}}" >"$TMP/qgz.json"
+  expect_all_ranks_error "$1" 4 "$2" "${MODEL[@]}" --deepspeed_config "$TMP/qgz.json" --ranks-per-node 2
+}
+qgz_error "LoCo without qgZ" "zeropp_loco_param is error feedback for qgZ, but zero_quantized_gradients is off; set zero_quantized_gradients to true or remove zeropp_loco_param" \
+  '"zeropp_loco_param": {}'
+qgz_error "err_beta 1" "zeropp_loco_param.err_beta is 1; it must be in [0, 1)" \
+  '"zero_quantized_gradients": true, "zeropp_loco_param": {"err_beta": 1.0}'
+qgz_error "err_beta -0.5" "zeropp_loco_param.err_beta is -0.5; it must be in [0, 1)" \
+  '"zero_quantized_gradients": true, "zeropp_loco_param": {"err_beta": -0.5}'
+qgz_error "reset_T 0" "zeropp_loco_param.reset_T is 0; it must be at least 1" \
+  '"zero_quantized_gradients": true, "zeropp_loco_param": {"reset_T": 0}'
+qgz_error "intra-node bits 6" "zeropp_intra_node_gradient_bits is 6; it must be 4 or 8 (default 4)" \
+  '"zero_quantized_gradients": true, "zeropp_intra_node_gradient_bits": 6'
 
 if ((failures)); then
   echo "$failures check(s) failed" >&2
