@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/cluster: ZeRO-3 against each ZeRO++ optimization and all three, on an emulated cluster of 2 nodes x 2
+# bench/cluster: ZeRO-3 against each ZeRO++ optimization, all three, and all three with LoCo's error feedback
+# (zeropp_loco) or int8 gradients inside the node (zeropp_int8intra), on an emulated cluster of 2 nodes x 2
 # ranks (scripts/cluster: network namespaces, real TCP through tc-shaped links), unshaped and at 10 Gb/s,
 # 1 Gb/s and 200 Mb/s. GPT-2 124M, seq 64, micro-batch 1, fp16. For each run it prints one JSON line
 #   {"config", "bandwidth", "tokens_per_s", "bytes_inter_node_per_step", "link_bytes_per_step", ...}
@@ -10,9 +11,9 @@
 # Needs root with network namespaces (scripts/cluster probe); ~20-30 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=3
+steps=6  # one warm-up step, then at least 5 timed
 bandwidths="none 10gbit 1gbit 200mbit"
-configs="zero3 qwz hpz qgz zeropp"
+configs="zero3 qwz hpz qgz zeropp zeropp_loco zeropp_int8intra"
 out=""
 extra=()
 while (($#)); do
@@ -38,14 +39,18 @@ cleanup() { scripts/cluster down >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT INT TERM
 
 json_for() {  # config -> DeepSpeed JSON
-  local qwz=false hpz=1 qgz=false
+  local qwz=false hpz=1 qgz=false more=""
   case $1 in
+    zero3) ;;
     qwz) qwz=true ;;
     hpz) hpz=2 ;;
     qgz) qgz=true ;;
     zeropp) qwz=true hpz=2 qgz=true ;;
+    zeropp_loco) qwz=true hpz=2 qgz=true more=', "zeropp_loco_param": {"err_beta": 0.8, "reset_T": 1024}' ;;
+    zeropp_int8intra) qwz=true hpz=2 qgz=true more=', "zeropp_intra_node_gradient_bits": 8' ;;
+    *) echo "bench/cluster.sh: unknown configuration $1" >&2; exit 2 ;;
   esac
-  printf '{"zero_optimization": {"stage": 3, "reduce_bucket_size": 10000000, "overlap_comm": true, "zero_quantized_weights": %s, "zero_hpz_partition_size": %s, "zero_quantized_gradients": %s}}\n' "$qwz" "$hpz" "$qgz"
+  printf '{"zero_optimization": {"stage": 3, "reduce_bucket_size": 10000000, "overlap_comm": true, "zero_quantized_weights": %s, "zero_hpz_partition_size": %s, "zero_quantized_gradients": %s%s}}\n' "$qwz" "$hpz" "$qgz" "$more"
 }
 link_sent() { scripts/cluster bytes | awk '$1 == "total" {print $2}'; }
 field() { { grep -o "\"$1\": *[^,}]*" || true; } | head -1 | sed 's/^[^:]*: *//; s/"//g'; }

@@ -34,6 +34,8 @@ struct BenchFlags {
   int eval_interval = 0, eval_iters = 10;
 };
 
+std::string configuration_names();  // of --configs, below
+
 // Returns false when --help was printed. gpt_train's flags, then the bench's own (its --valid-data-path,
 // --eval-interval and --eval-iters replace gpt_train's: other defaults, and 0 = only after the last step).
 bool parse(int argc, char** argv, int world_size, gpt::TrainOptions& o, BenchFlags& b) {
@@ -44,7 +46,7 @@ bool parse(int argc, char** argv, int world_size, gpt::TrainOptions& o, BenchFla
   gpt::TrainFlags train(flags, &o);
   flags.group("Benchmark");
   flags.add_int("--steps", &b.steps, "training steps per configuration", 1, 1 << 30);
-  flags.add_string("--configs", &b.configs, "comma-separated, from zero3,qwz,hpz,qgz,zeropp");
+  flags.add_string("--configs", &b.configs, "comma-separated, from " + configuration_names());
   flags.add_string("--valid-data-path", &b.valid_data_path, "validation shards (default: no validation)");
   flags.add_int("--eval-interval", &b.eval_interval, "validation every N steps (0: after the last step only)",
                 0, 1 << 30);
@@ -55,17 +57,40 @@ bool parse(int argc, char** argv, int world_size, gpt::TrainOptions& o, BenchFla
   return true;
 }
 
+// The configurations --configs chooses from: ZeRO-3, each ZeRO++ optimization alone, all three, and all three
+// with LoCo's error feedback or with int8 gradients inside the node (err_beta and reset_T come from the JSON's
+// zeropp_loco_param when it has one).
+struct Configuration {
+  const char* name;
+  bool qwz, hpz, qgz;
+  int intra_node_gradient_bits;
+  bool loco;
+};
+constexpr Configuration kConfigurations[] = {
+    {"zero3", false, false, false, 4, false},       {"qwz", true, false, false, 4, false},
+    {"hpz", false, true, false, 4, false},          {"qgz", false, false, true, 4, false},
+    {"zeropp", true, true, true, 4, false},         {"zeropp_loco", true, true, true, 4, true},
+    {"zeropp_int8intra", true, true, true, 8, false}};
+
+std::string configuration_names() {
+  std::string names;
+  for (const Configuration& c : kConfigurations) names += (names.empty() ? "" : ",") + std::string(c.name);
+  return names;
+}
+
 gpt::ZeroConfig configure(const gpt::ZeroConfig& base, const std::string& name, int ranks_per_node) {
-  gpt::ZeroConfig z = base;
-  z.stage = 3;
-  z.quantized_weights = name == "qwz" || name == "zeropp";
-  z.hpz_partition_size = name == "hpz" || name == "zeropp" ? ranks_per_node : 1;
-  z.quantized_gradients = name == "qgz" || name == "zeropp";
-  if (name != "zero3" && name != "qwz" && name != "hpz" && name != "qgz" && name != "zeropp") {
-    throw gpt::UsageError("--configs: unknown configuration '" + name +
-                          "'; choose from zero3,qwz,hpz,qgz,zeropp");
+  for (const Configuration& c : kConfigurations) {
+    if (name != c.name) continue;
+    gpt::ZeroConfig z = base;
+    z.stage = 3;
+    z.quantized_weights = c.qwz;
+    z.hpz_partition_size = c.hpz ? ranks_per_node : 1;
+    z.quantized_gradients = c.qgz;
+    z.intra_node_gradient_bits = c.intra_node_gradient_bits;
+    z.loco = c.loco;
+    return z;
   }
-  return z;
+  throw gpt::UsageError("--configs: unknown configuration '" + name + "'; choose from " + configuration_names());
 }
 
 // One configuration's run: the curve of every step, and the line rank 0 prints.
