@@ -29,6 +29,7 @@
 #include "train/planner.h"
 #include "zero/checkpoint.h"
 #include "zero/engine.h"
+#include "zero/qgz.h"
 #include "zero/traffic_model.h"
 
 namespace gpt {
@@ -60,19 +61,6 @@ std::string duration_text(double seconds) {
   return text;
 }
 
-// qgZ's settings for the banner: the two hops' bits, the block, LoCo's error feedback.
-std::string qgz_text(const ZeroConfig& z) {
-  std::ostringstream text;
-  text << "on (int" << z.intra_node_gradient_bits << " intra-node, int" << kQuantizedGradientBits
-       << " cross-node, block " << z.gradient_block << ", LoCo error feedback ";
-  if (z.loco) {
-    text << "err_beta " << z.loco_err_beta << ", reset_T " << z.loco_reset_T << ")";
-  } else {
-    text << "off)";
-  }
-  return text.str();
-}
-
 void print_banner(const TrainOptions& o, const comm::Communicator& world, const ZeroEngine& engine,
                   const data::TrainLoader& loader, bool has_validation) {
   const GPTConfig& m = o.model;
@@ -102,7 +90,7 @@ void print_banner(const TrainOptions& o, const comm::Communicator& world, const 
         "  ZeRO++: qwZ %s, hpZ %s, qgZ %s\n",
         z.quantized_weights ? ("on (int8, block " + std::to_string(z.weight_block) + ")").c_str() : "off",
         z.hpz_partition_size > 1 ? ("on (h = " + std::to_string(z.hpz_partition_size) + ")").c_str() : "off",
-        z.quantized_gradients ? qgz_text(z).c_str() : "off");
+        z.quantized_gradients ? ("on (" + describe_qgz(z) + ")").c_str() : "off");
   }
   TrafficModelInput model_input;
   model_input.partition = &engine.partition();

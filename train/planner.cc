@@ -243,6 +243,7 @@ Plan make_plan(const TrainOptions& o) {
     v.zero.quantized_weights = combo.qwz;
     v.zero.hpz_partition_size = combo.hpz ? h : 1;
     v.zero.quantized_gradients = combo.qgz;
+    v.zero.loco = o.zero.loco && combo.qgz;  // the configured error feedback goes with qgZ
     v.configured = o.zero.stage == 3 && o.zero.quantized_weights == combo.qwz &&
                    (o.zero.hpz_partition_size > 1) == combo.hpz && o.zero.quantized_gradients == combo.qgz;
     v.problem = ZeroEngine::check_zeropp(v.zero, topology);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "train/planner.h"
+#include "zero/qgz.h"
 
 namespace gpt {
 namespace {
@@ -80,7 +81,7 @@ void configuration(std::ostream& out, const Plan& plan, const PlanVariant& v) {
   out << ", hpZ "
       << (z.hpz_partition_size > 1 ? "on (h = " + std::to_string(z.hpz_partition_size) + ")" : "off");
   out << ", qgZ " << on_off(z.quantized_gradients);
-  if (z.quantized_gradients) out << " (int4, block " << z.gradient_block << ")";
+  if (z.quantized_gradients) out << " (" << describe_qgz(z) << ")";
   out << " (\"" << v.name << "\" below)\n";
   if (!v.problem.empty()) out << "  PROBLEM     " << v.problem << "\n";
 }

@@ -1,12 +1,26 @@
 // qgZ's two-hop quantized all-to-all reduction, with LoCo's error feedback as an option; see qgz.h.
 #include "zero/qgz.h"
 
+#include <sstream>
+
 #include "kernels/quant/quantize.h"
 
 namespace gpt {
 
 QgzSettings QgzSettings::of(const ZeroConfig& config) {
   return {config.gradient_block, config.intra_node_gradient_bits, float(config.loco_err_beta), config.loco};
+}
+
+std::string describe_qgz(const ZeroConfig& z) {
+  std::ostringstream text;
+  text << "int" << z.intra_node_gradient_bits << " intra-node, int" << kQuantizedGradientBits
+       << " cross-node, block " << z.gradient_block << ", LoCo error feedback ";
+  if (z.loco) {
+    text << "err_beta " << z.loco_err_beta << ", reset_T " << z.loco_reset_T;
+  } else {
+    text << "off";
+  }
+  return text.str();
 }
 
 size_t qgz_chunk_bytes(int64_t chunk, int bits, int block) {

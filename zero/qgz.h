@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -70,6 +71,10 @@ void qgz_start(const EngineContext& context, comm::Communicator& node, comm::Com
 void qgz_finish(const EngineContext& context, comm::Communicator& node, comm::Communicator& cross,
                 const QgzSettings& settings, const QgzFeedback& feedback, QgzExchange& exchange, float* out,
                 comm::Phase phase);
+
+// qgZ's settings in words, for banners: "int4 intra-node, int4 cross-node, block 512, LoCo error feedback
+// off".
+std::string describe_qgz(const ZeroConfig& config);
 
 // Wire bytes of one quantized chunk at `bits` per value.
 size_t qgz_chunk_bytes(int64_t chunk, int bits, int block);
