@@ -57,20 +57,25 @@ std::vector<PlanMemoryLine> buffer_lines(const Partition& p, const ZeroConfig& z
   const std::string dtype = precision_name(z.precision);
   const std::vector<UnitPartition>& units = p.units();
   if (z.stage == 3) {
-    // A gathered unit in the compute dtype; with qwZ also the int8 blocks it arrived as and this rank's
-    // quantized shard. With overlap_comm the next unit is prefetched while this one computes.
+    // A gathered unit in the compute dtype; with qwZ also the int8 blocks it arrived as. With overlap_comm
+    // the next unit is prefetched while this one computes.
     const size_t in_flight = z.overlap_comm ? 2 : 1;
+    auto quantized_shard = [&](const UnitPartition& u) {
+      return double(quant::quantized_bytes(u.shard, kQuantizedWeightBits, z.weight_block));
+    };
     const double bytes = sum_of_largest<UnitPartition>(units, in_flight, [&](const UnitPartition& u) {
-      double b = cb * double(u.padded);
-      if (z.quantized_weights) {
-        b += double(quant::quantized_bytes(u.shard, kQuantizedWeightBits, z.weight_block)) * (W + 1);
-      }
-      return b;
+      return cb * double(u.padded) + (z.quantized_weights ? quantized_shard(u) * W : 0.0);
     });
     lines.push_back({"gathered units", bytes,
                      std::to_string(in_flight) + " x the largest unit in " + dtype +
                          (z.quantized_weights ? " + int8 wire copy" : "") +
                          (z.overlap_comm ? " (computing, prefetched)" : "")});
+    if (z.quantized_weights) {
+      // qwZ quantizes each of this rank's shards once per step and keeps them until the weights change.
+      double kept = 0;
+      for (const UnitPartition& u : units) kept += quantized_shard(u);
+      lines.push_back({"quantized shards", kept, "(1+4/B)P/W, this rank's shards in int8 for qwZ's gathers"});
+    }
   }
   int64_t largest = 0;
   for (size_t u = 0; u < units.size(); ++u) {

@@ -23,7 +23,8 @@ WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std
       context_(context),
       ops_(context.ops),
       events_(context.events),
-      secondaries_(partition.units().size(), nullptr) {
+      secondaries_(partition.units().size(), nullptr),
+      quantized_own_(partition.units().size(), nullptr) {
   if (config.quantized_weights && loop_dtype_ != DType::kF32)
     throw std::invalid_argument("qwZ dequantizes gathered weights into fp32; the loop computes in " +
                                 std::string(dtype_name(loop_dtype_)));
@@ -32,12 +33,11 @@ WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std
 WeightGatherer::~WeightGatherer() {
   for (Slot& slot : slots_) slot.request.wait();
   for (Slot& slot : slots_) {
-    context_.wire.release(slot.send);
     context_.wire.release(slot.wire);
     context_.device.release(slot.weights);
   }
   for (const FreeBuffer& b : free_buffers_) b.arena->release(b.data);
-  drop_secondaries();
+  weights_changed();
 }
 
 size_t WeightGatherer::shard_wire_bytes(int unit) const {
@@ -56,11 +56,25 @@ size_t WeightGatherer::secondary_bytes_held() const {
   return total;
 }
 
-void WeightGatherer::drop_secondaries() {
-  for (void*& secondary : secondaries_) {
-    context_.wire.release(secondary);
-    secondary = nullptr;
+void WeightGatherer::weights_changed() {
+  for (std::vector<void*>* copies : {&secondaries_, &quantized_own_}) {
+    for (void*& copy : *copies) {
+      context_.wire.release(copy);
+      copy = nullptr;
+    }
   }
+}
+
+const void* WeightGatherer::quantized_own_shard(int unit) {
+  if (!quantized_own_[unit]) {
+    const UnitPartition& u = partition_.unit(unit);
+    const size_t bytes = shard_wire_bytes(unit);
+    quantized_own_[unit] = context_.wire.allocate("qwZ quantized shard " + names_[unit], "buffers", bytes);
+    ops_.quantize(context_.view(quantized_own_[unit], int64_t(bytes), DType::kI8),
+                  context_.view(shard_ + size_t(u.shard_offset) * element_bytes_, u.shard, config_.precision),
+                  u.shard, 1, kQuantizedWeightBits, config_.weight_block);
+  }
+  return quantized_own_[unit];
 }
 
 void WeightGatherer::begin_pass(std::vector<int> schedule, comm::Phase phase, const void* shard) {
@@ -111,17 +125,9 @@ void WeightGatherer::post(size_t index) {
     // the rank-major buffer of all W shards without leaving the node.
     slot.request = hpz_->all_gather(secondaries_[unit], slot.wire, secondary_bytes(unit), phase_);
   } else {
-    const uint8_t* own = shard_ + size_t(u.shard_offset) * element_bytes_;
-    if (config_.quantized_weights) {
-      slot.send_bytes = per_rank;
-      slot.send = take_buffer(context_.wire, per_rank, "quantized shard");
-      ops_.quantize(context_.view(slot.send, int64_t(per_rank), DType::kI8),
-                    context_.view(own, u.shard, config_.precision), u.shard, 1, kQuantizedWeightBits,
-                    config_.weight_block);
-      slot.request = dp_.all_gather(slot.send, slot.wire, per_rank, phase_);
-    } else {
-      slot.request = dp_.all_gather(own, slot.wire, per_rank, phase_);
-    }
+    const void* own = config_.quantized_weights ? quantized_own_shard(unit)
+                                                : shard_ + size_t(u.shard_offset) * element_bytes_;
+    slot.request = dp_.all_gather(own, slot.wire, per_rank, phase_);
   }
   events_.add(EngineEvent::Kind::kPostGather, names_[unit], phase_ == comm::Phase::kParamGatherBwd);
   slots_.push_back(std::move(slot));
@@ -150,8 +156,6 @@ const void* WeightGatherer::acquire_weights(int unit) {
   Slot* slot = slot_of(unit);
   slot->request.wait();
   events_.add(EngineEvent::Kind::kWaitGather, names_[unit], phase_ == comm::Phase::kParamGatherBwd);
-  give_buffer(context_.wire, slot->send, slot->send_bytes);
-  slot->send = nullptr;
   decode(*slot);
   slot->acquired = true;
   return slot->weights;

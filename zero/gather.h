@@ -9,7 +9,8 @@
 // as they arrived); every later gather of the unit before the next optimizer step is a ring over the h
 // consecutive ranks of this node's hpZ group, which rebuilds the same bytes, so forward, recomputation and
 // backward use bit-identical weights. Secondaries are dropped after each optimizer step and on checkpoint
-// load.
+// load. qwZ quantizes this rank's own shard of a unit once per weight change and sends those bytes on every
+// primary gather until the next one (the same bytes a fresh quantization would give).
 #pragma once
 
 #include <cstdint>
@@ -50,8 +51,9 @@ class WeightGatherer {
   void release(int unit);
   // Everything acquired has been released and no gather is in flight.
   bool idle() const;
-  // Forgets every hpZ secondary: the weights changed (optimizer step, checkpoint load).
-  void drop_secondaries();
+  // Forgets every hpZ secondary and quantized own shard: the weights changed (optimizer step, checkpoint
+  // load).
+  void weights_changed();
 
   // Bytes one rank sends for unit u on a primary gather (the shard, raw or quantized) and P_u/h's share that
   // a secondary holds (W/h of those).
@@ -65,16 +67,16 @@ class WeightGatherer {
     int unit = -1;
     bool from_secondary = false;
     comm::Request request;
-    void* send = nullptr;     // qwZ: this rank's quantized shard, alive until the gather completes (wire)
     void* wire = nullptr;     // what arrives: W shards, raw or quantized, rank-major (wire)
     void* weights = nullptr;  // P_u in the loop dtype (device)
-    size_t send_bytes = 0, wire_bytes = 0, weight_bytes = 0;
+    size_t wire_bytes = 0, weight_bytes = 0;
     bool acquired = false;
   };
   const void* acquire_weights(int unit);
   void post(size_t index);
   Slot* slot_of(int unit);
   void decode(const Slot& slot);
+  const void* quantized_own_shard(int unit);  // quantizes it when the weights changed since
   // Pooled buffers of one arena (wire or device), reused best-fit.
   void* take_buffer(Arena& arena, size_t bytes, const char* name);
   void give_buffer(Arena& arena, void* buffer, size_t bytes);
@@ -101,7 +103,8 @@ class WeightGatherer {
     size_t bytes;
   };
   std::vector<FreeBuffer> free_buffers_;
-  std::vector<void*> secondaries_;  // per unit: this rank's hpZ slice, or null
+  std::vector<void*> secondaries_;    // per unit: this rank's hpZ slice, or null
+  std::vector<void*> quantized_own_;  // per unit with qwZ: this rank's shard quantized since the last change
   size_t secondary_peak_ = 0;
 };
 

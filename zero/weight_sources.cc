@@ -111,7 +111,7 @@ class GatheredWeights final : public EngineWeights<Real> {
   void refresh(const Real* master) override {
     const int64_t S = partition_.shard_total();
     context_.ops.cast(context_.view(shard_, S, dtype_), context_.view(master, S, dtype_of<Real>()));
-    gatherer_->drop_secondaries();  // hpZ copies never outlive a weight change
+    gatherer_->weights_changed();  // hpZ copies and quantized shards never outlive a weight change
   }
   size_t secondary_peak_bytes() const override { return gatherer_->secondary_bytes_peak(); }
   void release(int unit) override { gatherer_->release(unit); }
