@@ -385,17 +385,14 @@ void agree_on_all(comm::Communicator& world, const std::string& mine) {
 }
 
 // LoCo's kept errors: restored when the checkpoint holds this rank's file from a run with the same layout
-// (world size, nodes, buckets, block); otherwise they start from zero. Returns a note for the banner saying
-// which
-// ("" when restored, or when neither side uses LoCo).
+// (world size, nodes, buckets, block); otherwise they start from zero. Returns a note for the start-up output
+// saying which ("" when restored, or when neither side uses LoCo).
 std::string load_feedback(ZeroEngine& engine, comm::Communicator& world, const fs::path& path,
                           const CheckpointManifest& manifest) {
   const std::string zero = "LoCo's kept errors start from zero: ";
   if (engine.feedback_bytes() == 0) {
-    return manifest.feedback_files.empty()
-               ? ""
-               : "the checkpoint's LoCo kept errors are not used (this run has no "
-                 "qgZ error feedback)";
+    if (manifest.feedback_files.empty()) return "";
+    return "the checkpoint's LoCo kept errors are not used (this run has no qgZ error feedback)";
   }
   if (manifest.feedback_files.empty()) return zero + "the checkpoint was saved without them";
   if (manifest.world_size != world.size()) {

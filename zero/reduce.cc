@@ -73,28 +73,32 @@ void GradientReducer::use_quantized_gradients(comm::Communicator* node, comm::Co
   qgz_ = settings;
   if (!settings.feedback) return;
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    const int64_t chunk = bucket_shard_elements_[b];
-    const size_t intra = qgz_intra_feedback_bytes(chunk, partition_.num_shards(), settings.block);
-    const size_t inter = qgz_cross_feedback_bytes(chunk, cross->size(), settings.block);
+    const auto [intra, inter] = feedback_sizes(int(b));
     const std::string name = "qgZ kept errors, bucket " + std::to_string(b);
     // Arena blocks come zero-filled: no error kept yet.
     feedback_.push_back(
         {static_cast<uint8_t*>(context_.device.allocate(name + " (hop 1)", kFeedbackCategory, intra)),
          static_cast<uint8_t*>(context_.device.allocate(name + " (hop 2)", kFeedbackCategory, inter))});
-    feedback_sizes_.push_back({intra, inter});
   }
+}
+
+std::pair<size_t, size_t> GradientReducer::feedback_sizes(int bucket) const {
+  const int64_t chunk = bucket_shard_elements_[bucket];
+  return {qgz_intra_feedback_bytes(chunk, partition_.num_shards(), qgz_.block),
+          qgz_cross_feedback_bytes(chunk, qgz_cross_->size(), qgz_.block)};
 }
 
 size_t GradientReducer::feedback_bytes() const {
   size_t total = 0;
-  for (const auto& [intra, inter] : feedback_sizes_) total += intra + inter;
+  for (size_t b = 0; b < feedback_.size(); ++b)
+    total += feedback_sizes(int(b)).first + feedback_sizes(int(b)).second;
   return total;
 }
 
 void GradientReducer::for_each_feedback(const std::function<void(const Tensor&, size_t)>& visit) const {
   size_t at = 0;
   for (size_t b = 0; b < feedback_.size(); ++b) {
-    const auto [intra, inter] = feedback_sizes_[b];
+    const auto [intra, inter] = feedback_sizes(int(b));
     visit(context_.view(feedback_[b].intra, int64_t(intra), DType::kI8), at);
     visit(context_.view(feedback_[b].cross, int64_t(inter), DType::kI8), at + intra);
     at += intra + inter;

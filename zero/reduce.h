@@ -78,6 +78,7 @@ class GradientReducer {
     QgzExchange qgz;  // qgZ: stage 1 in flight
   };
   void post(int bucket);
+  std::pair<size_t, size_t> feedback_sizes(int bucket) const;  // hop 1's and hop 2's bytes
   void for_each_feedback(const std::function<void(const Tensor&, size_t)>& visit) const;  // with its offset
   QgzFeedback feedback_of(int bucket) const { return feedback_.empty() ? QgzFeedback{} : feedback_[bucket]; }
   void complete_oldest();
@@ -104,8 +105,7 @@ class GradientReducer {
   comm::Communicator* qgz_node_ = nullptr;
   comm::Communicator* qgz_cross_ = nullptr;
   QgzSettings qgz_;
-  std::vector<QgzFeedback> feedback_;                      // per bucket, with LoCo
-  std::vector<std::pair<size_t, size_t>> feedback_sizes_;  // per bucket: hop 1's and hop 2's bytes
+  std::vector<QgzFeedback> feedback_;  // per bucket, with LoCo
   bool local_finite_ = true;
 };
 
