@@ -7,6 +7,7 @@
 #include "kernels/quant/quantize.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -165,11 +166,20 @@ bool quantize_block_with_feedback(const float* x, int64_t len, float beta, uint8
   }
   float scale;
   std::memcpy(&scale, scale_slot, sizeof scale);
-  const float one_minus_beta = 1.0f - beta;
+  // feedback_error of quantize_block.h, written so that the loops vectorize: this file is compiled with
+  // -ffp-contract=off, so plain operators fuse nothing (the header's barriers, which keep that promise under
+  // any flags, would keep the loop scalar), and the code is formed as a float without quantize_value's NaN
+  // guard and integer conversion, which block vectorization and change nothing in a finite block (|code| <=
+  // qmax). The tests hold this and the header to the same float64 reference.
+  const float qmax_f = static_cast<float>(qmax), one_minus_beta = 1.0f - beta;
   for (int64_t i = 0; i < len; ++i) {
     const float h = scratch[i];
-    scratch[i] = feedback_error(h, quantize_value(h, scale, qmax), scale, kept(i), beta, one_minus_beta);
+    float code = std::nearbyint(h / scale);
+    code = code > qmax_f ? qmax_f : code;
+    code = code < -qmax_f ? -qmax_f : code;
+    scratch[i] = h - code * scale;  // what the wire lost
   }
+  for (int64_t i = 0; i < len; ++i) scratch[i] = beta * kept(i) + one_minus_beta * scratch[i];
   quantize_block<8>(ReadF32{scratch}, len, kept_codes, kept_scale_slot);
   return true;
 }

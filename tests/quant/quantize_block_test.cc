@@ -1,6 +1,6 @@
 // Tests of the per-block quantizer math (kernels/quant/quantize_block.h) against the float64 reference: the
 // scale over every absmax pattern where its edge rules act, round-half-even ties, values at +-absmax, the NaN
-// guard, and every int4 nibble through pack and unpack.
+// guard, LoCo's per-element feedback, and every int4 nibble through pack and unpack.
 #include "kernels/quant/quantize_block.h"
 
 #include <doctest/doctest.h>
@@ -110,6 +110,26 @@ TEST_CASE("dequantize_value and dequantize_accumulate round once per operation")
     const float acc = 1.0f / 3.0f;
     const float expected = static_cast<float>(static_cast<double>(acc) + testing::reference_value(q, scale));
     CHECK(bits(dequantize_accumulate(acc, q, scale)) == bits(expected));
+  }
+}
+
+TEST_CASE("LoCo's per-element feedback: compensate and feedback_error round each operation once") {
+  // Off-grid values over several magnitudes, a scale that is not a power of two, and betas whose 1 - beta
+  // is inexact in fp32 (0.8, 0.3) or exact (0, 0.5).
+  const float scale = 0.0123f, kept_errors[] = {0.0f, -0.0041f, 3.3e-7f, 0.00612f};
+  for (float beta : {0.0f, 0.3f, 0.5f, 0.8f}) {
+    const float one_minus_beta = static_cast<float>(1.0 - double(beta));
+    for (float x : {0.1f, -0.0777f, 1e-5f, 0.0864f, -0.05f}) {
+      for (float kept : kept_errors) {
+        const float h = compensate(x, kept);
+        CHECK(bits(h) == bits(static_cast<float>(double(x) + double(kept))));
+        const int q = quantize_value(h, scale, 7);
+        const float lost = static_cast<float>(double(h) - double(testing::reference_value(q, scale)));
+        const float expected = static_cast<float>(double(static_cast<float>(double(beta) * double(kept))) +
+                                                  double(static_cast<float>(double(one_minus_beta) * lost)));
+        CHECK(bits(feedback_error(h, q, scale, kept, beta, one_minus_beta)) == bits(expected));
+      }
+    }
   }
 }
 
