@@ -90,8 +90,10 @@ std::pair<size_t, size_t> GradientReducer::feedback_sizes(int bucket) const {
 
 size_t GradientReducer::feedback_bytes() const {
   size_t total = 0;
-  for (size_t b = 0; b < feedback_.size(); ++b)
-    total += feedback_sizes(int(b)).first + feedback_sizes(int(b)).second;
+  for (size_t b = 0; b < feedback_.size(); ++b) {
+    const auto [intra, inter] = feedback_sizes(int(b));
+    total += intra + inter;
+  }
   return total;
 }
 

@@ -123,49 +123,58 @@ void dequantize_block(const uint8_t* codes, float scale, int64_t len, Write out)
   }
 }
 
-template <int kBits, class Read>
-bool quantize_all(Read x, int64_t slice_len, int64_t count, int block, uint8_t* out) {
+// One block of the flat list of (slice, block) pairs that a bulk call walks.
+struct BlockAt {
+  int64_t slice, index;  // which slice, and which block of it
+  int64_t first, len;    // its first value within the slice, and its length (the last one may be short)
+};
+
+// Runs f(block, scratch) on every block of `count` slices of slice_len values, split over the OpenMP threads
+// (each with scratch_floats floats of scratch), and returns whether every call returned true.
+template <class F>
+bool for_each_block(int64_t slice_len, int64_t count, int block, size_t scratch_floats, F&& f) {
   const int64_t blocks = block_count(slice_len, block);
   const int64_t total = blocks * count;
-  const size_t slice_bytes = quantized_bytes(slice_len, kBits, block);
-  const size_t codes_bytes = data_bytes(slice_len, kBits);
-  bool finite = true;
-#pragma omp parallel reduction(&& : finite) if (slice_len * count >= kParallelMinValues)
+  bool all = true;
+#pragma omp parallel reduction(&& : all) if (slice_len * count >= kParallelMinValues)
   {
-    std::vector<float> scratch(Read::kWidens ? size_t(std::min<int64_t>(block, slice_len)) : 0);
+    std::vector<float> scratch(scratch_floats);
 #pragma omp for schedule(static)
     for (int64_t g = 0; g < total; ++g) {
-      const int64_t slice = g / blocks, b = g % blocks;
-      const int64_t first = b * block;
-      const int64_t len = std::min<int64_t>(block, slice_len - first);
-      uint8_t* base = out + static_cast<size_t>(slice) * slice_bytes;
-      const bool block_finite =
-          quantize_block<kBits>(x.widen(slice * slice_len + first, len, scratch.data()), len,
-                                base + data_bytes(first, kBits), base + codes_bytes + 4 * b);
-      finite = finite && block_finite;
+      const int64_t slice = g / blocks, b = g % blocks, first = b * block;
+      const bool ok =
+          f(BlockAt{slice, b, first, std::min<int64_t>(block, slice_len - first)}, scratch.data());
+      all = all && ok;
     }
   }
-  return finite;
+  return all;
+}
+
+template <int kBits, class Read>
+bool quantize_all(Read x, int64_t slice_len, int64_t count, int block, uint8_t* out) {
+  const size_t slice_bytes = quantized_bytes(slice_len, kBits, block);
+  const size_t codes_bytes = data_bytes(slice_len, kBits);
+  const size_t scratch = Read::kWidens ? size_t(std::min<int64_t>(block, slice_len)) : 0;
+  return for_each_block(slice_len, count, block, scratch, [&](const BlockAt& at, float* widened) {
+    uint8_t* base = out + static_cast<size_t>(at.slice) * slice_bytes;
+    return quantize_block<kBits>(x.widen(at.slice * slice_len + at.first, at.len, widened), at.len,
+                                 base + data_bytes(at.first, kBits), base + codes_bytes + 4 * at.index);
+  });
 }
 
 template <int kBits, class Write>
 void dequantize_all(const uint8_t* in, int64_t slice_len, int64_t count, int block, Write out) {
-  const int64_t blocks = block_count(slice_len, block);
-  const int64_t total = blocks * count;
   const size_t slice_bytes = quantized_bytes(slice_len, kBits, block);
   const size_t codes_bytes = data_bytes(slice_len, kBits);
-#pragma omp parallel for schedule(static) if (slice_len * count >= kParallelMinValues)
-  for (int64_t g = 0; g < total; ++g) {
-    const int64_t slice = g / blocks, b = g % blocks;
-    const int64_t first = b * block;
-    const int64_t len = std::min<int64_t>(block, slice_len - first);
-    const uint8_t* base = in + static_cast<size_t>(slice) * slice_bytes;
+  for_each_block(slice_len, count, block, 0, [&](const BlockAt& at, float*) {
+    const uint8_t* base = in + static_cast<size_t>(at.slice) * slice_bytes;
     float scale;
-    std::memcpy(&scale, base + codes_bytes + 4 * b, sizeof scale);
-    const Write block_out = out.at(slice * slice_len + first);
-    dequantize_block<kBits>(base + data_bytes(first, kBits), scale, len, block_out);
-    block_out.finish(len);
-  }
+    std::memcpy(&scale, base + codes_bytes + 4 * at.index, sizeof scale);
+    const Write block_out = out.at(at.slice * slice_len + at.first);
+    dequantize_block<kBits>(base + data_bytes(at.first, kBits), scale, at.len, block_out);
+    block_out.finish(at.len);
+    return true;
+  });
 }
 
 // One block with error feedback (quantize.h): h = x + kept error goes on the wire as kBits codes, and the
@@ -208,29 +217,17 @@ bool quantize_block_with_feedback(const float* x, int64_t len, float beta, uint8
 template <int kBits>
 bool quantize_all_with_feedback(const float* x, int64_t slice_len, int64_t count, int block, float beta,
                                 uint8_t* error, uint8_t* out) {
-  const int64_t blocks = block_count(slice_len, block);
-  const int64_t total = blocks * count;
   const size_t slice_bytes = quantized_bytes(slice_len, kBits, block);
   const size_t codes_bytes = data_bytes(slice_len, kBits);
   const size_t error_slice_bytes = quantized_bytes(slice_len, 8, block);
-  bool finite = true;
-#pragma omp parallel reduction(&& : finite) if (slice_len * count >= kParallelMinValues)
-  {
-    std::vector<float> scratch(size_t(std::min<int64_t>(block, slice_len)));
-#pragma omp for schedule(static)
-    for (int64_t g = 0; g < total; ++g) {
-      const int64_t slice = g / blocks, b = g % blocks;
-      const int64_t first = b * block;
-      const int64_t len = std::min<int64_t>(block, slice_len - first);
-      uint8_t* base = out + static_cast<size_t>(slice) * slice_bytes;
-      uint8_t* kept = error + static_cast<size_t>(slice) * error_slice_bytes;
-      const bool block_finite = quantize_block_with_feedback<kBits>(
-          x + slice * slice_len + first, len, beta, base + data_bytes(first, kBits),
-          base + codes_bytes + 4 * b, kept + first, kept + slice_len + 4 * b, scratch.data());
-      finite = finite && block_finite;
-    }
-  }
-  return finite;
+  const size_t scratch = size_t(std::min<int64_t>(block, slice_len));
+  return for_each_block(slice_len, count, block, scratch, [&](const BlockAt& at, float* work) {
+    uint8_t* base = out + static_cast<size_t>(at.slice) * slice_bytes;
+    uint8_t* kept = error + static_cast<size_t>(at.slice) * error_slice_bytes;
+    return quantize_block_with_feedback<kBits>(
+        x + at.slice * slice_len + at.first, at.len, beta, base + data_bytes(at.first, kBits),
+        base + codes_bytes + 4 * at.index, kept + at.first, kept + slice_len + 4 * at.index, work);
+  });
 }
 
 template <class Read>
