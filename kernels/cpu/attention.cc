@@ -26,8 +26,8 @@ using detail::mat;
 // the diagonal are never written, so a zero-initialized d keeps them 0.
 template <typename Real>
 void drop_probabilities(Real* d, const Real* a, const AttentionDropout& dropout, int b, int h, int T) {
-  const uint64_t threshold = detail::dropout_threshold(dropout.p);
-  const Real scale = detail::dropout_scale<Real>(dropout.p);
+  const uint64_t threshold = dropout::threshold(dropout.p);
+  const Real scale = dropout::scale<Real>(dropout.p);
   const uint64_t head_base = uint64_t(h) * T * T;
   for (int t = 0; t < T; ++t) {
     const int64_t row = int64_t(t) * T;

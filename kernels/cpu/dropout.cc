@@ -10,7 +10,7 @@
 namespace gpt::cpu {
 
 bool dropout_keep(uint64_t key, int64_t e, double p) {
-  return p <= 0 || (random::bits(key, uint64_t(e)) >> 40) >= detail::dropout_threshold(p);
+  return p <= 0 || dropout::keeps(key, uint64_t(e), dropout::threshold(p));
 }
 
 template <typename Real>
@@ -19,8 +19,8 @@ void dropout_forward(Real* out, const Real* inp, const uint64_t* keys, double p,
     if (out != inp) std::copy(inp, inp + int64_t(B) * n, out);
     return;
   }
-  const uint64_t threshold = detail::dropout_threshold(p);
-  const Real scale = detail::dropout_scale<Real>(p);
+  const uint64_t threshold = dropout::threshold(p);
+  const Real scale = dropout::scale<Real>(p);
 #pragma omp parallel
   {
     const detail::Range r = detail::thread_range(n);

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "kernels/common/dropout_bits.h"
 #include "kernels/common/random.h"
 
 namespace gpt::cpu::detail {
@@ -81,17 +82,6 @@ inline Real lane_max(const Real* x, int64_t n) {
   return acc[0];
 }
 
-// Dropout's keep rule as an integer compare: random::uniform32(key, e) >= p exactly when
-// (bits(key, e) >> 40) >= ceil(p * 2^24). p >= 1 gives 2^24 and above, which no 24-bit draw reaches.
-inline uint64_t dropout_threshold(double p) {
-  return p <= 0 ? 0 : static_cast<uint64_t>(std::ceil(std::min(p, 1.0) * 0x1.0p24));
-}
-// Inverted dropout's scale of the kept values, 1/(1-p); 0 for p >= 1, where nothing is kept.
-template <typename Real>
-inline Real dropout_scale(double p) {
-  return p >= 1 ? Real(0) : static_cast<Real>(1.0 / (1.0 - p));
-}
-
 // y[j] = keep(key, counter0 + j) ? x[j] * scale : 0 for j < n; y may be x. The loop vectorizes (64-bit
 // multiplies of the generator included, with AVX-512DQ).
 template <typename Real>
@@ -99,7 +89,7 @@ inline void dropout_span(Real* y, const Real* x, uint64_t key, uint64_t counter0
                          uint64_t threshold, Real scale) {
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j) {
-    const bool keep = (random::bits(key, counter0 + uint64_t(j)) >> 40) >= threshold;
+    const bool keep = dropout::keeps(key, counter0 + uint64_t(j), threshold);
     y[j] = keep ? x[j] * scale : Real(0);
   }
 }

@@ -10,27 +10,9 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gelu.h"
 #include "kernels/cuda/linear.h"
+#include "kernels/cuda/ops_internal.h"
 
 namespace gpt::cuda {
-namespace {
-
-[[noreturn]] void not_yet(const char* op) {
-  throw CudaError(
-      std::string("CudaOps::") + op +
-      " is not implemented in the CUDA backend yet; run on the CPU backend (the default) meanwhile");
-}
-
-float* f32(const Tensor& t, const char* op) {
-  if (t.dtype != DType::kF32)
-    throw CudaError(std::string("CudaOps::") + op + ": expected f32, got " + t.describe());
-  return static_cast<float*>(t.data);
-}
-
-uint16_t* bits16(const Tensor& t) {
-  return static_cast<uint16_t*>(t.data);
-}
-
-}  // namespace
 
 void* PinnedBlockSource::acquire(size_t bytes) {
   void* block = nullptr;
@@ -121,101 +103,6 @@ void CudaOps::cast(const Tensor& dst, const Tensor& src, float scale) {
     throw CudaError("CudaOps::cast: " + src.describe() + " into " + dst.describe() +
                     " is not a cast it makes");
   }
-}
-
-// The reductions go through the host for now: exact, in the CPU backend's order, but a copy of the tensor.
-double CudaOps::sum(const Tensor& x) {
-  std::vector<float> host(size_t(x.numel()));
-  f32(x, "sum");
-  download(host.data(), x);
-  double total = 0;
-  for (float v : host) total += double(v);
-  return total;
-}
-
-double CudaOps::sum_of_squares(const Tensor& x) {
-  std::vector<float> host(size_t(x.numel()));
-  f32(x, "sum_of_squares");
-  download(host.data(), x);
-  // Fixed-size chunks summed in a fixed order, as the CPU backend does.
-  constexpr size_t kChunk = 1 << 14;
-  double total = 0;
-  for (size_t begin = 0; begin < host.size(); begin += kChunk) {
-    double chunk = 0;
-    for (size_t i = begin; i < std::min(host.size(), begin + kChunk); ++i)
-      chunk += double(host[i]) * double(host[i]);
-    total += chunk;
-  }
-  return total;
-}
-
-bool CudaOps::all_finite(const Tensor& x) {
-  std::vector<float> host(size_t(x.numel()));
-  f32(x, "all_finite");
-  download(host.data(), x);
-  for (float v : host) {
-    if (!std::isfinite(v)) return false;
-  }
-  return true;
-}
-
-void CudaOps::embedding_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  not_yet("embedding_forward");
-}
-void CudaOps::embedding_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  not_yet("embedding_backward");
-}
-void CudaOps::layernorm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                const Tensor&) {
-  not_yet("layernorm_forward");
-}
-void CudaOps::layernorm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                 const Tensor&, const Tensor&, const Tensor&) {
-  not_yet("layernorm_backward");
-}
-void CudaOps::attention_forward(const Tensor&, const Tensor&, const Tensor&, const DropoutMask*) {
-  not_yet("attention_forward");
-}
-
-void CudaOps::attention_decode(const Tensor&, const Tensor&, const Tensor&) {
-  not_yet("attention_decode");
-}
-void CudaOps::attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                 const DropoutMask*) {
-  not_yet("attention_backward");
-}
-void CudaOps::dropout_forward(const Tensor&, const Tensor&, const DropoutMask&) {
-  not_yet("dropout_forward");
-}
-void CudaOps::dropout_backward(const Tensor&, const Tensor&, const DropoutMask&) {
-  not_yet("dropout_backward");
-}
-void CudaOps::cross_entropy_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int) {
-  not_yet("cross_entropy_forward");
-}
-void CudaOps::cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int) {
-  not_yet("cross_entropy_backward");
-}
-void CudaOps::adamw(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamWHyper&, int64_t,
-                    float) {
-  not_yet("adamw");
-}
-bool CudaOps::quantize(const Tensor&, const Tensor&, int64_t, int64_t, int, int) {
-  not_yet("quantize");
-}
-bool CudaOps::quantize_with_feedback(const Tensor&, const Tensor&, const Tensor&, int64_t, int64_t, int, int,
-                                     float) {
-  not_yet("quantize_with_feedback");
-}
-void CudaOps::dequantize(const Tensor&, const Tensor&, int64_t, int64_t, int, int, DType) {
-  not_yet("dequantize");
-}
-
-void CudaOps::dequantize_add(const Tensor&, const Tensor&, int64_t, int64_t, int, int) {
-  not_yet("dequantize_add");
-}
-void CudaOps::divide(const Tensor&, float) {
-  not_yet("divide");
 }
 
 }  // namespace gpt::cuda
