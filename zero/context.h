@@ -25,6 +25,12 @@ struct EngineContext {
   Tensor view(const void* data, int64_t n, DType dtype) const {
     return view(const_cast<void*>(data), n, dtype);
   }
+
+  // Call before handing wire memory to the communicator. An asynchronous backend (a GPU stream) may still be
+  // writing a send buffer, or have yet to read a buffer the communicator is about to overwrite; the
+  // communicator works on the host and sees neither, so every op issued so far must finish first. (A CPU
+  // backend has nothing pending.)
+  void before_communication() const { ops.synchronize(); }
 };
 
 // The dtype the layer loop computes in for compute weights of `precision`: fp32 for fp32/fp16/bf16, fp64 for

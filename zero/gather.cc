@@ -120,6 +120,7 @@ void WeightGatherer::post(size_t index) {
   slot.weights = take_buffer(context_.device, slot.weight_bytes, "gathered unit in the loop dtype");
   slot.from_secondary = secondaries_[unit] != nullptr;
   const comm::OperationLabel serving("gather of " + names_[unit]);  // for the watchdog's message
+  context_.before_communication();
   if (slot.from_secondary) {
     // hpZ: the h ranks of this node's group hold consecutive runs of W/h shards; a ring among them rebuilds
     // the rank-major buffer of all W shards without leaving the node.

@@ -65,6 +65,7 @@ class AllReducedGradients final : public FullGradients<Real> {
     void* wire = context_.wire.allocate("gradients on the wire", "buffers", dtype_bytes(wire_, P));
     context_.ops.cast(context_.view(wire, P, wire_), context_.view(grad_, P, kLoop),
                       1.0f / float(dp_.size()));
+    context_.before_communication();
     dp_.all_reduce(wire, wire_, P, 1.0f, comm::Phase::kGradReduce).wait();
     context_.ops.cast(context_.view(grad_, P, kLoop), context_.view(wire, P, wire_));
     context_.wire.release(wire);
@@ -95,6 +96,7 @@ class ReduceScatteredGradients final : public FullGradients<Real> {
     }
     Real* shard =
         static_cast<Real*>(context_.wire.allocate("reduced gradient shard", "buffers", S * sizeof(Real)));
+    context_.before_communication();
     dp_.reduce_scatter(send, wire_, shard, S, 1.0f, comm::Phase::kGradReduce).wait();
     context_.ops.copy(context_.view(grad_, S, kLoop), context_.view(shard, S, kLoop));
     context_.wire.release(send);

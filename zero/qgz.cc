@@ -81,6 +81,7 @@ void qgz_start(const EngineContext& context, comm::Communicator& node, comm::Com
   }
   *finite = ok;
   const std::vector<size_t> bytes(L, size_t(N) * qb);
+  context.before_communication();
   exchange.request = node.all_to_all_v(exchange.send, bytes, exchange.recv, bytes, phase);
 }
 
@@ -108,6 +109,7 @@ void qgz_finish(const EngineContext& context, comm::Communicator& node, comm::Co
   void* recv = context.wire.allocate("qgZ stage 2 (received)", "buffers", N * q2);
   quantize_hop(context, send, partial, feedback.cross, chunk, N, kQuantizedGradientBits, settings);
   const std::vector<size_t> bytes(N, q2);
+  context.before_communication();
   cross.all_to_all_v(send, bytes, recv, bytes, phase).wait();
   const Tensor result = context.view(out, chunk, DType::kF32);
   ops.fill(result, 0);

@@ -190,6 +190,7 @@ void GradientReducer::post(int bucket) {
   std::string label = "bucket " + std::to_string(bucket) + ": " + names_[buckets_[bucket].front()];
   if (buckets_[bucket].size() > 1) label += ".." + names_[buckets_[bucket].back()];
   const comm::OperationLabel serving(label);  // for the watchdog's message
+  context_.before_communication();
   if (qgz_node_) {
     bool finite = true;
     qgz_start(context_, *qgz_node_, *qgz_cross_, static_cast<const float*>(p.send), chunk, qgz_,

@@ -27,6 +27,8 @@ void* PinnedBlockSource::acquire(size_t bytes) {
 }
 
 void PinnedBlockSource::release(void* block, size_t) {
+  // Kernels still queued may read or write this block (wire memory is mapped into the device): wait for them.
+  GPT_CUDA_CHECK(cudaDeviceSynchronize());
   GPT_CUDA_CHECK(cudaFreeHost(block));
 }
 

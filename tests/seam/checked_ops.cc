@@ -3,6 +3,7 @@
 
 #include <sys/mman.h>
 
+#include <memory>
 #include <new>
 #include <stdexcept>
 
@@ -37,144 +38,182 @@ void ProtectedMemory::set_open(bool open) {
   }
 }
 
+void ReleaseAfterQueue::release(void* block, size_t bytes) {
+  ops_.drain();
+  inner_.release(block, bytes);
+}
+
 void CheckedOps::upload(const Tensor& dst, const void* host) {
+  drain();
   inside([&] { cpu_.upload(dst, host); });
 }
 
 void CheckedOps::download(void* host, const Tensor& src) {
+  drain();
   inside([&] { cpu_.download(host, src); });
 }
 
 void CheckedOps::copy(const Tensor& dst, const Tensor& src) {
-  inside([&] { cpu_.copy(dst, src); });
+  later([=, this] { cpu_.copy(dst, src); });
 }
 
 void CheckedOps::fill(const Tensor& t, double value) {
-  inside([&] { cpu_.fill(t, value); });
+  later([=, this] { cpu_.fill(t, value); });
 }
 
 void CheckedOps::embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
                                    const Tensor& wpe) {
-  inside([&] { cpu_.embedding_forward(out, tokens, wte, wpe); });
+  later([=, this] { cpu_.embedding_forward(out, tokens, wte, wpe); });
 }
 
 void CheckedOps::embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                                     const Tensor& tokens) {
-  inside([&] { cpu_.embedding_backward(dwte, dwpe, dout, tokens); });
+  later([=, this] { cpu_.embedding_backward(dwte, dwpe, dout, tokens); });
 }
 
 void CheckedOps::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
                                    const Tensor& w, const Tensor& b) {
-  inside([&] { cpu_.layernorm_forward(out, mean, rstd, x, w, b); });
+  later([=, this] { cpu_.layernorm_forward(out, mean, rstd, x, w, b); });
 }
 
 void CheckedOps::layernorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                                     const Tensor& x, const Tensor& w, const Tensor& mean,
                                     const Tensor& rstd) {
-  inside([&] { cpu_.layernorm_backward(dx, dw, db, dout, x, w, mean, rstd); });
+  later([=, this] { cpu_.layernorm_backward(dx, dw, db, dout, x, w, mean, rstd); });
 }
 
 void CheckedOps::linear_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b) {
-  inside([&] { cpu_.linear_forward(out, x, w, b); });
+  later([=, this] { cpu_.linear_forward(out, x, w, b); });
 }
 
 void CheckedOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                                  const Tensor& x, const Tensor& w) {
-  inside([&] { cpu_.linear_backward(dx, dw, db, dout, x, w); });
+  later([=, this] { cpu_.linear_backward(dx, dw, db, dout, x, w); });
 }
 
 void CheckedOps::attention_decode(const Tensor& out, const Tensor& att, const Tensor& qkv) {
-  inside([&] { cpu_.attention_decode(out, att, qkv); });
+  later([=, this] { cpu_.attention_decode(out, att, qkv); });
 }
 
 void CheckedOps::attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
                                    const DropoutMask* dropout) {
-  inside([&] { cpu_.attention_forward(out, att, qkv, dropout); });
+  const std::shared_ptr<KeptMask> kept = keep_mask(dropout, qkv.shape[0]);
+  later([=, this] { cpu_.attention_forward(out, att, qkv, kept ? &kept->mask : nullptr); });
 }
 
 void CheckedOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                     const Tensor& att, const DropoutMask* dropout) {
-  inside([&] { cpu_.attention_backward(dqkv, dout, qkv, att, dropout); });
+  const std::shared_ptr<KeptMask> kept = keep_mask(dropout, qkv.shape[0]);
+  later([=, this] { cpu_.attention_backward(dqkv, dout, qkv, att, kept ? &kept->mask : nullptr); });
 }
 
 void CheckedOps::gelu_forward(const Tensor& out, const Tensor& x) {
-  inside([&] { cpu_.gelu_forward(out, x); });
+  later([=, this] { cpu_.gelu_forward(out, x); });
 }
 
 void CheckedOps::gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dout) {
-  inside([&] { cpu_.gelu_backward(dx, x, dout); });
+  later([=, this] { cpu_.gelu_backward(dx, x, dout); });
 }
 
 void CheckedOps::add(const Tensor& out, const Tensor& a, const Tensor& b) {
-  inside([&] { cpu_.add(out, a, b); });
+  later([=, this] { cpu_.add(out, a, b); });
 }
 
 void CheckedOps::dropout_forward(const Tensor& out, const Tensor& x, const DropoutMask& mask) {
-  inside([&] { cpu_.dropout_forward(out, x, mask); });
+  const std::shared_ptr<KeptMask> kept = keep_mask(&mask, x.shape[0]);
+  later([=, this] { cpu_.dropout_forward(out, x, kept->mask); });
 }
 
 void CheckedOps::dropout_backward(const Tensor& dx, const Tensor& dout, const DropoutMask& mask) {
-  inside([&] { cpu_.dropout_backward(dx, dout, mask); });
+  const std::shared_ptr<KeptMask> kept = keep_mask(&mask, dout.shape[0]);
+  later([=, this] { cpu_.dropout_backward(dx, dout, kept->mask); });
 }
 
 void CheckedOps::cross_entropy_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits,
                                        const Tensor& targets, int vocab) {
-  inside([&] { cpu_.cross_entropy_forward(losses, probs, logits, targets, vocab); });
+  later([=, this] { cpu_.cross_entropy_forward(losses, probs, logits, targets, vocab); });
 }
 
 void CheckedOps::cross_entropy_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
                                         const Tensor& dlosses, int vocab) {
-  inside([&] { cpu_.cross_entropy_backward(dlogits, probs, targets, dlosses, vocab); });
+  later([=, this] { cpu_.cross_entropy_backward(dlogits, probs, targets, dlosses, vocab); });
 }
 
 double CheckedOps::sum(const Tensor& x) {
+  drain();
   return inside([&] { return cpu_.sum(x); });
 }
 
 void CheckedOps::cast(const Tensor& dst, const Tensor& src, float scale) {
-  inside([&] { cpu_.cast(dst, src, scale); });
+  later([=, this] { cpu_.cast(dst, src, scale); });
 }
 
 void CheckedOps::add_into(const Tensor& dst, const Tensor& src) {
-  inside([&] { cpu_.add_into(dst, src); });
+  later([=, this] { cpu_.add_into(dst, src); });
 }
 
 double CheckedOps::sum_of_squares(const Tensor& x) {
+  drain();
   return inside([&] { return cpu_.sum_of_squares(x); });
 }
 
 bool CheckedOps::all_finite(const Tensor& x) {
+  drain();
   return inside([&] { return cpu_.all_finite(x); });
 }
 
 void CheckedOps::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                        const AdamWHyper& hyper, int64_t step, float grad_scale) {
-  inside([&] { cpu_.adamw(param, grad, m, v, hyper, step, grad_scale); });
+  later([=, this] { cpu_.adamw(param, grad, m, v, hyper, step, grad_scale); });
 }
 
 bool CheckedOps::quantize(const Tensor& out, const Tensor& x, int64_t slice_len, int64_t count, int bits,
                           int block) {
+  drain();
   return inside([&] { return cpu_.quantize(out, x, slice_len, count, bits, block); });
 }
 
 bool CheckedOps::quantize_with_feedback(const Tensor& out, const Tensor& x, const Tensor& error,
                                         int64_t slice_len, int64_t count, int bits, int block, float beta) {
+  drain();
   return inside(
       [&] { return cpu_.quantize_with_feedback(out, x, error, slice_len, count, bits, block, beta); });
 }
 
 void CheckedOps::dequantize(const Tensor& out, const Tensor& in, int64_t slice_len, int64_t count, int bits,
                             int block, DType round_to) {
-  inside([&] { cpu_.dequantize(out, in, slice_len, count, bits, block, round_to); });
+  later([=, this] { cpu_.dequantize(out, in, slice_len, count, bits, block, round_to); });
 }
 
 void CheckedOps::dequantize_add(const Tensor& acc, const Tensor& in, int64_t slice_len, int64_t count,
                                 int bits, int block) {
-  inside([&] { cpu_.dequantize_add(acc, in, slice_len, count, bits, block); });
+  later([=, this] { cpu_.dequantize_add(acc, in, slice_len, count, bits, block); });
 }
 
 void CheckedOps::divide(const Tensor& x, float divisor) {
-  inside([&] { cpu_.divide(x, divisor); });
+  later([=, this] { cpu_.divide(x, divisor); });
+}
+
+std::shared_ptr<CheckedOps::KeptMask> CheckedOps::keep_mask(const DropoutMask* mask, int64_t rows) {
+  if (!mask) return nullptr;
+  auto kept = std::make_shared<KeptMask>();
+  if (mask->keys) kept->keys.assign(mask->keys, mask->keys + rows);
+  kept->mask = DropoutMask{mask->p, mask->keys ? kept->keys.data() : nullptr};
+  return kept;
+}
+
+void CheckedOps::later(std::function<void()> op) {
+  if (asynchronous_) {
+    queued_.push_back(std::move(op));
+  } else {
+    inside(op);
+  }
+}
+
+void CheckedOps::drain() {
+  std::vector<std::function<void()>> queued;
+  queued.swap(queued_);
+  for (const std::function<void()>& op : queued) inside(op);
 }
 
 }  // namespace gpt::testing

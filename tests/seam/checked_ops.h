@@ -2,10 +2,19 @@
 // except while one of its ops runs, so any code outside the seam that reads or writes device memory (model
 // state, gradients, activations) dies with SIGSEGV at the offending line. It computes with the CPU backend;
 // wire memory (what the communicator touches) is ordinary host memory.
+//
+// Asynchronous, it also behaves as a GPU stream does at its worst: every op that returns nothing to the host
+// is queued and runs only when the caller synchronizes or asks for a value (sum, all_finite, quantize,
+// download, ...). Code that hands a wire buffer to the communicator without synchronizing first then sends
+// stale bytes, or lets the communicator overwrite a buffer a queued op has yet to read, and a run on it
+// differs from the CPU backend's.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
@@ -28,12 +37,29 @@ class ProtectedMemory final : public BlockSource {
   bool open_ = false;
 };
 
+class CheckedOps;
+
+// A block source that frees a block only after the queued ops are done with it, as cudaFree and cudaFreeHost
+// wait for the device.
+class ReleaseAfterQueue final : public BlockSource {
+ public:
+  ReleaseAfterQueue(BlockSource& inner, CheckedOps& ops) : inner_(inner), ops_(ops) {}
+  void* acquire(size_t bytes) override { return inner_.acquire(bytes); }
+  void release(void* block, size_t bytes) override;
+  Device device() const override { return inner_.device(); }
+
+ private:
+  BlockSource& inner_;
+  CheckedOps& ops_;
+};
+
 class CheckedOps final : public Ops {
  public:
+  explicit CheckedOps(bool asynchronous = false) : asynchronous_(asynchronous) {}
   Device device() const override { return Device::kCUDA; }
-  BlockSource& device_memory() override { return device_; }
-  BlockSource& wire_memory() override { return cpu_.wire_memory(); }
-  void synchronize() override {}
+  BlockSource& device_memory() override { return device_release_; }
+  BlockSource& wire_memory() override { return wire_release_; }
+  void synchronize() override { drain(); }
 
   void upload(const Tensor& dst, const void* host) override;
   void download(void* host, const Tensor& src) override;
@@ -96,8 +122,25 @@ class CheckedOps final : public Ops {
     return f();
   }
 
+  // A dropout mask whose keys were copied at the call (the caller's host array may change before a queued op
+  // runs, as it may before a GPU kernel runs).
+  struct KeptMask {
+    std::vector<uint64_t> keys;
+    DropoutMask mask;
+  };
+  static std::shared_ptr<KeptMask> keep_mask(const DropoutMask* mask, int64_t rows);
+  // Runs op now, or queues it when asynchronous.
+  void later(std::function<void()> op);
+  // Runs the queued ops in issue order.
+  void drain();
+  friend class ReleaseAfterQueue;
+
+  const bool asynchronous_;
+  std::vector<std::function<void()>> queued_;
   CpuOps cpu_;
   ProtectedMemory device_;
+  ReleaseAfterQueue device_release_{device_, *this};
+  ReleaseAfterQueue wire_release_{cpu_.wire_memory(), *this};
   int64_t calls_ = 0;
 };
 
