@@ -19,6 +19,7 @@
 #include "comm/mpi_main.h"
 #include "data/loader.h"
 #include "data/shard.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/threads.h"
 #include "train/batches.h"
 #include "train/metrics.h"
@@ -58,8 +59,8 @@ bool parse(int argc, char** argv, int world_size, gpt::TrainOptions& o, BenchFla
 }
 
 // The configurations --configs chooses from: ZeRO-3, each ZeRO++ optimization alone, all three, and all three
-// with LoCo's error feedback or with int8 gradients inside the node (err_beta and reset_T come from the JSON's
-// zeropp_loco_param when it has one).
+// with LoCo's error feedback or with int8 gradients inside the node (err_beta and reset_T come from the
+// JSON's zeropp_loco_param when it has one).
 struct Configuration {
   const char* name;
   bool qwz, hpz, qgz;
@@ -67,9 +68,9 @@ struct Configuration {
   bool loco;
 };
 constexpr Configuration kConfigurations[] = {
-    {"zero3", false, false, false, 4, false},       {"qwz", true, false, false, 4, false},
-    {"hpz", false, true, false, 4, false},          {"qgz", false, false, true, 4, false},
-    {"zeropp", true, true, true, 4, false},         {"zeropp_loco", true, true, true, 4, true},
+    {"zero3", false, false, false, 4, false},        {"qwz", true, false, false, 4, false},
+    {"hpz", false, true, false, 4, false},           {"qgz", false, false, true, 4, false},
+    {"zeropp", true, true, true, 4, false},          {"zeropp_loco", true, true, true, 4, true},
     {"zeropp_int8intra", true, true, true, 8, false}};
 
 std::string configuration_names() {
@@ -90,7 +91,8 @@ gpt::ZeroConfig configure(const gpt::ZeroConfig& base, const std::string& name, 
     z.loco = c.loco;
     return z;
   }
-  throw gpt::UsageError("--configs: unknown configuration '" + name + "'; choose from " + configuration_names());
+  throw gpt::UsageError("--configs: unknown configuration '" + name + "'; choose from " +
+                        configuration_names());
 }
 
 // One configuration's run: the curve of every step, and the line rank 0 prints.
@@ -111,13 +113,13 @@ nlohmann::ordered_json bytes_by_phase(const gpt::comm::TrafficCounts& total, int
 }
 
 Result run_config(gpt::comm::Communicator& world, const gpt::TrainOptions& o, const BenchFlags& bench,
-                  const std::string& name, const gpt::data::ValidLoader* valid) {
+                  const std::string& name, const gpt::data::ValidLoader* valid, gpt::Ops* backend) {
   const int T = o.model.seq_len;
   const gpt::ZeroConfig z = configure(o.zero, name, world.topology().ranks_per_node);
   if (std::string problem = gpt::ZeroEngine::check_zeropp(z, world.topology()); !problem.empty()) {
     throw gpt::UsageError(name + ": " + problem);
   }
-  gpt::ZeroEngine engine(o.model, z, o.micro_batch, world, uint64_t(o.seed));
+  gpt::ZeroEngine engine(o.model, z, o.micro_batch, world, uint64_t(o.seed), backend);
   gpt::TrainBatches batches(o.data_path, o.model.vocab, T, o.micro_batch, o.accumulation_steps, world,
                             uint64_t(o.seed));
   gpt::StepTraffic traffic(world);
@@ -144,6 +146,7 @@ Result run_config(gpt::comm::Communicator& world, const gpt::TrainOptions& o, co
   }
   nlohmann::ordered_json& line = result.line;
   line["config"] = name;
+  line["device"] = o.device;
   line["bytes_inter_node_per_step"] = double(total.total(gpt::comm::Link::kInterNode)) / bench.steps;
   line["bytes_intra_node_per_step"] = double(total.total(gpt::comm::Link::kIntraNode)) / bench.steps;
   line["bytes_by_phase"] = bytes_by_phase(total, bench.steps);
@@ -172,6 +175,7 @@ int run(gpt::comm::MpiSession& session, int argc, char** argv) {
   mpi.comm_timeout_s = o.comm_timeout;
   auto world = session.world(mpi);
   if (o.threads > 0) gpt::cpu::set_num_threads(o.threads);
+  const std::unique_ptr<gpt::Ops> backend = gpt::make_backend(o.device, world->topology().local_rank());
   std::unique_ptr<gpt::data::ValidLoader> valid;
   if (!bench.valid_data_path.empty()) {
     valid = std::make_unique<gpt::data::ValidLoader>(gpt::data::expand_data_path(bench.valid_data_path),
@@ -179,7 +183,7 @@ int run(gpt::comm::MpiSession& session, int argc, char** argv) {
   }
   std::stringstream names(bench.configs);
   for (std::string name; std::getline(names, name, ',');) {
-    const Result result = run_config(*world, o, bench, name, valid.get());
+    const Result result = run_config(*world, o, bench, name, valid.get(), backend.get());
     if (world->rank() != 0) continue;
     std::printf("%s\n", result.line.dump().c_str());
     std::fflush(stdout);

@@ -20,6 +20,7 @@
 #include "comm/mpi_main.h"
 #include "data/loader.h"
 #include "data/shard.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/threads.h"
 #include "model/llmc_format.h"
 #include "model/model_file.h"
@@ -62,7 +63,7 @@ std::string duration_text(double seconds) {
 }
 
 void print_banner(const TrainOptions& o, const comm::Communicator& world, const ZeroEngine& engine,
-                  const data::TrainLoader& loader, bool has_validation) {
+                  const data::TrainLoader& loader, bool has_validation, const Ops* backend) {
   const GPTConfig& m = o.model;
   std::printf(
       "gpt_train: GPT-2 %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d): %.2fM parameters\n",
@@ -71,6 +72,7 @@ void print_banner(const TrainOptions& o, const comm::Communicator& world, const 
               world.size(), world.topology().describe().c_str(), o.zero.stage,
               precision_name(o.zero.precision), o.zero.overlap_comm ? "on" : "off",
               static_cast<long long>(o.zero.reduce_bucket_size));
+  std::printf("  device %s\n", describe_backend(backend).c_str());
   std::printf(
       "  batch: micro %d x accumulation %d x %d ranks = global %lld sequences (%lld tokens); %lld "
       "training windows%s\n",
@@ -166,7 +168,8 @@ struct Interval {
 // is all the state a resume needs besides the engine's).
 class Run {
  public:
-  Run(const TrainOptions& o, comm::Communicator& world);
+  // backend: the device seam's backend (null: the CPU's).
+  Run(const TrainOptions& o, comm::Communicator& world, Ops* backend);
   void loop();
   void hang_if_asked(int64_t step) const;
 
@@ -180,6 +183,7 @@ class Run {
 
   const TrainOptions& o_;
   comm::Communicator& world_;
+  Ops* const backend_;
   const bool rank0_;
   TrainBatches batches_;
   Validation valid_;
@@ -191,19 +195,21 @@ class Run {
   Interval interval_;
 };
 
-Run::Run(const TrainOptions& o, comm::Communicator& world)
+Run::Run(const TrainOptions& o, comm::Communicator& world, Ops* backend)
     : o_(o),
       world_(world),
+      backend_(backend),
       rank0_(world.rank() == 0),
       batches_(o.data_path, o.model.vocab, o.model.seq_len, o.micro_batch, o.accumulation_steps, world,
                uint64_t(o.seed), 0.0, o.valid_data_path.empty() ? o.split_train : 1.0),
       valid_(make_validation(o, world)),
-      engine_(o.model, o.zero, o.micro_batch, world, uint64_t(o.seed)) {
+      engine_(o.model, o.zero, o.micro_batch, world, uint64_t(o.seed), backend) {
   start_from_model_file_or_checkpoint();
   if (rank0_ && !o.metrics_file.empty())
     metrics_ = std::make_unique<MetricsFile>(o.metrics_file, iteration_ > 0);
-  sgemm_gflops_ = measure_sgemm_gflops(512);
-  if (rank0_) print_banner(o, world, engine_, batches_.loader(), valid_.loader != nullptr);
+  // MFU's denominator: the GEMM rate of the device the model runs on, measured now.
+  sgemm_gflops_ = backend ? measure_gemm_gflops(*backend, 2048) : measure_sgemm_gflops(512);
+  if (rank0_) print_banner(o, world, engine_, batches_.loader(), valid_.loader != nullptr, backend);
   if (rank0_ && !valid_.note.empty()) std::printf("  note: %s\n", valid_.note.c_str());
   std::signal(SIGTERM, on_stop_signal);
   std::signal(SIGINT, on_stop_signal);
@@ -280,6 +286,7 @@ StepMetrics Run::measure(const ZeroEngine::StepResult& r, double lr, double ms) 
   s.ms = ms;
   s.tokens_per_s = double(o_.global_batch) * o_.model.seq_len / (ms / 1000.0);
   s.mfu = o_.model.model_flops_per_token() * s.tokens_per_s / world_.size() / (sgemm_gflops_ * 1e9);
+  s.device = o_.device;
   return s;
 }
 
@@ -288,6 +295,9 @@ void Run::after_step(const ZeroEngine::StepResult& r, const StepMetrics& s, bool
   if (rank0_ && iteration_ == first_iteration_ + 1) {
     // Gather and bucket buffers and hpZ secondaries exist only once a step has run.
     std::printf("after the first step, %s", engine_.memory_table().c_str());
+    if (const size_t peak = backend_peak_device_bytes(backend_); peak > 0)
+      std::printf("  device peak      %s (the most GPU memory rank 0 has held at once)\n",
+                  bytes_text(double(peak)).c_str());
   }
   const bool last = iteration_ == o_.train_iters;
   if (valid_.loader && (iteration_ % o_.eval_interval == 0 || last)) last_val_ = evaluate();
@@ -357,7 +367,8 @@ int train(const TrainOptions& o, comm::Communicator& world) {
   if (std::string problem = ZeroEngine::check_zeropp(o.zero, world.topology()); !problem.empty()) {
     throw UsageError(problem);
   }
-  Run run(o, world);
+  const std::unique_ptr<Ops> backend = make_backend(o.device, world.topology().local_rank());
+  Run run(o, world, backend.get());
   run.loop();
   return 0;
 }

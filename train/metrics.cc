@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/user_error.h"
+#include "tensor/arena.h"
 
 namespace gpt {
 
@@ -35,6 +36,25 @@ double measure_sgemm_gflops(int n) {
   return 2.0 * double(n) * n * n / best / 1e9;
 }
 
+double measure_gemm_gflops(Ops& ops, int n) {
+  Arena arena("gemm rate", Arena::kUnlimited, &ops.device_memory());
+  const Tensor a = arena.allocate_tensor("a", "gemm", {n, n}, DType::kF32);
+  const Tensor b = arena.allocate_tensor("b", "gemm", {n, n}, DType::kF32);
+  const Tensor c = arena.allocate_tensor("c", "gemm", {n, n}, DType::kF32);
+  ops.fill(a, 0.5);
+  ops.fill(b, 0.25);
+  ops.linear_forward(c, a, b, Tensor{});  // warm-up (and any one-time setup of the library)
+  ops.synchronize();
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    ops.linear_forward(c, a, b, Tensor{});
+    ops.synchronize();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return 2.0 * double(n) * n * n / best / 1e9;
+}
+
 std::string to_json(const StepMetrics& m) {
   nlohmann::ordered_json j;
   j["step"] = m.step;
@@ -47,6 +67,7 @@ std::string to_json(const StepMetrics& m) {
   j["ms"] = m.ms;
   j["tokens_per_s"] = m.tokens_per_s;
   j["mfu"] = m.mfu;
+  j["device"] = m.device;
   j["bytes_intra_node"] = m.traffic.total(comm::Link::kIntraNode);
   j["bytes_inter_node"] = m.traffic.total(comm::Link::kInterNode);
   nlohmann::ordered_json phases, waits;

@@ -8,6 +8,7 @@
 
 #include "comm/communicator.h"
 #include "comm/traffic.h"
+#include "kernels/ops.h"
 
 namespace gpt {
 
@@ -27,6 +28,9 @@ class StepTraffic {
 // Single-precision GEMM rate of this process in GFLOP/s (Eigen, n^3, best of a few), measured while every
 // rank does the same, so the rate is each rank's share of the machine.
 double measure_sgemm_gflops(int n);
+// The same rate measured through a backend's linear_forward on its own memory (for the CUDA backend: the
+// cuBLAS fp32 GEMM rate, TF32 off), synchronized around each timed call.
+double measure_gemm_gflops(Ops& ops, int n);
 
 struct StepMetrics {
   int64_t step = 0;
@@ -34,6 +38,7 @@ struct StepMetrics {
   bool skipped = false;
   int64_t skipped_total = 0;
   double ms = 0, tokens_per_s = 0, mfu = 0;
+  std::string device = "cpu";  // --device
   comm::TrafficCounts traffic;
 };
 

@@ -173,6 +173,10 @@ void add_precision_and_cluster_groups(FlagParser& flags, TrainOptions& o, Values
   flags.add_int("--distributed-timeout-minutes", &v.timeout_minutes,
                 "Megatron's spelling of --comm-timeout, in minutes", 0, 1 << 20);
   flags.add_int("--threads", &o.threads, "CPU threads per rank (0 = all cores)", 0, 1024);
+  flags.add_string(
+      "--device", &o.device,
+      "cpu | cuda: where the model's state lives and computes (cuda: one GPU per rank, rank r of a "
+      "node on GPU r mod the GPUs present; needs a --config=cuda build)");
 }
 
 void add_data_and_logging_groups(FlagParser& flags, TrainOptions& o) {

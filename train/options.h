@@ -41,9 +41,10 @@ struct TrainOptions {
   double split_train = 1.0, split_valid = 0.0;  // --split as fractions of the windows (train first, in order)
   std::string vocab_file, merge_file;
   std::string deepspeed_config;
-  int ranks_per_node = 0;     // 0: detect real nodes
-  double comm_timeout = 600;  // --comm-timeout seconds without progress before the job is aborted; 0 = never
-  int threads = 0;            // 0: all cores
+  int ranks_per_node = 0;      // 0: detect real nodes
+  double comm_timeout = 600;   // --comm-timeout seconds without progress before the job is aborted; 0 = never
+  int threads = 0;             // 0: all cores
+  std::string device = "cpu";  // --device cpu|cuda: the backend that holds and computes the model's state
 
   int log_interval = 1;      // a progress line every N steps (DeepSpeed's steps_per_print)
   int eval_interval = 1000;  // validation loss every N steps (and at the end), Megatron's default

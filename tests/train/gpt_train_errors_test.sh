@@ -55,6 +55,11 @@ expect_error "sequence too long" "--seq-length 2048 exceeds --max-position-embed
 expect_error "learning rate" "--lr expects a number, got 'fast'" "$TRAIN" "${TINY[@]}" --lr fast
 expect_error "unknown flag" "unknown flag --num-layer; did you mean --num-layers?" "$TRAIN" --num-layer 2
 expect_error "missing data" "--data-path is required" "$TRAIN" "${TINY[@]}"
+expect_error "unknown device" "--device tpu: unknown device; use one of cpu|cuda" \
+  "$TRAIN" "${TINY[@]}" --data-path "$TMP/good.bin" --device tpu
+# This test runs the default build, which has no CUDA backend (tests/kernels_cuda runs the --config=cuda one).
+expect_error "no CUDA backend" "--device cuda: this binary was built without the CUDA backend|--config=cuda" \
+  "$TRAIN" "${TINY[@]}" --data-path "$TMP/good.bin" --device cuda
 
 if ((failures)); then
   echo "$failures check(s) failed" >&2
