@@ -1,6 +1,7 @@
 // CudaOps: the device seam on one GPU; see cuda_ops.h.
 #include "kernels/cuda/cuda_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -13,6 +14,20 @@
 #include "kernels/cuda/ops_internal.h"
 
 namespace gpt::cuda {
+
+void* CountedDeviceMemory::acquire(size_t bytes) {
+  void* block = memory_.acquire(bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  held_ += bytes;
+  peak_ = std::max(peak_, held_);
+  return block;
+}
+
+void CountedDeviceMemory::release(void* block, size_t bytes) {
+  memory_.release(block, bytes);
+  std::lock_guard<std::mutex> lock(mutex_);
+  held_ -= bytes;
+}
 
 void* PinnedBlockSource::acquire(size_t bytes) {
   void* block = nullptr;

@@ -8,6 +8,8 @@
 // the CUDA issue's work, and this class is where it plugs in, without touching model/ or zero/.
 #pragma once
 
+#include <mutex>
+
 #include "kernels/cuda/runtime.h"
 #include "kernels/ops.h"
 
@@ -21,10 +23,28 @@ class PinnedBlockSource final : public gpt::BlockSource {
   Device device() const override { return Device::kCPU; }
 };
 
+// Device memory that counts what it holds: the peak is the memory table's "device peak" line.
+class CountedDeviceMemory final : public gpt::BlockSource {
+ public:
+  void* acquire(size_t bytes) override;
+  void release(void* block, size_t bytes) override;
+  Device device() const override { return Device::kCUDA; }
+  size_t peak_bytes() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return peak_;
+  }
+
+ private:
+  DeviceBlockSource memory_;
+  mutable std::mutex mutex_;  // several arenas, on several threads, may share this source
+  size_t held_ = 0, peak_ = 0;
+};
+
 class CudaOps final : public Ops {
  public:
   explicit CudaOps(int device = 0) : context_(device) {}
   const Context& context() const { return context_; }
+  size_t peak_device_bytes() const { return device_memory_.peak_bytes(); }
 
   Device device() const override { return Device::kCUDA; }
   BlockSource& device_memory() override { return device_memory_; }
@@ -81,7 +101,7 @@ class CudaOps final : public Ops {
 
  private:
   Context context_;
-  DeviceBlockSource device_memory_;
+  CountedDeviceMemory device_memory_;
   PinnedBlockSource wire_memory_;
 };
 
