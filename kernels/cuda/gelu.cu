@@ -1,34 +1,21 @@
-// GELU forward and backward kernels (tanh approximation, as GPT-2), fp32 math on any storage type.
+// GELU forward and backward kernels (tanh approximation, as GPT-2), fp32 math on any storage type. The
+// per-element math is kernels/common/gelu_element.h, in the CPU kernel's operation order.
 #include <cstdint>
 
+#include "kernels/common/gelu_element.h"
 #include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/gelu.h"
 
 namespace gpt::cuda {
 namespace {
 
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCubic = 0.044715f;
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ float gelu(float x) {
-  const float inner = kSqrt2OverPi * (x + kCubic * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(inner));
-}
-
-// d/dx of 0.5 x (1 + tanh(u)), u = sqrt(2/pi)(x + 0.044715 x^3):
-// 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
-__device__ __forceinline__ float gelu_grad(float x) {
-  const float inner = kSqrt2OverPi * (x + kCubic * x * x * x);
-  const float t = tanhf(inner);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-}
 
 template <typename T>
 __global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    out[i] = from_float<T>(gelu(to_float(inp[i])));
+    out[i] = from_float<T>(gpt::gelu::forward(to_float(inp[i])));
   }
 }
 
@@ -36,7 +23,7 @@ template <typename T>
 __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    dinp[i] = from_float<T>(to_float(dinp[i]) + gelu_grad(to_float(inp[i])) * to_float(dout[i]));
+    dinp[i] = from_float<T>(to_float(dinp[i]) + to_float(dout[i]) * gpt::gelu::derivative(to_float(inp[i])));
   }
 }
 

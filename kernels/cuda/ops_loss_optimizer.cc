@@ -1,66 +1,88 @@
 // CudaOps' cross-entropy, AdamW and the reductions the engine reads back (sum, sum of squares, finiteness),
-// and the division of gradients (see cuda_ops.h).
-#include <algorithm>
-#include <cmath>
+// and the division of gradients (see cuda_ops.h): shape and dtype checks, then the kernels of
+// cross_entropy.cu, adamw.cu and reduce.cu. fp32 only.
+#include <cstdint>
 #include <string>
-#include <vector>
 
+#include "kernels/common/adamw_element.h"
+#include "kernels/cuda/adamw.h"
+#include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/ops_internal.h"
+#include "kernels/cuda/reduce.h"
 
 namespace gpt::cuda {
+namespace {
 
-// The reductions go through the host for now: exact, in the CPU backend's order, but a copy of the tensor.
+[[noreturn]] void bad_arguments(const char* op, const std::string& what) {
+  throw CudaError(std::string("CudaOps::") + op + ": " + what);
+}
+
+const int32_t* i32(const Tensor& t, const char* op) {
+  if (t.dtype != DType::kI32) bad_arguments(op, "expected i32 targets, got " + t.describe());
+  return static_cast<const int32_t*>(t.data);
+}
+
+// rows x padded vocabulary of logits-like `t`, checked against N rows of targets and `vocab` real columns.
+void check_rows(const char* op, const Tensor& t, const Tensor& targets, int vocab) {
+  if (t.shape.size() != 2 || targets.numel() != t.shape[0])
+    bad_arguments(op, t.describe() + " is not [N, Vp] for targets " + targets.describe());
+  if (vocab <= 0 || vocab > t.shape[1])
+    bad_arguments(op, "vocab " + std::to_string(vocab) + " outside (0, Vp] for " + t.describe());
+}
+
+void check_same_size(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.numel() != b.numel()) bad_arguments(op, a.describe() + " and " + b.describe() + " differ in size");
+}
+
+}  // namespace
+
 double CudaOps::sum(const Tensor& x) {
-  std::vector<float> host(size_t(x.numel()));
-  f32(x, "sum");
-  download(host.data(), x);
-  double total = 0;
-  for (float v : host) total += double(v);
-  return total;
+  return sum_f32(context_, f32(x, "sum"), x.numel());
 }
 
 double CudaOps::sum_of_squares(const Tensor& x) {
-  std::vector<float> host(size_t(x.numel()));
-  f32(x, "sum_of_squares");
-  download(host.data(), x);
-  // Fixed-size chunks summed in a fixed order, as the CPU backend does.
-  constexpr size_t kChunk = 1 << 14;
-  double total = 0;
-  for (size_t begin = 0; begin < host.size(); begin += kChunk) {
-    double chunk = 0;
-    for (size_t i = begin; i < std::min(host.size(), begin + kChunk); ++i)
-      chunk += double(host[i]) * double(host[i]);
-    total += chunk;
-  }
-  return total;
+  return sum_of_squares_f32(context_, f32(x, "sum_of_squares"), x.numel());
 }
 
 bool CudaOps::all_finite(const Tensor& x) {
-  std::vector<float> host(size_t(x.numel()));
-  f32(x, "all_finite");
-  download(host.data(), x);
-  for (float v : host) {
-    if (!std::isfinite(v)) return false;
-  }
-  return true;
+  return all_finite_f32(context_, f32(x, "all_finite"), x.numel());
 }
 
-void CudaOps::cross_entropy_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int) {
-  not_yet("cross_entropy_forward");
+void CudaOps::cross_entropy_forward(const Tensor& losses, const Tensor& probs, const Tensor& logits,
+                                    const Tensor& targets, int vocab) {
+  constexpr const char* kOp = "cross_entropy_forward";
+  check_rows(kOp, logits, targets, vocab);
+  check_same_size(kOp, probs, logits);
+  check_same_size(kOp, losses, targets);
+  cross_entropy_forward_f32(context_, f32(losses, kOp), f32(probs, kOp), f32(logits, kOp), i32(targets, kOp),
+                            int(logits.shape[0]), vocab, int(logits.shape[1]));
 }
 
-void CudaOps::cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, int) {
-  not_yet("cross_entropy_backward");
+void CudaOps::cross_entropy_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
+                                     const Tensor& dlosses, int vocab) {
+  constexpr const char* kOp = "cross_entropy_backward";
+  check_rows(kOp, probs, targets, vocab);
+  check_same_size(kOp, dlogits, probs);
+  check_same_size(kOp, dlosses, targets);
+  cross_entropy_backward_f32(context_, f32(dlogits, kOp), f32(probs, kOp), i32(targets, kOp),
+                             f32(dlosses, kOp), int(probs.shape[0]), vocab, int(probs.shape[1]));
 }
 
-void CudaOps::adamw(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const AdamWHyper&, int64_t,
-                    float) {
-  not_yet("adamw");
+void CudaOps::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                    const AdamWHyper& hyper, int64_t step, float grad_scale) {
+  constexpr const char* kOp = "adamw";
+  check_same_size(kOp, param, grad);
+  check_same_size(kOp, param, m);
+  check_same_size(kOp, param, v);
+  // The CPU's constants exactly: bias corrections in double, folded into fp32 (adamw_element.h).
+  const gpt::adamw::Constants<float> constants = gpt::adamw::constants(hyper, step, grad_scale);
+  adamw_f32(context_, f32(param, kOp), f32(grad, kOp), f32(m, kOp), f32(v, kOp), param.numel(), constants,
+            hyper.decoupled);
 }
 
-void CudaOps::divide(const Tensor&, float) {
-  not_yet("divide");
+void CudaOps::divide(const Tensor& x, float divisor) {
+  divide_f32(context_, f32(x, "divide"), divisor, x.numel());
 }
 
 }  // namespace gpt::cuda

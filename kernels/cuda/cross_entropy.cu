@@ -1,0 +1,176 @@
+// Softmax cross-entropy kernels (see cross_entropy.h). Forward, per row: every thread folds its columns into
+// a running (maximum, sum of exp(z - maximum)) pair, the pairs are merged in a fixed tree (warp shuffles,
+// then the warps in order), and a second pass writes p = exp(z - m) * (1 / sum), the CPU's arithmetic per
+// element. Rows whose layout allows (Vp % 4 == 0, 16-byte aligned) are read and written as float4.
+#include <cfloat>
+#include <cstdint>
+
+#include "kernels/cuda/cross_entropy.h"
+
+namespace gpt::cuda {
+namespace {
+
+constexpr int kForwardThreads = 512;
+constexpr int kBackwardThreads = 256;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// max and sum of exp(z - max) over the values folded so far. No default member initializers: the type is
+// also __shared__ storage, which takes no initialization.
+struct Softmax {
+  float max;
+  float sum;
+};
+
+// Nothing folded yet. -FLT_MAX rather than -inf keeps exp(m - z) and exp(z - m) free of inf - inf for rows
+// (or threads) with -inf logits or no columns.
+__device__ __forceinline__ Softmax empty_softmax() {
+  return {-FLT_MAX, 0.0f};
+}
+
+__device__ __forceinline__ void fold(Softmax& s, float z) {
+  if (z > s.max) {
+    s.sum = s.sum * expf(s.max - z) + 1.0f;
+    s.max = z;
+  } else {
+    s.sum += expf(z - s.max);
+  }
+}
+
+__device__ __forceinline__ Softmax merge(Softmax a, Softmax b) {
+  const float m = fmaxf(a.max, b.max);
+  return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
+}
+
+__device__ __forceinline__ Softmax warp_merge(Softmax s) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const Softmax other{__shfl_down_sync(kFullMask, s.max, offset),
+                        __shfl_down_sync(kFullMask, s.sum, offset)};
+    s = merge(s, other);
+  }
+  return s;
+}
+
+// The row's statistics, the same in every thread of the block: a fixed tree over threads, then warps.
+__device__ Softmax block_merge(Softmax s) {
+  __shared__ Softmax warps[32];
+  __shared__ Softmax total;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  s = warp_merge(s);
+  if (lane == 0) warps[warp] = s;
+  __syncthreads();
+  if (warp == 0) {
+    s = lane < static_cast<int>(blockDim.x / 32) ? warps[lane] : empty_softmax();
+    s = warp_merge(s);
+    if (lane == 0) total = s;
+  }
+  __syncthreads();
+  return total;
+}
+
+// A thread's part of the row's first V columns: float4 groups q = tid, tid + blockDim, ... below V / 4, then
+// (kVec4) one of the last V % 4 columns; or single columns tid, tid + blockDim, ...
+template <bool kVec4>
+__device__ __forceinline__ Softmax fold_row(const float* z, int V) {
+  Softmax s = empty_softmax();
+  if constexpr (kVec4) {
+    const int groups = V / 4;
+    for (int q = threadIdx.x; q < groups; q += blockDim.x) {
+      const float4 v = reinterpret_cast<const float4*>(z)[q];
+      fold(s, v.x);
+      fold(s, v.y);
+      fold(s, v.z);
+      fold(s, v.w);
+    }
+    if (static_cast<int>(threadIdx.x) < V - 4 * groups) fold(s, z[4 * groups + threadIdx.x]);
+  } else {
+    for (int j = threadIdx.x; j < V; j += blockDim.x) fold(s, z[j]);
+  }
+  return s;
+}
+
+template <bool kVec4>
+__global__ void forward_kernel(float* losses, float* probs, const float* logits, const int32_t* targets,
+                               int V, int Vp) {
+  const int64_t row = blockIdx.x;
+  const float* z = logits + row * Vp;
+  float* p = probs + row * Vp;  // may be z: each column is read before it is written, by the same thread
+  const int target = targets[row];
+  // Read before block_merge's barriers, so before any thread overwrites the row in place.
+  const float z_target = (target >= 0 && target < V) ? z[target] : __int_as_float(0x7fc00000);
+  const Softmax s = block_merge(fold_row<kVec4>(z, V));
+  const float inv = 1.0f / s.sum;
+  if constexpr (kVec4) {
+    const int groups = V / 4;
+    for (int q = threadIdx.x; q < groups; q += blockDim.x) {
+      const float4 v = reinterpret_cast<const float4*>(z)[q];
+      reinterpret_cast<float4*>(p)[q] = make_float4(expf(v.x - s.max) * inv, expf(v.y - s.max) * inv,
+                                                    expf(v.z - s.max) * inv, expf(v.w - s.max) * inv);
+    }
+    const int j = 4 * groups + threadIdx.x;
+    if (j < V) p[j] = expf(z[j] - s.max) * inv;
+  } else {
+    for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] = expf(z[j] - s.max) * inv;
+  }
+  for (int j = V + threadIdx.x; j < Vp; j += blockDim.x) p[j] = 0.0f;
+  if (threadIdx.x == 0) losses[row] = logf(s.sum) - (z_target - s.max);
+}
+
+// p * dl, minus dl at the target: two roundings, never fused into one FMA (the CPU rounds p * dl first).
+__device__ __forceinline__ float grad(float p, float dl, bool is_target) {
+  const float scaled = __fmul_rn(p, dl);
+  return is_target ? __fsub_rn(scaled, dl) : scaled;
+}
+
+template <bool kVec4>
+__global__ void backward_kernel(float* dlogits, const float* probs, const int32_t* targets,
+                                const float* dlosses, int V, int Vp) {
+  const int64_t row = blockIdx.x;
+  const float* p = probs + row * Vp;
+  float* dz = dlogits + row * Vp;  // may be p: elementwise, each column read before written by one thread
+  const int target = targets[row];
+  const float dl = dlosses[row];
+  int begin = 0;
+  if constexpr (kVec4) {
+    const int groups = V / 4;
+    for (int q = threadIdx.x; q < groups; q += blockDim.x) {
+      const float4 v = reinterpret_cast<const float4*>(p)[q];
+      const int j = 4 * q;
+      reinterpret_cast<float4*>(dz)[q] =
+          make_float4(grad(v.x, dl, j == target), grad(v.y, dl, j + 1 == target),
+                      grad(v.z, dl, j + 2 == target), grad(v.w, dl, j + 3 == target));
+    }
+    begin = 4 * groups;
+  }
+  for (int j = begin + threadIdx.x; j < V; j += blockDim.x) dz[j] = grad(p[j], dl, j == target);
+  for (int j = V + threadIdx.x; j < Vp; j += blockDim.x) dz[j] = 0.0f;
+}
+
+bool rows_vectorizable(int Vp, const void* a, const void* b) {
+  return Vp % 4 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
+}
+
+}  // namespace
+
+void cross_entropy_forward_f32(const Context& ctx, float* losses, float* probs, const float* logits,
+                               const int32_t* targets, int N, int V, int Vp) {
+  if (N <= 0) return;
+  if (rows_vectorizable(Vp, probs, logits)) {
+    forward_kernel<true><<<N, kForwardThreads, 0, ctx.stream()>>>(losses, probs, logits, targets, V, Vp);
+  } else {
+    forward_kernel<false><<<N, kForwardThreads, 0, ctx.stream()>>>(losses, probs, logits, targets, V, Vp);
+  }
+  GPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void cross_entropy_backward_f32(const Context& ctx, float* dlogits, const float* probs,
+                                const int32_t* targets, const float* dlosses, int N, int V, int Vp) {
+  if (N <= 0) return;
+  if (rows_vectorizable(Vp, dlogits, probs)) {
+    backward_kernel<true><<<N, kBackwardThreads, 0, ctx.stream()>>>(dlogits, probs, targets, dlosses, V, Vp);
+  } else {
+    backward_kernel<false><<<N, kBackwardThreads, 0, ctx.stream()>>>(dlogits, probs, targets, dlosses, V, Vp);
+  }
+  GPT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace gpt::cuda
