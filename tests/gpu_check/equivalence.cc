@@ -1,0 +1,106 @@
+// equivalence: the CUDA backend against the CPU backend, op by op (scripts/gpu_check's `ops` step), and
+// cuBLAS's GEMM rates (its `gemm` step). Every op of the device seam (kernels/ops.h), forward and backward,
+// runs on CpuOps and on CudaOps from the same random inputs at GPT-2 124M's shapes, and the table prints one
+// row per compared output with its error, its tolerance and PASS or FAIL (checks.h says which tolerance
+// applies where). An op the CUDA backend does not implement yet is a FAIL row carrying its message.
+//
+//   equivalence [--batch B] [--only NAME,...]   the table; exit 0 when every row passes, 1 otherwise
+//   equivalence --gemm [--batch B]              cuBLAS TFLOP/s at the 124M's fc and lm_head GEMMs
+// Without a usable GPU it prints one line and exits 2. TF32 stays off: CudaOps' fp32 GEMMs are true fp32,
+// and scripts/gpu_check also sets NVIDIA_TF32_OVERRIDE=0 for the table.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "kernels/cuda/runtime.h"
+#include "tests/gpu_check/checks.h"
+#include "tests/gpu_check/gemm_rate.h"
+
+namespace {
+
+struct Options {
+  int batch = 4;
+  std::string only;  // comma-separated check names; empty: all
+  bool gemm = false;
+};
+
+const char* kUsage = "usage: equivalence [--batch B] [--only NAME,...] [--gemm]\n";
+
+bool parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--gemm") {
+      o.gemm = true;
+    } else if (arg == "--batch" && i + 1 < argc) {
+      o.batch = std::atoi(argv[++i]);
+      if (o.batch < 1 || o.batch > 64) return false;
+    } else if (arg == "--only" && i + 1 < argc) {
+      o.only = argv[++i];
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool selected(const Options& o, const char* name) {
+  return o.only.empty() || ("," + o.only + ",").find("," + std::string(name) + ",") != std::string::npos;
+}
+
+int print_gemm_rates(const gpt::cuda::Context& ctx, int tokens) {
+  std::printf("%-10s %-8s %-24s %s\n", "gemm", "layer", "m x n x k", "TFLOP/s");
+  for (const auto& r : gpt::gpu_check::measure_gemm_rates(ctx, tokens)) {
+    const std::string mnk = std::to_string(r.m) + " x " + std::to_string(r.n) + " x " + std::to_string(r.k);
+    std::printf("%-10s %-8s %-24s %.1f\n", ("gemm_" + r.precision).c_str(), r.layer.c_str(), mnk.c_str(),
+                r.tflops);
+  }
+  return 0;
+}
+
+int run_table(gpt::gpu_check::Backends& backends, const Options& o) {
+  gpt::gpu_check::Shapes shapes;
+  shapes.B = o.batch;
+  std::printf("equivalence: CudaOps against CpuOps at B=%d T=%d C=%d NH=%d V=%d (padded %d)\n", shapes.B,
+              shapes.T, shapes.C, shapes.NH, shapes.V, shapes.Vp);
+  std::printf("error: max |cuda - cpu| / max |cpu| over the tensor, or the bytes that differ\n");
+  gpt::gpu_check::Table table;
+  gpt::gpu_check::Table::print_header();
+  for (const auto& check : gpt::gpu_check::all_checks()) {
+    if (!selected(o, check.name)) continue;
+    try {
+      check.run(table, backends, shapes);
+    } catch (const std::exception& e) {  // setting up the check itself failed (memory, a sticky error)
+      table.add_failure(check.name, "-", "-", e.what());
+    }
+  }
+  std::printf("equivalence: %zu checks, %d failed\n", table.size(), table.failures());
+  return table.failures() ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  if (!parse(argc, argv, options)) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const gpt::cuda::DeviceProbe probe = gpt::cuda::probe_devices();
+  if (probe.count == 0) {
+    std::printf("equivalence: no CUDA device is present (%s); the CUDA checks need an NVIDIA GPU\n",
+                probe.problem.c_str());
+    return 2;
+  }
+  try {
+    gpt::gpu_check::Backends backends;
+    std::printf("equivalence: device 0 of %d: %s\n", probe.count,
+                backends.gpu.context().info().describe().c_str());
+    if (options.gemm) return print_gemm_rates(backends.gpu.context(), options.batch * 1024);
+    return run_table(backends, options);
+  } catch (const std::exception& e) {
+    std::printf("equivalence: %s\n", e.what());
+    return 1;
+  }
+}
