@@ -1,38 +1,83 @@
-// CudaOps' token and position embedding, LayerNorm and dropout (see cuda_ops.h).
-#include <algorithm>
-#include <cmath>
+// CudaOps' token and position embedding, LayerNorm and dropout (see cuda_ops.h): fp32 only, shapes read as
+// CpuOps reads them (kernels/cpu/cpu_ops.cc), the kernels in embedding.cu, layernorm.cu and dropout.cu.
+#include <cstdint>
 #include <string>
-#include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/dropout.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/ops_internal.h"
 
 namespace gpt::cuda {
+namespace {
 
-void CudaOps::embedding_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  not_yet("embedding_forward");
+const int32_t* i32(const Tensor& t, const char* op) {
+  if (t.dtype != DType::kI32)
+    throw CudaError(std::string("CudaOps::") + op + ": expected i32 tokens, got " + t.describe());
+  return static_cast<const int32_t*>(t.data);
 }
 
-void CudaOps::embedding_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  not_yet("embedding_backward");
+// An optional fp32 argument: null when the tensor is empty.
+float* optional_f32(const Tensor& t, const char* op) {
+  return t.empty() ? nullptr : f32(t, op);
 }
 
-void CudaOps::layernorm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                const Tensor&) {
-  not_yet("layernorm_forward");
+// t.numel() / parts: elements per row of `parts` rows, or rows of `parts` elements (0 when parts is 0).
+int64_t numel_over(const Tensor& t, int64_t parts) {
+  return parts > 0 ? t.numel() / parts : 0;
 }
 
-void CudaOps::layernorm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                 const Tensor&, const Tensor&, const Tensor&) {
-  not_yet("layernorm_backward");
+const uint64_t* dropout_keys(const DropoutMask& mask, const char* op) {
+  if (mask.p > 0 && mask.keys == nullptr)
+    throw CudaError(std::string("CudaOps::") + op + ": dropout p > 0 without keys");
+  return mask.keys;
 }
 
-void CudaOps::dropout_forward(const Tensor&, const Tensor&, const DropoutMask&) {
-  not_yet("dropout_forward");
+}  // namespace
+
+void CudaOps::embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                const Tensor& wpe) {
+  const char* op = "embedding_forward";
+  cuda::embedding_forward(context_, f32(out, op), i32(tokens, op), f32(wte, op), f32(wpe, op),
+                          int(out.shape[0]), int(out.shape[1]), int(out.shape[2]));
 }
 
-void CudaOps::dropout_backward(const Tensor&, const Tensor&, const DropoutMask&) {
-  not_yet("dropout_backward");
+void CudaOps::embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                                 const Tensor& tokens) {
+  const char* op = "embedding_backward";
+  const int vocab = dwte.empty() ? 0 : int(dwte.shape[0]);
+  cuda::embedding_backward(context_, optional_f32(dwte, op), optional_f32(dwpe, op), f32(dout, op),
+                           i32(tokens, op), int(dout.shape[0]), int(dout.shape[1]), int(dout.shape[2]),
+                           vocab);
+}
+
+void CudaOps::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
+                                const Tensor& w, const Tensor& b) {
+  const char* op = "layernorm_forward";
+  const int64_t C = w.numel();
+  cuda::layernorm_forward(context_, f32(out, op), optional_f32(mean, op), optional_f32(rstd, op), f32(x, op),
+                          f32(w, op), f32(b, op), int(numel_over(x, C)), int(C));
+}
+
+void CudaOps::layernorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                                 const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
+  const char* op = "layernorm_backward";
+  const int64_t C = w.numel();
+  cuda::layernorm_backward(context_, f32(dx, op), f32(dw, op), f32(db, op), f32(dout, op), f32(x, op),
+                           f32(w, op), f32(mean, op), f32(rstd, op), int(numel_over(x, C)), int(C));
+}
+
+void CudaOps::dropout_forward(const Tensor& out, const Tensor& x, const DropoutMask& mask) {
+  const char* op = "dropout_forward";
+  const int B = int(x.shape[0]);
+  apply_dropout(context_, f32(out, op), f32(x, op), dropout_keys(mask, op), mask.p, B, numel_over(x, B));
+}
+
+void CudaOps::dropout_backward(const Tensor& dx, const Tensor& dout, const DropoutMask& mask) {
+  const char* op = "dropout_backward";
+  const int B = int(dout.shape[0]);
+  apply_dropout(context_, f32(dx, op), f32(dout, op), dropout_keys(mask, op), mask.p, B, numel_over(dout, B));
 }
 
 }  // namespace gpt::cuda

@@ -1,0 +1,19 @@
+// Dropout on the GPU, fp32, the CUDA side of kernels/cpu/dropout.h: element e of sequence b is kept when
+// kernels/common/dropout_bits.h's keep rule says so for keys[b], and kept values are scaled by 1/(1-p)
+// (rounded once to fp32), so masks and outputs equal the CPU's bit for bit. Device pointers for the data;
+// asynchronous on ctx.stream().
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/runtime.h"
+
+namespace gpt::cuda {
+
+// out[b,e] = keep(keys[b], e) ? x[b,e] * scale : 0 over [B, n]; keys is a HOST array of B keys, read before
+// this returns (the keys travel in the kernels' parameters), so the caller may reuse it at once. out may be
+// x. p <= 0 copies (nothing when in place); p >= 1 zeroes. The backward is the same map applied to dout.
+void apply_dropout(const Context& ctx, float* out, const float* x, const uint64_t* keys, double p, int B,
+                   int64_t n);
+
+}  // namespace gpt::cuda

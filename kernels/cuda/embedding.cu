@@ -1,0 +1,230 @@
+// Token + position embedding kernels; see embedding.h. Every kernel gives one thread kVec adjacent channels
+// of a row (kVec = 4: 16-byte loads and stores, when C % 4 == 0 and every pointer is 16-byte aligned).
+//
+// The backward adds in the CPU's order (kernels/cpu/embedding.cc: one running sum per element, rows in
+// increasing (b,t)), with no atomics. dwpe: a thread walks b = 0, 1, ... for its position. dwte: repeated
+// tokens scatter into the same row, so a stable radix sort of (token, row) pairs groups each token's rows in
+// increasing order; the thread block at the head of each token's run then walks that run.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/embedding.h"
+
+namespace gpt::cuda {
+namespace {
+
+constexpr int kMaxThreads = 256;
+// Rows of one token whose loads a thread issues before adding them (in order) into its running sum: long
+// runs (frequent tokens) are latency-bound, and this keeps several loads in flight.
+constexpr int kRowsInFlight = 8;
+
+template <int kVec>
+struct Vec {
+  float v[kVec];
+};
+
+template <int kVec>
+__device__ __forceinline__ Vec<kVec> load_vec(const float* p) {
+  Vec<kVec> r;
+  if constexpr (kVec == 4) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    r.v[0] = f.x, r.v[1] = f.y, r.v[2] = f.z, r.v[3] = f.w;
+  } else {
+    r.v[0] = *p;
+  }
+  return r;
+}
+
+template <int kVec>
+__device__ __forceinline__ void store_vec(float* p, const Vec<kVec>& r) {
+  if constexpr (kVec == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
+  } else {
+    *p = r.v[0];
+  }
+}
+
+template <int kVec>
+__device__ __forceinline__ void add_to(Vec<kVec>& acc, const Vec<kVec>& d) {
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) acc.v[k] += d.v[k];
+}
+
+// The first channel of this thread (blockIdx.y and threadIdx.x split the row's channels).
+template <int kVec>
+__device__ __forceinline__ int first_channel() {
+  return (blockIdx.y * blockDim.x + threadIdx.x) * kVec;
+}
+
+// One block row per (b,t).
+template <int kVec>
+__global__ void embedding_forward_kernel(float* __restrict__ out, const int32_t* __restrict__ tokens,
+                                         const float* __restrict__ wte, const float* __restrict__ wpe, int T,
+                                         int C) {
+  const int c = first_channel<kVec>();
+  if (c >= C) return;
+  const int64_t bt = blockIdx.x;
+  Vec<kVec> sum = load_vec<kVec>(wte + int64_t(tokens[bt]) * C + c);
+  add_to(sum, load_vec<kVec>(wpe + (bt % T) * C + c));
+  store_vec(out + bt * C + c, sum);
+}
+
+// One block row per position t: dwpe[t,c] += dout[0,t,c], then dout[1,t,c], ...
+template <int kVec>
+__global__ void position_grad_kernel(float* __restrict__ dwpe, const float* __restrict__ dout, int B, int T,
+                                     int C) {
+  const int c = first_channel<kVec>();
+  if (c >= C) return;
+  const int64_t t = blockIdx.x;
+  Vec<kVec> acc = load_vec<kVec>(dwpe + t * C + c);
+#pragma unroll 8
+  for (int b = 0; b < B; ++b) add_to(acc, load_vec<kVec>(dout + (int64_t(b) * T + t) * C + c));
+  store_vec(dwpe + t * C + c, acc);
+}
+
+__global__ void iota_kernel(int32_t* out, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = i;
+}
+
+// Block row i looks at sorted entry i; only the head of a token's run works: it adds the dout rows of the
+// run, in increasing row order, into that token's dwte row. Runs never overlap, so no two blocks write one
+// element.
+template <int kVec>
+__global__ void token_grad_kernel(float* __restrict__ dwte, const float* __restrict__ dout,
+                                  const int32_t* __restrict__ sorted_tokens,
+                                  const int32_t* __restrict__ sorted_rows, int n, int C) {
+  const int head = blockIdx.x;
+  const int32_t token = sorted_tokens[head];
+  if (head > 0 && sorted_tokens[head - 1] == token) return;
+  const int c = first_channel<kVec>();
+  if (c >= C) return;
+  float* w = dwte + int64_t(token) * C + c;
+  Vec<kVec> acc = load_vec<kVec>(w);
+  for (int j = head;; j += kRowsInFlight) {
+    bool in_run[kRowsInFlight];
+    Vec<kVec> d[kRowsInFlight];
+#pragma unroll
+    for (int u = 0; u < kRowsInFlight; ++u) {
+      in_run[u] = j + u < n && sorted_tokens[j + u] == token;
+      if (in_run[u]) d[u] = load_vec<kVec>(dout + int64_t(sorted_rows[j + u]) * C + c);
+    }
+#pragma unroll
+    for (int u = 0; u < kRowsInFlight; ++u)
+      if (in_run[u]) add_to(acc, d[u]);
+    if (!in_run[kRowsInFlight - 1]) break;
+  }
+  store_vec(w, acc);
+}
+
+// Threads per block and blocks per row for C channels, kVec per thread.
+struct RowSplit {
+  dim3 threads, blocks;
+};
+RowSplit split_rows(int64_t rows, int C, int vec) {
+  const int lanes = (C + vec - 1) / vec;
+  const int threads = std::min(kMaxThreads, (lanes + 31) / 32 * 32);
+  return {dim3(threads), dim3(static_cast<unsigned>(rows), (lanes + threads - 1) / threads)};
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// Stream-ordered scratch memory (cudaMallocAsync), given back on the same stream when it goes out of scope:
+// kernels enqueued before then still see it.
+class StreamScratch {
+ public:
+  StreamScratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
+    GPT_CUDA_CHECK(cudaMallocAsync(&data_, bytes, stream));
+  }
+  ~StreamScratch() {
+    if (data_) cudaFreeAsync(data_, stream_);
+  }
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  char* data() const { return static_cast<char*>(data_); }
+
+ private:
+  void* data_ = nullptr;
+  cudaStream_t stream_;
+};
+
+size_t round_up_256(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
+template <int kVec>
+void launch_position_grad(const Context& ctx, float* dwpe, const float* dout, int B, int T, int C) {
+  const RowSplit s = split_rows(T, C, kVec);
+  position_grad_kernel<kVec><<<s.blocks, s.threads, 0, ctx.stream()>>>(dwpe, dout, B, T, C);
+  GPT_CUDA_CHECK(cudaGetLastError());
+}
+
+// Sorts the n (token, row) pairs by token, stably (rows of one token stay in increasing order), then adds
+// each token's run into dwte.
+template <int kVec>
+void token_grads(const Context& ctx, float* dwte, const float* dout, const int32_t* tokens, int n, int C,
+                 int vocab) {
+  int bits = 1;
+  while (bits < 31 && (int64_t(1) << bits) < vocab) ++bits;
+  size_t sort_bytes = 0;
+  GPT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, tokens, static_cast<int32_t*>(nullptr),
+                                                 static_cast<const int32_t*>(nullptr),
+                                                 static_cast<int32_t*>(nullptr), n, 0, bits, ctx.stream()));
+  const size_t array_bytes = round_up_256(sizeof(int32_t) * size_t(n));
+  StreamScratch scratch(3 * array_bytes + sort_bytes, ctx.stream());
+  auto* sorted_tokens = reinterpret_cast<int32_t*>(scratch.data());
+  auto* rows = reinterpret_cast<int32_t*>(scratch.data() + array_bytes);
+  auto* sorted_rows = reinterpret_cast<int32_t*>(scratch.data() + 2 * array_bytes);
+  iota_kernel<<<elementwise_blocks(n, kMaxThreads), kMaxThreads, 0, ctx.stream()>>>(rows, n);
+  GPT_CUDA_CHECK(cudaGetLastError());
+  GPT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch.data() + 3 * array_bytes, sort_bytes, tokens,
+                                                 sorted_tokens, rows, sorted_rows, n, 0, bits, ctx.stream()));
+  const RowSplit s = split_rows(n, C, kVec);
+  token_grad_kernel<kVec>
+      <<<s.blocks, s.threads, 0, ctx.stream()>>>(dwte, dout, sorted_tokens, sorted_rows, n, C);
+  GPT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void embedding_forward(const Context& ctx, float* out, const int32_t* tokens, const float* wte,
+                       const float* wpe, int B, int T, int C) {
+  const int64_t rows = int64_t(B) * T;
+  if (rows <= 0 || C <= 0) return;
+  if (C % 4 == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe)) {
+    const RowSplit s = split_rows(rows, C, 4);
+    embedding_forward_kernel<4><<<s.blocks, s.threads, 0, ctx.stream()>>>(out, tokens, wte, wpe, T, C);
+  } else {
+    const RowSplit s = split_rows(rows, C, 1);
+    embedding_forward_kernel<1><<<s.blocks, s.threads, 0, ctx.stream()>>>(out, tokens, wte, wpe, T, C);
+  }
+  GPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void embedding_backward(const Context& ctx, float* dwte, float* dwpe, const float* dout,
+                        const int32_t* tokens, int B, int T, int C, int vocab) {
+  const int n = B * T;
+  if (n <= 0 || C <= 0) return;
+  const bool vec4 = C % 4 == 0 && aligned16(dout);
+  if (dwpe) {
+    if (vec4 && aligned16(dwpe)) {
+      launch_position_grad<4>(ctx, dwpe, dout, B, T, C);
+    } else {
+      launch_position_grad<1>(ctx, dwpe, dout, B, T, C);
+    }
+  }
+  if (dwte) {
+    if (vec4 && aligned16(dwte)) {
+      token_grads<4>(ctx, dwte, dout, tokens, n, C, vocab);
+    } else {
+      token_grads<1>(ctx, dwte, dout, tokens, n, C, vocab);
+    }
+  }
+}
+
+}  // namespace gpt::cuda

@@ -1,0 +1,22 @@
+// Token + position embedding on the GPU, fp32, the CUDA side of kernels/cpu/embedding.h with the same layout:
+// tokens [B,T] int32 in [0, V), wte [V,C], wpe [maxT,C], activations [B,T,C]. Device pointers; asynchronous
+// on ctx.stream().
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/runtime.h"
+
+namespace gpt::cuda {
+
+// out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :].
+void embedding_forward(const Context& ctx, float* out, const int32_t* tokens, const float* wte,
+                       const float* wpe, int B, int T, int C);
+
+// Accumulates dwte[tokens[b,t], :] += dout[b,t,:] and dwpe[t,:] += dout[b,t,:], each element summed in
+// increasing (b,t) order exactly as the CPU does, so the two backends agree bit for bit and reruns repeat.
+// Either output may be null. vocab is dwte's row count V (it bounds the sort that groups repeated tokens).
+void embedding_backward(const Context& ctx, float* dwte, float* dwpe, const float* dout,
+                        const int32_t* tokens, int B, int T, int C, int vocab);
+
+}  // namespace gpt::cuda

@@ -1,0 +1,257 @@
+// LayerNorm kernels; see layernorm.h. A group of 16 threads owns a row: thread l sums the elements l, l+16,
+// l+32, ... and the 16 partial sums combine as acc[l] += acc[l + w] for w = 8, 4, 2, 1, which is exactly
+// the CPU's lane_sum (kernels/cpu/internal.h), so the row statistics are summed in the CPU's order. The
+// element-wise passes over a row use 16-byte loads and stores where C % 4 == 0 and the pointers are aligned.
+//
+// Backward: one kernel computes each row's dx (two row sums, then the update); dweight and dbias are column
+// sums over the rows, done without atomics in a fixed order: one kernel sums chunks of kRowsPerPartial rows
+// per column into a scratch buffer, a second adds the chunks in order.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/layernorm.h"
+
+namespace gpt::cuda {
+namespace {
+
+constexpr float kEps = 1e-5f;  // kernels/cpu/layernorm.h's kLayerNormEps, rounded to fp32 as the CPU does
+constexpr int kLanes = 16;     // threads per row: the CPU's lane_sum lanes
+constexpr int kThreads = 256;  // kThreads / kLanes rows per block
+constexpr int kRowsPerPartial = 32;
+constexpr unsigned kFullWarp = 0xffffffffu;
+
+template <int kVec>
+struct Vec {
+  float v[kVec];
+};
+
+template <int kVec>
+__device__ __forceinline__ Vec<kVec> load_vec(const float* p) {
+  Vec<kVec> r;
+  if constexpr (kVec == 4) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    r.v[0] = f.x, r.v[1] = f.y, r.v[2] = f.z, r.v[3] = f.w;
+  } else {
+    r.v[0] = *p;
+  }
+  return r;
+}
+
+template <int kVec>
+__device__ __forceinline__ void store_vec(float* p, const Vec<kVec>& r) {
+  if constexpr (kVec == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
+  } else {
+    *p = r.v[0];
+  }
+}
+
+// lane_sum's combining tree over the 16 threads of a row, then the total to all of them. Every thread of the
+// warp must call it (rows past N included).
+__device__ __forceinline__ float combine_lanes(float acc) {
+#pragma unroll
+  for (int w = kLanes / 2; w > 0; w /= 2) acc += __shfl_down_sync(kFullWarp, acc, w, kLanes);
+  return __shfl_sync(kFullWarp, acc, 0, kLanes);
+}
+
+// The row of this thread's group and the thread's lane in it.
+struct RowLane {
+  int row, lane;
+};
+__device__ __forceinline__ RowLane row_lane() {
+  return {static_cast<int>(blockIdx.x) * (kThreads / kLanes) + static_cast<int>(threadIdx.x) / kLanes,
+          static_cast<int>(threadIdx.x) % kLanes};
+}
+
+template <int kVec>
+__global__ void __launch_bounds__(kThreads)
+    layernorm_forward_kernel(float* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
+                             const float* __restrict__ x, const float* __restrict__ weight,
+                             const float* __restrict__ bias, int N, int C, float inv_c) {
+  const RowLane at = row_lane();
+  const bool valid = at.row < N;
+  const int cols = valid ? C : 0;  // a group past the last row sums nothing but joins the shuffles
+  const float* xr = x + int64_t(valid ? at.row : 0) * C;
+  // Two passes over the row (from L1) rather than E[x^2] - E[x]^2, as the CPU.
+  float acc = 0.0f;
+  for (int c = at.lane; c < cols; c += kLanes) acc += xr[c];
+  const float m = combine_lanes(acc) * inv_c;
+  acc = 0.0f;
+  for (int c = at.lane; c < cols; c += kLanes) acc += (xr[c] - m) * (xr[c] - m);
+  const float s = 1.0f / sqrtf(combine_lanes(acc) * inv_c + kEps);
+  if (!valid) return;
+  float* yr = out + int64_t(at.row) * C;
+  for (int c = at.lane * kVec; c < C; c += kLanes * kVec) {
+    const Vec<kVec> xv = load_vec<kVec>(xr + c), wv = load_vec<kVec>(weight + c),
+                    bv = load_vec<kVec>(bias + c);
+    Vec<kVec> y;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) y.v[k] = (xv.v[k] - m) * s * wv.v[k] + bv.v[k];
+    store_vec(yr + c, y);
+  }
+  if (at.lane == 0 && mean) mean[at.row] = m;
+  if (at.lane == 0 && rstd) rstd[at.row] = s;
+}
+
+// dx += rstd (g - mean_c(g) - xhat mean_c(g xhat)) with g = dy w, xhat = (x - mean) rstd, per row.
+template <int kVec>
+__global__ void __launch_bounds__(kThreads)
+    layernorm_input_grad_kernel(float* dx, const float* __restrict__ dout, const float* __restrict__ x,
+                                const float* __restrict__ weight, const float* __restrict__ mean,
+                                const float* __restrict__ rstd, int N, int C, float inv_c) {
+  const RowLane at = row_lane();
+  const bool valid = at.row < N;
+  const int cols = valid ? C : 0;
+  const int64_t offset = int64_t(valid ? at.row : 0) * C;
+  const float *xr = x + offset, *dy = dout + offset;
+  const float m = valid ? mean[at.row] : 0.0f, s = valid ? rstd[at.row] : 0.0f;
+  float g_acc = 0.0f, gx_acc = 0.0f;
+  for (int c = at.lane; c < cols; c += kLanes) {
+    g_acc += dy[c] * weight[c];
+    gx_acc += dy[c] * weight[c] * (xr[c] - m) * s;
+  }
+  const float g_mean = combine_lanes(g_acc) * inv_c, gx_mean = combine_lanes(gx_acc) * inv_c;
+  if (!valid) return;
+  float* dxr = dx + offset;
+  for (int c = at.lane * kVec; c < C; c += kLanes * kVec) {
+    const Vec<kVec> dyv = load_vec<kVec>(dy + c), wv = load_vec<kVec>(weight + c),
+                    xv = load_vec<kVec>(xr + c);
+    Vec<kVec> d = load_vec<kVec>(dxr + c);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) d.v[k] += s * (dyv.v[k] * wv.v[k] - g_mean - (xv.v[k] - m) * s * gx_mean);
+    store_vec(dxr + c, d);
+  }
+}
+
+// Block row `chunk` (blockIdx.x) sums rows [chunk * kRowsPerPartial, ...) of dy xhat and dy for its columns
+// into partial_w/partial_b[chunk, :]. Chunk 0 starts from the current dweight and dbias, so that with one
+// chunk the sum runs in the CPU's order.
+template <int kVec>
+__global__ void layernorm_param_partials_kernel(float* __restrict__ partial_w, float* __restrict__ partial_b,
+                                                const float* __restrict__ dweight,
+                                                const float* __restrict__ dbias,
+                                                const float* __restrict__ dout, const float* __restrict__ x,
+                                                const float* __restrict__ mean,
+                                                const float* __restrict__ rstd, int N, int C) {
+  const int c = (blockIdx.y * blockDim.x + threadIdx.x) * kVec;
+  if (c >= C) return;
+  const int chunk = blockIdx.x;
+  const int begin = chunk * kRowsPerPartial, end = min(N, begin + kRowsPerPartial);
+  Vec<kVec> w_acc = {}, b_acc = {};
+  if (chunk == 0) w_acc = load_vec<kVec>(dweight + c), b_acc = load_vec<kVec>(dbias + c);
+#pragma unroll 4
+  for (int r = begin; r < end; ++r) {
+    const float m = mean[r], s = rstd[r];
+    const Vec<kVec> dy = load_vec<kVec>(dout + int64_t(r) * C + c),
+                    xv = load_vec<kVec>(x + int64_t(r) * C + c);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      w_acc.v[k] += dy.v[k] * (xv.v[k] - m) * s;
+      b_acc.v[k] += dy.v[k];
+    }
+  }
+  store_vec(partial_w + int64_t(chunk) * C + c, w_acc);
+  store_vec(partial_b + int64_t(chunk) * C + c, b_acc);
+}
+
+// dweight[c] = partial_w[0, c] + partial_w[1, c] + ... in chunk order (likewise dbias).
+__global__ void layernorm_param_sum_kernel(float* __restrict__ dweight, float* __restrict__ dbias,
+                                           const float* __restrict__ partial_w,
+                                           const float* __restrict__ partial_b, int chunks, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float w = partial_w[c], b = partial_b[c];
+#pragma unroll 8
+  for (int k = 1; k < chunks; ++k) {
+    w += partial_w[int64_t(k) * C + c];
+    b += partial_b[int64_t(k) * C + c];
+  }
+  dweight[c] = w;
+  dbias[c] = b;
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+unsigned row_blocks(int N) {
+  return static_cast<unsigned>((int64_t(N) + kThreads / kLanes - 1) / (kThreads / kLanes));
+}
+
+// Stream-ordered scratch memory (cudaMallocAsync), given back on the same stream when it goes out of scope:
+// kernels enqueued before then still see it.
+class StreamScratch {
+ public:
+  StreamScratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
+    GPT_CUDA_CHECK(cudaMallocAsync(&data_, bytes, stream));
+  }
+  ~StreamScratch() {
+    if (data_) cudaFreeAsync(data_, stream_);
+  }
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  float* data() const { return static_cast<float*>(data_); }
+
+ private:
+  void* data_ = nullptr;
+  cudaStream_t stream_;
+};
+
+template <int kVec>
+void param_grads(const Context& ctx, float* dweight, float* dbias, const float* dout, const float* x,
+                 const float* mean, const float* rstd, int N, int C) {
+  const int chunks = (N + kRowsPerPartial - 1) / kRowsPerPartial;
+  StreamScratch partials(2 * sizeof(float) * size_t(chunks) * C, ctx.stream());
+  float* partial_w = partials.data();
+  float* partial_b = partial_w + int64_t(chunks) * C;
+  const int lanes = (C + kVec - 1) / kVec;
+  const int threads = std::min(kThreads, (lanes + 31) / 32 * 32);
+  const dim3 blocks(chunks, (lanes + threads - 1) / threads);
+  layernorm_param_partials_kernel<kVec>
+      <<<blocks, threads, 0, ctx.stream()>>>(partial_w, partial_b, dweight, dbias, dout, x, mean, rstd, N, C);
+  GPT_CUDA_CHECK(cudaGetLastError());
+  layernorm_param_sum_kernel<<<(C + kThreads - 1) / kThreads, kThreads, 0, ctx.stream()>>>(
+      dweight, dbias, partial_w, partial_b, chunks, C);
+  GPT_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void layernorm_forward(const Context& ctx, float* out, float* mean, float* rstd, const float* x,
+                       const float* weight, const float* bias, int N, int C) {
+  if (N <= 0 || C <= 0) return;
+  const float inv_c = 1.0f / static_cast<float>(C);
+  if (C % 4 == 0 && aligned16(out) && aligned16(x) && aligned16(weight) && aligned16(bias)) {
+    layernorm_forward_kernel<4>
+        <<<row_blocks(N), kThreads, 0, ctx.stream()>>>(out, mean, rstd, x, weight, bias, N, C, inv_c);
+  } else {
+    layernorm_forward_kernel<1>
+        <<<row_blocks(N), kThreads, 0, ctx.stream()>>>(out, mean, rstd, x, weight, bias, N, C, inv_c);
+  }
+  GPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void layernorm_backward(const Context& ctx, float* dx, float* dweight, float* dbias, const float* dout,
+                        const float* x, const float* weight, const float* mean, const float* rstd, int N,
+                        int C) {
+  if (N <= 0 || C <= 0) return;
+  const float inv_c = 1.0f / static_cast<float>(C);
+  const bool rows4 = C % 4 == 0 && aligned16(dx) && aligned16(dout) && aligned16(x) && aligned16(weight);
+  if (rows4) {
+    layernorm_input_grad_kernel<4>
+        <<<row_blocks(N), kThreads, 0, ctx.stream()>>>(dx, dout, x, weight, mean, rstd, N, C, inv_c);
+  } else {
+    layernorm_input_grad_kernel<1>
+        <<<row_blocks(N), kThreads, 0, ctx.stream()>>>(dx, dout, x, weight, mean, rstd, N, C, inv_c);
+  }
+  GPT_CUDA_CHECK(cudaGetLastError());
+  if (C % 4 == 0 && aligned16(dout) && aligned16(x) && aligned16(dweight) && aligned16(dbias)) {
+    param_grads<4>(ctx, dweight, dbias, dout, x, mean, rstd, N, C);
+  } else {
+    param_grads<1>(ctx, dweight, dbias, dout, x, mean, rstd, N, C);
+  }
+}
+
+}  // namespace gpt::cuda
