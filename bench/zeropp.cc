@@ -175,7 +175,7 @@ int run(gpt::comm::MpiSession& session, int argc, char** argv) {
   mpi.comm_timeout_s = o.comm_timeout;
   auto world = session.world(mpi);
   if (o.threads > 0) gpt::cpu::set_num_threads(o.threads);
-  const std::unique_ptr<gpt::Ops> backend = gpt::make_backend(o.device, world->topology().local_rank());
+  const std::unique_ptr<gpt::Ops> backend = gpt::make_backend(o.device, world->topology().machine_rank());
   std::unique_ptr<gpt::data::ValidLoader> valid;
   if (!bench.valid_data_path.empty()) {
     valid = std::make_unique<gpt::data::ValidLoader>(gpt::data::expand_data_path(bench.valid_data_path),

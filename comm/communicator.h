@@ -69,6 +69,9 @@ struct Topology {
   int node_of(int rank) const { return rank / ranks_per_node; }
   int node() const { return node_of(world_rank); }
   int local_rank() const { return world_rank % ranks_per_node; }
+  // This rank's index among the processes on its machine: the local rank on real nodes, the world rank when
+  // the nodes are simulated (they all run on one machine). Picks the GPU a rank drives.
+  int machine_rank() const { return simulated ? world_rank : local_rank(); }
   std::string describe() const;  // "2 nodes x 2 ranks per node (simulated)"
 };
 

@@ -67,14 +67,10 @@ std::optional<JoinedGroup> join_group(GroupTransport& parent, const std::vector<
 
 namespace {
 
-// Ranks on this rank's machine and this rank's index there. A simulated topology puts every rank on one
-// machine (that is what --ranks-per-node is for).
+// Ranks on this rank's machine. A simulated topology puts every rank on one machine (that is what
+// --ranks-per-node is for).
 int ranks_on_machine(const Topology& topology) {
   return topology.simulated ? topology.world_size : topology.ranks_per_node;
-}
-
-int index_on_machine(const Topology& topology) {
-  return topology.simulated ? topology.world_rank : topology.local_rank();
 }
 
 }  // namespace
@@ -85,7 +81,7 @@ bool nccl_usable(const Topology& topology, int devices_on_node) {
 
 int device_of_rank(const Topology& topology, int devices_on_node) {
   if (devices_on_node < 1) throw std::invalid_argument("comm: device_of_rank needs at least one device");
-  return index_on_machine(topology) % devices_on_node;
+  return topology.machine_rank() % devices_on_node;
 }
 
 bool every_rank_has_own_gpu(const std::vector<std::optional<DeviceUuid>>& device_of_each_rank) {

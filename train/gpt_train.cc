@@ -25,6 +25,7 @@
 #include "model/llmc_format.h"
 #include "model/model_file.h"
 #include "train/batches.h"
+#include "train/device_world.h"
 #include "train/metrics.h"
 #include "train/options.h"
 #include "train/planner.h"
@@ -63,7 +64,7 @@ std::string duration_text(double seconds) {
 }
 
 void print_banner(const TrainOptions& o, const comm::Communicator& world, const ZeroEngine& engine,
-                  const data::TrainLoader& loader, bool has_validation, const Ops* backend) {
+                  const data::TrainLoader& loader, bool has_validation) {
   const GPTConfig& m = o.model;
   std::printf(
       "gpt_train: GPT-2 %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d): %.2fM parameters\n",
@@ -72,7 +73,6 @@ void print_banner(const TrainOptions& o, const comm::Communicator& world, const 
               world.size(), world.topology().describe().c_str(), o.zero.stage,
               precision_name(o.zero.precision), o.zero.overlap_comm ? "on" : "off",
               static_cast<long long>(o.zero.reduce_bucket_size));
-  std::printf("  device %s\n", describe_backend(backend).c_str());
   std::printf(
       "  batch: micro %d x accumulation %d x %d ranks = global %lld sequences (%lld tokens); %lld "
       "training windows%s\n",
@@ -168,8 +168,8 @@ struct Interval {
 // is all the state a resume needs besides the engine's).
 class Run {
  public:
-  // backend: the device seam's backend (null: the CPU's).
-  Run(const TrainOptions& o, comm::Communicator& world, Ops* backend);
+  // backend: the device seam's backend (null: the CPU's); transport: what world runs on, for the banner.
+  Run(const TrainOptions& o, comm::Communicator& world, Ops* backend, const std::string& transport);
   void loop();
   void hang_if_asked(int64_t step) const;
 
@@ -195,7 +195,7 @@ class Run {
   Interval interval_;
 };
 
-Run::Run(const TrainOptions& o, comm::Communicator& world, Ops* backend)
+Run::Run(const TrainOptions& o, comm::Communicator& world, Ops* backend, const std::string& transport)
     : o_(o),
       world_(world),
       backend_(backend),
@@ -209,7 +209,10 @@ Run::Run(const TrainOptions& o, comm::Communicator& world, Ops* backend)
     metrics_ = std::make_unique<MetricsFile>(o.metrics_file, iteration_ > 0);
   // MFU's denominator: the GEMM rate of the device the model runs on, measured now.
   sgemm_gflops_ = backend ? measure_gemm_gflops(*backend, 2048) : measure_sgemm_gflops(512);
-  if (rank0_) print_banner(o, world, engine_, batches_.loader(), valid_.loader != nullptr, backend);
+  if (rank0_) {
+    print_banner(o, world, engine_, batches_.loader(), valid_.loader != nullptr);
+    std::printf("  device %s, communication over %s\n", describe_backend(backend).c_str(), transport.c_str());
+  }
   if (rank0_ && !valid_.note.empty()) std::printf("  note: %s\n", valid_.note.c_str());
   std::signal(SIGTERM, on_stop_signal);
   std::signal(SIGINT, on_stop_signal);
@@ -367,8 +370,9 @@ int train(const TrainOptions& o, comm::Communicator& world) {
   if (std::string problem = ZeroEngine::check_zeropp(o.zero, world.topology()); !problem.empty()) {
     throw UsageError(problem);
   }
-  const std::unique_ptr<Ops> backend = make_backend(o.device, world.topology().local_rank());
-  Run run(o, world, backend.get());
+  const std::unique_ptr<Ops> backend = make_backend(o.device, world.topology().machine_rank());
+  const DeviceWorld device_world = make_device_world(world, backend.get(), o.comm_timeout);
+  Run run(o, device_world.nccl ? *device_world.nccl : world, backend.get(), device_world.description);
   run.loop();
   return 0;
 }

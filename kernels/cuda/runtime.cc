@@ -61,10 +61,15 @@ Context::Context(int device) {
   GPT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   GPT_CUDA_CHECK(cublasCreate(&cublas_));
   GPT_CUDA_CHECK(cublasSetStream(cublas_, stream_));
+  GPT_CUDA_CHECK(cublasLtCreate(&cublaslt_));
+  GPT_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
 }
 
 Context::~Context() {
-  // Destructors must not throw; a failure here is reported by the next call that checks.
+  // Destructors must not throw; a failure here is reported by the next call that checks. The workspace may
+  // still be in use by enqueued GEMMs: cudaFree waits for the device before releasing it.
+  if (workspace_) cudaFree(workspace_);
+  if (cublaslt_) cublasLtDestroy(cublaslt_);
   if (cublas_) cublasDestroy(cublas_);
   if (stream_) cudaStreamDestroy(stream_);
 }

@@ -1,8 +1,9 @@
-// The CUDA backend's runtime: asking whether a usable device exists, one Context per device (its stream and
-// cuBLAS handle), owning device memory, and every CUDA or cuBLAS failure turned into an exception whose
-// message says what was called, where, and what the library answered.
+// The CUDA backend's runtime: asking whether a usable device exists, one Context per device (its stream,
+// cuBLAS and cuBLASLt handles, the cuBLASLt workspace), owning device memory, and every CUDA or cuBLAS
+// failure turned into an exception whose message says what was called, where, and what the library answered.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -43,9 +44,11 @@ struct DeviceInfo {
   std::string describe() const;  // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)"
 };
 
-// What the kernels of one device need: the device made current, a non-blocking stream, and a cuBLAS handle
-// bound to that stream. Kernels enqueue on stream() and return without waiting; synchronize() waits and
-// surfaces asynchronous errors. One Context per device per process (one rank drives one GPU).
+// What the kernels of one device need: the device made current, a non-blocking stream, a cuBLAS handle bound
+// to that stream, a cuBLASLt handle (cuBLASLt takes the stream per call) and the workspace cuBLASLt may use
+// for split-K and epilogue scratch, allocated once. Kernels enqueue on stream() and return without waiting;
+// synchronize() waits and surfaces asynchronous errors. One Context per device per process (one rank drives
+// one GPU). Everything that uses the workspace runs on stream(), so consecutive users cannot overlap.
 class Context {
  public:
   explicit Context(int device = 0);  // throws CudaError naming the device and the problem
@@ -56,12 +59,21 @@ class Context {
   const DeviceInfo& info() const { return info_; }
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
+  cublasLtHandle_t cublaslt() const { return cublaslt_; }
+  // 32 MiB, what NVIDIA recommends for cuBLASLt on Hopper; the GEMM heuristics are told the size and pick
+  // only algorithms whose scratch fits. Kernels between GEMMs may use it as scratch too (linear's bias
+  // gradient keeps its partial sums there): stream order keeps them apart.
+  static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+  void* workspace() const { return workspace_; }
+  size_t workspace_bytes() const { return kWorkspaceBytes; }
   void synchronize() const;
 
  private:
   DeviceInfo info_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  cublasLtHandle_t cublaslt_ = nullptr;
+  void* workspace_ = nullptr;
 };
 
 // Owning device memory (cudaMalloc, zero-filled before the constructor returns), move-only, with copies for
