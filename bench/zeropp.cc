@@ -22,6 +22,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/threads.h"
 #include "train/batches.h"
+#include "train/device_world.h"
 #include "train/metrics.h"
 #include "train/options.h"
 #include "zero/engine.h"
@@ -176,6 +177,8 @@ int run(gpt::comm::MpiSession& session, int argc, char** argv) {
   auto world = session.world(mpi);
   if (o.threads > 0) gpt::cpu::set_num_threads(o.threads);
   const std::unique_ptr<gpt::Ops> backend = gpt::make_backend(o.device, world->topology().machine_rank());
+  const gpt::DeviceWorld device_world = gpt::make_device_world(*world, backend.get(), o.comm_timeout);
+  gpt::comm::Communicator& training_world = device_world.nccl ? *device_world.nccl : *world;
   std::unique_ptr<gpt::data::ValidLoader> valid;
   if (!bench.valid_data_path.empty()) {
     valid = std::make_unique<gpt::data::ValidLoader>(gpt::data::expand_data_path(bench.valid_data_path),
@@ -183,7 +186,7 @@ int run(gpt::comm::MpiSession& session, int argc, char** argv) {
   }
   std::stringstream names(bench.configs);
   for (std::string name; std::getline(names, name, ',');) {
-    const Result result = run_config(*world, o, bench, name, valid.get(), backend.get());
+    const Result result = run_config(training_world, o, bench, name, valid.get(), backend.get());
     if (world->rank() != 0) continue;
     std::printf("%s\n", result.line.dump().c_str());
     std::fflush(stdout);
