@@ -76,8 +76,8 @@ class Ops {
   // Accumulates into dx, dw and db (db may be empty).
   virtual void linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                                const Tensor& x, const Tensor& w) = 0;
-  // Causal multi-head attention over qkv [B, T, 3C]; att [B, NH, T, T] keeps the probabilities (after
-  // dropout's masks, when given).
+  // Causal multi-head attention over qkv [B, T, 3C]; att [B, NH, T, T] keeps the softmax probabilities
+  // before dropout (with dropout, out = mask(att) V; the backward regenerates the masks from the keys).
   virtual void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
                                  const DropoutMask* dropout) = 0;
   // Incremental decoding (a key/value cache): out [1, C] is the last row of causal attention over qkv [n,

@@ -20,6 +20,7 @@
 #include "base/main.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
+#include "kernels/backend.h"
 #include "kernels/common/random.h"
 #include "kernels/cpu/threads.h"
 #include "model/generation.h"
@@ -44,7 +45,8 @@ struct GenerateOptions {
   std::string merge_file = data::default_merge_file();
   int threads = 0;
   bool no_kv_cache = false;
-  int heads = 0;  // for a model.safetensors without config.json
+  std::string device = "cpu";  // where the key/value-cache steps run
+  int heads = 0;               // for a model.safetensors without config.json
 };
 
 // Returns false when --help was printed.
@@ -73,7 +75,17 @@ bool parse_options(int argc, const char* const* argv, GenerateOptions& o) {
   flags.add_int("--threads", &o.threads, "CPU threads (0 = all cores)", 0, 1024);
   flags.add_switch("--no-kv-cache", &o.no_kv_cache,
                    "run the full forward over the window for every new token (no key/value cache)");
+  flags.add_string(
+      "--device", &o.device,
+      "cpu | cuda: where the key/value-cache steps run (the sliding window's forward stays on the "
+      "CPU)");
   if (!flags.parse(argc, argv)) return false;
+  check_device_name(o.device);
+  if (o.device != "cpu" && o.no_kv_cache) {
+    throw UsageError("--device " + o.device +
+                     " runs the key/value-cache steps; drop --no-kv-cache (which runs on the CPU) or use "
+                     "--device cpu");
+  }
   if (o.model_file.empty() == o.load_dir.empty()) {
     throw UsageError(std::string(o.model_file.empty() ? "no model given" : "both --model and --load given") +
                      ": pass exactly one of --model FILE and --load DIR");
@@ -151,7 +163,8 @@ std::vector<int32_t> prompt_ids(data::Tokenizer& tokenizer, const std::string& p
 void sample(GPT2<float>& model, const data::Tokenizer& tokenizer, const GenerateOptions& o,
             std::vector<int32_t>& ids) {
   const uint64_t key = random::derive_key(static_cast<uint64_t>(o.seed), 0x67656e657261ULL);  // "genera"
-  NextTokenLogits next_logits(model, !o.no_kv_cache);
+  const std::unique_ptr<Ops> backend = make_backend(o.device, 0);
+  NextTokenLogits next_logits(model, !o.no_kv_cache, backend.get());
   std::vector<int32_t> candidates;
   for (int step = 0; step < o.max_new_tokens; ++step) {
     const float* logits = next_logits(ids);

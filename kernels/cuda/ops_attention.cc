@@ -1,25 +1,53 @@
-// CudaOps' causal multi-head attention: forward, backward and the one-row decode (see cuda_ops.h).
-#include <algorithm>
-#include <cmath>
+// CudaOps' causal multi-head attention: forward, backward and the one-row decode (see cuda_ops.h), fp32, on
+// the kernels of attention.cu. The sizes come from the tensors exactly as CpuOps reads them: att is
+// [B, NH, T, T] (decode: [NH, n]) and C is the last dimension of out (backward: of dout).
 #include <string>
-#include <vector>
 
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/ops_internal.h"
 
 namespace gpt::cuda {
+namespace {
 
-void CudaOps::attention_forward(const Tensor&, const Tensor&, const Tensor&, const DropoutMask*) {
-  not_yet("attention_forward");
+// The attention tensors carry their sizes in their shapes; a wrong rank would read garbage sizes.
+void require_rank(const Tensor& t, size_t rank, const char* op, const char* name) {
+  if (t.shape.size() != rank)
+    throw CudaError(std::string("CudaOps::") + op + ": " + name + " must have " + std::to_string(rank) +
+                    " dimensions, got " + t.describe());
 }
 
-void CudaOps::attention_decode(const Tensor&, const Tensor&, const Tensor&) {
-  not_yet("attention_decode");
+AttentionDropout to_kernel(const DropoutMask& mask) {
+  return AttentionDropout{mask.p, mask.keys};
 }
 
-void CudaOps::attention_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                 const DropoutMask*) {
-  not_yet("attention_backward");
+}  // namespace
+
+void CudaOps::attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
+                                const DropoutMask* dropout) {
+  constexpr const char* kOp = "attention_forward";
+  require_rank(att, 4, kOp, "att");
+  const int B = int(att.shape[0]), NH = int(att.shape[1]), T = int(att.shape[2]), C = int(out.shape.back());
+  const AttentionDropout spec = dropout ? to_kernel(*dropout) : AttentionDropout{};
+  cuda::attention_forward(context_, f32(out, kOp), f32(att, kOp), f32(qkv, kOp), B, T, C, NH,
+                          dropout ? &spec : nullptr);
+}
+
+void CudaOps::attention_decode(const Tensor& out, const Tensor& att, const Tensor& qkv) {
+  constexpr const char* kOp = "attention_decode";
+  require_rank(att, 2, kOp, "att");
+  const int NH = int(att.shape[0]), n = int(att.shape[1]), C = int(out.shape.back());
+  cuda::attention_decode(context_, f32(out, kOp), f32(att, kOp), f32(qkv, kOp), n, C, NH);
+}
+
+void CudaOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                                 const DropoutMask* dropout) {
+  constexpr const char* kOp = "attention_backward";
+  require_rank(att, 4, kOp, "att");
+  const int B = int(att.shape[0]), NH = int(att.shape[1]), T = int(att.shape[2]), C = int(dout.shape.back());
+  const AttentionDropout spec = dropout ? to_kernel(*dropout) : AttentionDropout{};
+  cuda::attention_backward(context_, f32(dqkv, kOp), f32(dout, kOp), f32(qkv, kOp), f32(att, kOp), B, T, C,
+                           NH, dropout ? &spec : nullptr);
 }
 
 }  // namespace gpt::cuda

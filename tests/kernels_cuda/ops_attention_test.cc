@@ -1,0 +1,177 @@
+// CudaOps' causal multi-head attention (forward, backward, decode) against CpuOps on random inputs: within
+// fp32 tolerance (max |gpu - cpu| / max |cpu| <= 1e-5 per tensor; the two backends sum in other orders), with
+// and without dropout (the masks come from one keep rule, so a wrong mask is an O(1) error, far above the
+// tolerance); head sizes 12 to 128 and sequence lengths that leave partial 64-row tiles. Also: att holds the
+// probabilities before dropout, bit for bit those of the call without dropout; p = 0 is the call without
+// dropout; reruns repeat bit for bit; the host keys may be overwritten once the call returns; more than 128
+// sequences (several launches). Without a device it prints SKIPPED: and passes.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "tests/kernels_cuda/backends.h"
+
+using gpt::testing::Backends;
+using gpt::testing::have_device;
+using gpt::testing::Pair;
+using gpt::testing::random_values;
+
+namespace {
+
+constexpr double kTolerance = 1e-5;
+
+struct Dims {
+  int B, T, C, NH;
+};
+
+std::vector<uint64_t> make_keys(int B) {
+  std::vector<uint64_t> keys(B);
+  for (int b = 0; b < B; ++b) keys[b] = 0x9E3779B97F4A7C15ULL * uint64_t(b + 1) + 12345;
+  return keys;
+}
+
+// max |gpu - cpu| / max |cpu|.
+double normwise_error(const std::vector<float>& cpu, const std::vector<float>& gpu) {
+  REQUIRE(cpu.size() == gpu.size());
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    worst = std::max(worst, std::fabs(double(cpu[i]) - double(gpu[i])));
+    scale = std::max(scale, std::fabs(double(cpu[i])));
+  }
+  return scale > 0 ? worst / scale : worst;
+}
+
+void check_close(Backends& b, const char* what, const Pair& t) {
+  const double error = normwise_error(b.host<float>(b.cpu, t.cpu), b.host<float>(b.gpu, t.gpu));
+  INFO(what << ": max |gpu - cpu| / max |cpu| = " << error);
+  CHECK(error <= kTolerance);
+}
+
+// The tensors of one attention call on both backends; dqkv starts nonzero, to check accumulation.
+struct AttentionCase {
+  AttentionCase(Backends& b, Dims d, uint32_t seed)
+      : qkv(b.make(random_values(size_t(d.B) * d.T * 3 * d.C, seed), {d.B, d.T, 3 * d.C})),
+        dout(b.make(random_values(size_t(d.B) * d.T * d.C, seed + 1), {d.B, d.T, d.C})),
+        dqkv(b.make(random_values(size_t(d.B) * d.T * 3 * d.C, seed + 2), {d.B, d.T, 3 * d.C})),
+        out(b.make(std::vector<float>(size_t(d.B) * d.T * d.C), {d.B, d.T, d.C})),
+        att(b.make(std::vector<float>(size_t(d.B) * d.NH * d.T * d.T, -1.0f), {d.B, d.NH, d.T, d.T})) {}
+  Pair qkv, dout, dqkv, out, att;
+};
+
+// Forward and backward on both backends; the GPU's copy of the keys is scribbled over after each call, so a
+// kernel that read the host array late would see wrong keys.
+void run_both(Backends& b, AttentionCase& c, const gpt::DropoutMask* dropout) {
+  std::vector<uint64_t> gpu_keys;
+  gpt::DropoutMask gpu_mask;
+  if (dropout) {
+    gpu_keys.assign(dropout->keys, dropout->keys + c.att.cpu.shape[0]);
+    gpu_mask = {dropout->p, gpu_keys.data()};
+  }
+  b.cpu.attention_forward(c.out.cpu, c.att.cpu, c.qkv.cpu, dropout);
+  b.gpu.attention_forward(c.out.gpu, c.att.gpu, c.qkv.gpu, dropout ? &gpu_mask : nullptr);
+  std::fill(gpu_keys.begin(), gpu_keys.end(), 0);
+  b.cpu.attention_backward(c.dqkv.cpu, c.dout.cpu, c.qkv.cpu, c.att.cpu, dropout);
+  if (dropout) std::copy(dropout->keys, dropout->keys + gpu_keys.size(), gpu_keys.begin());
+  b.gpu.attention_backward(c.dqkv.gpu, c.dout.gpu, c.qkv.gpu, c.att.gpu, dropout ? &gpu_mask : nullptr);
+  std::fill(gpu_keys.begin(), gpu_keys.end(), 0);
+  b.gpu.synchronize();
+}
+
+void check_attention(Dims d, const gpt::DropoutMask* dropout, uint32_t seed) {
+  Backends b;
+  AttentionCase c(b, d, seed);
+  run_both(b, c, dropout);
+  INFO("B=" << d.B << " T=" << d.T << " C=" << d.C << " NH=" << d.NH << " p=" << (dropout ? dropout->p : 0));
+  check_close(b, "out", c.out);
+  check_close(b, "att", c.att);
+  check_close(b, "dqkv", c.dqkv);
+}
+
+const Dims kShapes[] = {
+    {2, 37, 48, 4},    // hs 12: one partial tile
+    {3, 64, 96, 4},    // hs 24: exactly one tile
+    {2, 130, 128, 2},  // hs 64: three tiles, the last partial
+    {1, 150, 256, 2},  // hs 128
+};
+
+}  // namespace
+
+TEST_CASE("CudaOps attention forward and backward agree with CpuOps") {
+  if (!have_device()) return;
+  uint32_t seed = 10;
+  for (const Dims& d : kShapes) check_attention(d, nullptr, seed += 10);
+}
+
+TEST_CASE("CudaOps attention with dropout agrees with CpuOps") {
+  if (!have_device()) return;
+  const std::vector<uint64_t> keys = make_keys(4);
+  uint32_t seed = 100;
+  for (double p : {0.1, 0.5}) {
+    const gpt::DropoutMask mask{p, keys.data()};
+    for (const Dims& d : kShapes) check_attention(d, &mask, seed += 10);
+  }
+}
+
+TEST_CASE("CudaOps attention: att before dropout, p = 0 is no dropout, reruns repeat bit for bit") {
+  if (!have_device()) return;
+  Backends b;
+  const Dims d{2, 100, 128, 2};
+  const std::vector<uint64_t> keys = make_keys(d.B);
+  const gpt::DropoutMask dropped{0.2, keys.data()}, zero{0.0, keys.data()};
+  AttentionCase c(b, d, 7);
+  const auto forward = [&](const gpt::DropoutMask* mask) {
+    b.gpu.attention_forward(c.out.gpu, c.att.gpu, c.qkv.gpu, mask);
+    return std::pair{b.host<float>(b.gpu, c.out.gpu), b.host<float>(b.gpu, c.att.gpu)};
+  };
+  const auto backward = [&](const gpt::DropoutMask* mask) {
+    b.gpu.upload(c.dqkv.gpu, random_values(size_t(d.B) * d.T * 3 * d.C, 9).data());
+    b.gpu.attention_backward(c.dqkv.gpu, c.dout.gpu, c.qkv.gpu, c.att.gpu, mask);
+    return b.host<float>(b.gpu, c.dqkv.gpu);
+  };
+  const auto plain = forward(nullptr);
+  const auto plain_grad = backward(nullptr);
+  CHECK(forward(&zero) == plain);
+  CHECK(backward(&zero) == plain_grad);
+  const auto with_dropout = forward(&dropped);
+  CHECK(with_dropout.second == plain.second);  // att keeps the probabilities before dropout
+  CHECK(with_dropout.first != plain.first);
+  const auto grad = backward(&dropped);
+  CHECK(forward(&dropped) == with_dropout);
+  CHECK(backward(&dropped) == grad);
+}
+
+TEST_CASE("CudaOps attention over more sequences than one launch takes keys for") {
+  if (!have_device()) return;
+  const std::vector<uint64_t> keys = make_keys(300);
+  const gpt::DropoutMask mask{0.3, keys.data()};
+  check_attention({300, 5, 8, 2}, &mask, 500);
+}
+
+TEST_CASE("CudaOps attention decode agrees with CpuOps and with the forward's last row") {
+  if (!have_device()) return;
+  Backends b;
+  for (const Dims d : {Dims{1, 1, 48, 4}, Dims{1, 37, 48, 4}, Dims{1, 300, 768, 12}, Dims{1, 70, 256, 2}}) {
+    const int n = d.T, C = d.C, NH = d.NH;
+    INFO("n=" << n << " C=" << C << " NH=" << NH);
+    Pair qkv = b.make(random_values(size_t(n) * 3 * C, uint32_t(n + C)), {n, 3 * C});
+    Pair out = b.make(std::vector<float>(C), {1, C}),
+         att = b.make(std::vector<float>(size_t(NH) * n), {NH, n});
+    b.cpu.attention_decode(out.cpu, att.cpu, qkv.cpu);
+    b.gpu.attention_decode(out.gpu, att.gpu, qkv.gpu);
+    check_close(b, "decode out", out);
+    check_close(b, "decode att", att);
+
+    Pair full_out = b.make(std::vector<float>(size_t(n) * C), {1, n, C});
+    Pair full_att = b.make(std::vector<float>(size_t(NH) * n * n), {1, NH, n, n});
+    b.gpu.attention_forward(full_out.gpu, full_att.gpu, qkv.gpu, nullptr);
+    const std::vector<float> rows = b.host<float>(b.gpu, full_out.gpu);
+    const std::vector<float> last(rows.end() - C, rows.end());
+    const double error = normwise_error(last, b.host<float>(b.gpu, out.gpu));
+    INFO("decode against the forward's last row: " << error);
+    CHECK(error <= kTolerance);
+  }
+}
