@@ -543,22 +543,6 @@ int tiles_of(int T) {
   return (T + kTile - 1) / kTile;
 }
 
-// Stream-ordered temporary device memory, freed in stream order when it goes out of scope.
-class StreamScratch {
- public:
-  StreamScratch(const Context& ctx, size_t bytes) : stream_(ctx.stream()) {
-    GPT_CUDA_CHECK(cudaMallocAsync(&data_, bytes, stream_));
-  }
-  ~StreamScratch() { cudaFreeAsync(data_, stream_); }
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
-  float* data() const { return static_cast<float*>(data_); }
-
- private:
-  cudaStream_t stream_;
-  void* data_ = nullptr;
-};
-
 }  // namespace
 
 void attention_forward(const Context& ctx, float* out, float* att, const float* qkv, int B, int T, int C,
@@ -604,11 +588,11 @@ void attention_backward(const Context& ctx, float* dqkv, const float* dout, cons
     allow_shared_memory(key_kernel, key_smem);
     for_each_batch_chunk(B, dropout, [&](int b0, int count, const DropParams& drop) {
       const dim3 grid(tiles_of(T), NH, count);
-      query_kernel<<<grid, kThreads, query_smem, ctx.stream()>>>(dqkv, row_dots.data(), dout, qkv, att, s, b0,
-                                                                 drop);
+      query_kernel<<<grid, kThreads, query_smem, ctx.stream()>>>(dqkv, row_dots.as<float>(), dout, qkv, att,
+                                                                 s, b0, drop);
       GPT_CUDA_CHECK(cudaGetLastError());
-      key_kernel<<<grid, kThreads, key_smem, ctx.stream()>>>(dqkv, row_dots.data(), dout, qkv, att, s, b0,
-                                                             drop);
+      key_kernel<<<grid, kThreads, key_smem, ctx.stream()>>>(dqkv, row_dots.as<float>(), dout, qkv, att, s,
+                                                             b0, drop);
       GPT_CUDA_CHECK(cudaGetLastError());
     });
   });

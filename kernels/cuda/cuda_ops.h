@@ -1,11 +1,8 @@
 // The CUDA backend of the device seam (kernels/ops.h), on one GPU: device memory from cudaMalloc, wire
 // memory pinned and mapped into the device's address space (the communicator reads it on the host, kernels
-// read it directly), every op enqueued on the Context's stream.
-//
-// Implemented so far: transfers, fill, fp32 linear (cuBLAS) and GELU, add, add-into, the fp32 <-> fp16/bf16
-// casts, and the reductions sum, sum_of_squares and all_finite (these three through the host for now). The
-// other transformer ops, AdamW and the quantizers throw CudaError naming the op: the rest of the backend is
-// the CUDA issue's work, and this class is where it plugs in, without touching model/ or zero/.
+// read it directly), every op enqueued on the Context's stream. Every op of the seam is implemented, fp32 for
+// the transformer ops (as on the CPU); the members are defined in cuda_ops.cc (transfers, casts, add, linear,
+// GELU) and one ops_<family>.cc per family of ops, over the kernels of the .cu files beside them.
 #pragma once
 
 #include <mutex>

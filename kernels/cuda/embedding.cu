@@ -134,25 +134,6 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// Stream-ordered scratch memory (cudaMallocAsync), given back on the same stream when it goes out of scope:
-// kernels enqueued before then still see it.
-class StreamScratch {
- public:
-  StreamScratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    GPT_CUDA_CHECK(cudaMallocAsync(&data_, bytes, stream));
-  }
-  ~StreamScratch() {
-    if (data_) cudaFreeAsync(data_, stream_);
-  }
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
-  char* data() const { return static_cast<char*>(data_); }
-
- private:
-  void* data_ = nullptr;
-  cudaStream_t stream_;
-};
-
 size_t round_up_256(size_t bytes) {
   return (bytes + 255) / 256 * 256;
 }
@@ -176,13 +157,13 @@ void token_grads(const Context& ctx, float* dwte, const float* dout, const int32
                                                  static_cast<const int32_t*>(nullptr),
                                                  static_cast<int32_t*>(nullptr), n, 0, bits, ctx.stream()));
   const size_t array_bytes = round_up_256(sizeof(int32_t) * size_t(n));
-  StreamScratch scratch(3 * array_bytes + sort_bytes, ctx.stream());
-  auto* sorted_tokens = reinterpret_cast<int32_t*>(scratch.data());
-  auto* rows = reinterpret_cast<int32_t*>(scratch.data() + array_bytes);
-  auto* sorted_rows = reinterpret_cast<int32_t*>(scratch.data() + 2 * array_bytes);
+  StreamScratch scratch(ctx, 3 * array_bytes + sort_bytes);
+  auto* sorted_tokens = reinterpret_cast<int32_t*>(scratch.as<char>());
+  auto* rows = reinterpret_cast<int32_t*>(scratch.as<char>() + array_bytes);
+  auto* sorted_rows = reinterpret_cast<int32_t*>(scratch.as<char>() + 2 * array_bytes);
   iota_kernel<<<elementwise_blocks(n, kMaxThreads), kMaxThreads, 0, ctx.stream()>>>(rows, n);
   GPT_CUDA_CHECK(cudaGetLastError());
-  GPT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch.data() + 3 * array_bytes, sort_bytes, tokens,
+  GPT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch.as<char>() + 3 * array_bytes, sort_bytes, tokens,
                                                  sorted_tokens, rows, sorted_rows, n, 0, bits, ctx.stream()));
   const RowSplit s = split_rows(n, C, kVec);
   token_grad_kernel<kVec>

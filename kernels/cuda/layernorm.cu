@@ -180,31 +180,12 @@ unsigned row_blocks(int N) {
   return static_cast<unsigned>((int64_t(N) + kThreads / kLanes - 1) / (kThreads / kLanes));
 }
 
-// Stream-ordered scratch memory (cudaMallocAsync), given back on the same stream when it goes out of scope:
-// kernels enqueued before then still see it.
-class StreamScratch {
- public:
-  StreamScratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    GPT_CUDA_CHECK(cudaMallocAsync(&data_, bytes, stream));
-  }
-  ~StreamScratch() {
-    if (data_) cudaFreeAsync(data_, stream_);
-  }
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
-  float* data() const { return static_cast<float*>(data_); }
-
- private:
-  void* data_ = nullptr;
-  cudaStream_t stream_;
-};
-
 template <int kVec>
 void param_grads(const Context& ctx, float* dweight, float* dbias, const float* dout, const float* x,
                  const float* mean, const float* rstd, int N, int C) {
   const int chunks = (N + kRowsPerPartial - 1) / kRowsPerPartial;
-  StreamScratch partials(2 * sizeof(float) * size_t(chunks) * C, ctx.stream());
-  float* partial_w = partials.data();
+  StreamScratch partials(ctx, 2 * sizeof(float) * size_t(chunks) * C);
+  float* partial_w = partials.as<float>();
   float* partial_b = partial_w + int64_t(chunks) * C;
   const int lanes = (C + kVec - 1) / kVec;
   const int threads = std::min(kThreads, (lanes + 31) / 32 * 32);

@@ -48,25 +48,21 @@ size_t wire_bytes(int64_t slice_len, int64_t count, int bits, int block) {
 // stream: a value returned to the host has to.
 class NonFiniteFlag {
  public:
-  explicit NonFiniteFlag(const Context& ctx) : ctx_(ctx) {
-    GPT_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&flag_), sizeof *flag_, ctx_.stream()));
-    GPT_CUDA_CHECK(cudaMemsetAsync(flag_, 0, sizeof *flag_, ctx_.stream()));
+  explicit NonFiniteFlag(const Context& ctx) : ctx_(ctx), flag_(ctx, sizeof(uint32_t)) {
+    GPT_CUDA_CHECK(cudaMemsetAsync(get(), 0, sizeof(uint32_t), ctx_.stream()));
   }
-  ~NonFiniteFlag() { cudaFreeAsync(flag_, ctx_.stream()); }  // a failure here has been reported already
-  NonFiniteFlag(const NonFiniteFlag&) = delete;
-  NonFiniteFlag& operator=(const NonFiniteFlag&) = delete;
 
-  uint32_t* get() const { return flag_; }
+  uint32_t* get() const { return flag_.as<uint32_t>(); }
   bool raised() const {
     uint32_t host = 0;
-    GPT_CUDA_CHECK(cudaMemcpyAsync(&host, flag_, sizeof host, cudaMemcpyDeviceToHost, ctx_.stream()));
+    GPT_CUDA_CHECK(cudaMemcpyAsync(&host, get(), sizeof host, cudaMemcpyDeviceToHost, ctx_.stream()));
     ctx_.synchronize();
     return host != 0;
   }
 
  private:
   const Context& ctx_;
-  uint32_t* flag_ = nullptr;
+  StreamScratch flag_;
 };
 
 }  // namespace

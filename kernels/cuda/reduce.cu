@@ -12,25 +12,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr unsigned kFullMask = 0xffffffffu;
 
-// Device memory for one call, allocated and freed in stream order on ctx.stream().
-class Scratch {
- public:
-  Scratch(const Context& ctx, size_t bytes) : stream_(ctx.stream()) {
-    GPT_CUDA_CHECK(cudaMallocAsync(&data_, bytes, stream_));
-  }
-  ~Scratch() { cudaFreeAsync(data_, stream_); }  // must not throw; a failure surfaces at the next check
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-
- private:
-  cudaStream_t stream_;
-  void* data_ = nullptr;
-};
-
 // Waits for the stream and returns the device value at `value`.
 template <typename T>
 T read_back(const Context& ctx, const T* value) {
@@ -158,7 +139,7 @@ int64_t chunk_count(int64_t n) {
 }
 
 // Adds partial[0..chunks) in order on the device and downloads the total.
-double total_of(const Context& ctx, const Scratch& scratch, int64_t chunks) {
+double total_of(const Context& ctx, const StreamScratch& scratch, int64_t chunks) {
   double* partial = scratch.as<double>();
   add_in_order_kernel<<<1, 1, 0, ctx.stream()>>>(partial, chunks, partial + chunks);
   GPT_CUDA_CHECK(cudaGetLastError());
@@ -170,7 +151,7 @@ double total_of(const Context& ctx, const Scratch& scratch, int64_t chunks) {
 double sum_f32(const Context& ctx, const float* x, int64_t n) {
   if (n <= 0) return 0.0;
   const int64_t chunks = chunk_count(n);
-  const Scratch scratch(ctx, size_t(chunks + 1) * sizeof(double));
+  const StreamScratch scratch(ctx, size_t(chunks + 1) * sizeof(double));
   chunk_sums_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, ctx.stream()>>>(x, n, scratch.as<double>());
   GPT_CUDA_CHECK(cudaGetLastError());
   return total_of(ctx, scratch, chunks);
@@ -179,7 +160,7 @@ double sum_f32(const Context& ctx, const float* x, int64_t n) {
 double sum_of_squares_f32(const Context& ctx, const float* x, int64_t n) {
   if (n <= 0) return 0.0;
   const int64_t chunks = chunk_count(n);
-  const Scratch scratch(ctx, size_t(chunks + 1) * sizeof(double));
+  const StreamScratch scratch(ctx, size_t(chunks + 1) * sizeof(double));
   constexpr int kChunksPerBlock = 64;  // few threads in all: spread them over the multiprocessors
   const unsigned blocks = static_cast<unsigned>((chunks + kChunksPerBlock - 1) / kChunksPerBlock);
   if (aligned16(x)) {
@@ -195,7 +176,7 @@ double sum_of_squares_f32(const Context& ctx, const float* x, int64_t n) {
 
 bool all_finite_f32(const Context& ctx, const float* x, int64_t n) {
   if (n <= 0) return true;
-  const Scratch scratch(ctx, sizeof(int));
+  const StreamScratch scratch(ctx, sizeof(int));
   int* flag = scratch.as<int>();
   GPT_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), ctx.stream()));
   if (aligned16(x)) {

@@ -138,4 +138,12 @@ void DeviceBlockSource::release(void* block, size_t /*bytes*/) {
   cudaFree(block);
 }
 
+StreamScratch::StreamScratch(const Context& ctx, size_t bytes) : stream_(ctx.stream()) {
+  GPT_CUDA_CHECK(cudaMallocAsync(&data_, bytes, stream_));
+}
+
+StreamScratch::~StreamScratch() {
+  if (data_) cudaFreeAsync(data_, stream_);
+}
+
 }  // namespace gpt::cuda

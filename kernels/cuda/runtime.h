@@ -103,6 +103,25 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// Temporary device memory for one op: allocated and freed in stream order on the context's stream
+// (cudaMallocAsync / cudaFreeAsync), so it is never handed back while a kernel queued to use it has yet to
+// run, and the op never waits for the device to get it.
+class StreamScratch {
+ public:
+  StreamScratch(const Context& ctx, size_t bytes);
+  ~StreamScratch();  // must not throw: a failure surfaces at the next check
+  StreamScratch(const StreamScratch&) = delete;
+  StreamScratch& operator=(const StreamScratch&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  cudaStream_t stream_;
+  void* data_ = nullptr;
+};
+
 // Device memory for gpt::Arena, so long-lived GPU buffers get the same ledger as host ones.
 class DeviceBlockSource final : public gpt::BlockSource {
  public:
