@@ -164,6 +164,8 @@ void add_precision_and_cluster_groups(FlagParser& flags, TrainOptions& o, Values
                 -1000, 1000);
   flags.add_string("--deepspeed_config", &o.deepspeed_config, "DeepSpeed JSON config file");
   flags.add_switch("--deepspeed", &v.deepspeed, "accepted for DeepSpeed command lines; does nothing");
+  flags.add_switch("--use-flash-attn", &v.flash_attention,
+                   "accepted for Megatron command lines: attention always runs our own fused kernel");
   flags.add_int("--ranks-per-node", &o.ranks_per_node,
                 "simulate nodes of K consecutive ranks (0 = real nodes)", 0, 1 << 20);
   flags.add_double("--comm-timeout", &o.comm_timeout,
@@ -309,6 +311,11 @@ void resolve_precision(const DeepSpeedConfig& ds, const Values& v, TrainOptions&
   if (v.ds_checkpointing && !v.checkpoint) {
     o.notes.push_back(
         "--deepspeed-activation-checkpointing accepted: add --checkpoint-activations to recompute");
+  }
+  if (v.flash_attention) {
+    o.notes.push_back(
+        "--use-flash-attn accepted without effect: attention always runs our own kernel (on the GPU a tiled "
+        "one with fp32 softmax statistics, which still stores the probabilities the backward reads)");
   }
 }
 

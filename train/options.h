@@ -87,6 +87,7 @@ class TrainFlags {
     double lr = 6e-4, min_lr = 0, clip = 1.0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
     std::string decay_style = "constant", gpu_memory = "32GB", intra_bw = "150GB/s", inter_bw = "100Gb/s";
     bool fp16 = false, bf16 = false, checkpoint = false, deepspeed = false, ds_checkpointing = false;
+    bool flash_attention = false;  // Megatron's --use-flash-attn
   };
 
  private:
