@@ -48,6 +48,18 @@ bool parse(int argc, char** argv, Options& o) {
   return true;
 }
 
+// The same fixed tokens for every step and either path: inputs and targets [batch, T].
+struct SyntheticBatch {
+  std::vector<int32_t> inputs, targets;
+  SyntheticBatch(const gpt::GPTConfig& config, int batch)
+      : inputs(size_t(batch) * config.seq_len), targets(inputs.size()) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      inputs[i] = int32_t((i * 7919 + 13) % config.vocab);
+      targets[i] = int32_t((i * 104729 + 7) % config.vocab);
+    }
+  }
+};
+
 // The timing lines and the JSON line, for either path.
 void report(const Options& o, int64_t parameters, double step_s, double forward_s, double backward_s,
             double optimizer_s, double gemm_gflops) {
@@ -75,15 +87,11 @@ int run_on_backend(gpt::comm::MpiSession& session, const Options& o) {
   gpt::ZeroConfig zero;
   zero.adam.weight_decay = 0.1;
   gpt::ZeroEngine engine(o.config, zero, o.batch, *world, 1, backend.get());
-  const int T = o.config.seq_len;
-  std::vector<int32_t> inputs(size_t(o.batch) * T), targets(size_t(o.batch) * T);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    inputs[i] = int32_t((i * 7919 + 13) % o.config.vocab);
-    targets[i] = int32_t((i * 104729 + 7) % o.config.vocab);
-  }
+  const SyntheticBatch tokens(o.config, o.batch);
   std::vector<int64_t> windows(size_t(o.batch));
   for (int b = 0; b < o.batch; ++b) windows[size_t(b)] = b;
-  const std::vector<gpt::ZeroEngine::MicroBatch> batch{{inputs.data(), targets.data(), windows.data()}};
+  const std::vector<gpt::ZeroEngine::MicroBatch> batch{
+      {tokens.inputs.data(), tokens.targets.data(), windows.data()}};
   const double gemm_before = gpt::measure_gemm_gflops(*backend, 2048);
   engine.train_step(batch, 1e-4);  // warm-up
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
@@ -108,16 +116,11 @@ int run(gpt::comm::MpiSession& session, int argc, char** argv) {
   const int batch = o.batch, steps = o.steps, threads = o.threads;
   gpt::cpu::set_num_threads(threads);
 
-  const int T = config.seq_len;
   gpt::GPT2<float> model(config, batch);
   model.init(1);
   const int64_t n = model.table().total;
   std::vector<float> m(n, 0.0f), v(n, 0.0f);
-  std::vector<int32_t> inputs(size_t(batch) * T), targets(size_t(batch) * T);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    inputs[i] = int32_t((i * 7919 + 13) % config.vocab);
-    targets[i] = int32_t((i * 104729 + 7) % config.vocab);
-  }
+  const SyntheticBatch tokens(config, batch);
   gpt::cpu::AdamWHyper hyper;
   hyper.weight_decay = 0.1;
 
@@ -125,7 +128,7 @@ int run(gpt::comm::MpiSession& session, int argc, char** argv) {
   auto one_step = [&](int step, bool timed) {
     auto t0 = Clock::now();
     model.zero_grad();
-    model.forward(inputs.data(), targets.data());
+    model.forward(tokens.inputs.data(), tokens.targets.data());
     auto t1 = Clock::now();
     model.backward(1.0f);
     auto t2 = Clock::now();

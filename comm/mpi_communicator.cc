@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "comm/argument_checks.h"
 #include "comm/mpi_collectives.h"
 #include "comm/mpi_engine.h"
 #include "comm/wire_reduce.h"
@@ -83,23 +84,9 @@ class MpiCommunicator final : public Communicator {
 
   Request all_to_all_v(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                        const std::vector<size_t>& recv_bytes, Phase phase) override {
-    const size_t n = static_cast<size_t>(size());
-    if (send_bytes.size() != n || recv_bytes.size() != n) {
-      throw std::invalid_argument("comm: all_to_all_v needs one send and one receive size per rank (" +
-                                  std::to_string(n) + "), got " + std::to_string(send_bytes.size()) +
-                                  " and " + std::to_string(recv_bytes.size()));
-    }
-    if (send_bytes[rank()] != recv_bytes[rank()]) {
-      throw std::invalid_argument("comm: all_to_all_v sends " + std::to_string(send_bytes[rank()]) +
-                                  " bytes to itself but expects " + std::to_string(recv_bytes[rank()]));
-    }
-    size_t sent = 0, received = 0;
-    for (size_t p = 0; p < n; ++p) {
-      sent += send_bytes[p];
-      received += recv_bytes[p];
-    }
-    require_buffers(sent, {send}, "all_to_all_v");
-    require_buffers(received, {recv}, "all_to_all_v");
+    const AllToAllTotals totals = check_all_to_all_v(rank(), size(), send_bytes, recv_bytes);
+    require_buffers(totals.sent, {send}, "all_to_all_v");
+    require_buffers(totals.received, {recv}, "all_to_all_v");
     return engine_->submit(*group_, phase, "all_to_all_v", [=](Op& op) {
       return mpi::all_to_all_v_body(op, send, send_bytes, recv, recv_bytes);
     });
@@ -121,20 +108,6 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
-  static void require_reducible(DType dtype, const char* what) {
-    if (!is_reducible(dtype)) {
-      throw std::invalid_argument(std::string("comm: ") + what + " reduces in f32, f16, bf16 or f64, not " +
-                                  dtype_name(dtype));
-    }
-  }
-  static void require_buffers(size_t amount, std::initializer_list<const void*> buffers, const char* what) {
-    if (amount == 0) return;
-    for (const void* buffer : buffers) {
-      if (buffer == nullptr)
-        throw std::invalid_argument(std::string("comm: ") + what + " given a null buffer");
-    }
-  }
-
   std::shared_ptr<Engine> engine_;
   Group* group_;  // owned by the engine
 };

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/argument_checks.h"
 #include "comm/mpi_communicator.h"
 #include "comm/nccl_groups.h"
 #include "comm/nccl_kernels.h"
@@ -468,20 +469,6 @@ class NcclCommunicator final : public Communicator {
   std::unique_ptr<Completions> completions_;  // last: stopped first
 };
 
-void require_reducible(DType dtype, const char* what) {
-  if (!is_reducible(dtype)) {
-    throw std::invalid_argument(std::string("comm: ") + what + " reduces in f32, f16, bf16 or f64, not " +
-                                dtype_name(dtype));
-  }
-}
-
-void require_buffers(size_t amount, std::initializer_list<const void*> buffers, const char* what) {
-  if (amount == 0) return;
-  for (const void* buffer : buffers) {
-    if (buffer == nullptr) throw std::invalid_argument(std::string("comm: ") + what + " given a null buffer");
-  }
-}
-
 std::unique_ptr<Communicator> NcclCommunicator::subgroup(const std::vector<int>& world_ranks) {
   if (!plan_group(world_ranks_, topology_.world_rank, world_ranks)) return nullptr;
   completions_->drain();
@@ -550,21 +537,8 @@ Request NcclCommunicator::all_reduce(void* data, DType dtype, size_t count, floa
 
 Request NcclCommunicator::all_to_all_v(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                                        const std::vector<size_t>& recv_bytes, Phase phase) {
-  const size_t n = static_cast<size_t>(size());
-  if (send_bytes.size() != n || recv_bytes.size() != n) {
-    throw std::invalid_argument("comm: all_to_all_v needs one send and one receive size per rank (" +
-                                std::to_string(n) + "), got " + std::to_string(send_bytes.size()) + " and " +
-                                std::to_string(recv_bytes.size()));
-  }
-  if (send_bytes[rank_] != recv_bytes[rank_]) {
-    throw std::invalid_argument("comm: all_to_all_v sends " + std::to_string(send_bytes[rank_]) +
-                                " bytes to itself but expects " + std::to_string(recv_bytes[rank_]));
-  }
-  size_t sent = 0, received = 0;
-  for (size_t p = 0; p < n; ++p) {
-    sent += send_bytes[p];
-    received += recv_bytes[p];
-  }
+  const AllToAllTotals totals = check_all_to_all_v(rank_, size(), send_bytes, recv_bytes);
+  const size_t sent = totals.sent, received = totals.received;
   require_buffers(sent, {send}, "all_to_all_v");
   require_buffers(received, {recv}, "all_to_all_v");
   return issue("all_to_all_v", phase, traffic_.all_to_all_v(rank_, send_bytes), [&](Staging& staging) {

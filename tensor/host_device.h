@@ -8,3 +8,11 @@
 #else
 #define GPT_HOST_DEVICE
 #endif
+
+// The same, always inlined: a per-element function called inside a CPU loop that must vectorize (an
+// out-of-line call would stop it), and on the device inlined as any small helper.
+#if defined(__CUDACC__)
+#define GPT_HOST_DEVICE_INLINE __host__ __device__ __forceinline__
+#else
+#define GPT_HOST_DEVICE_INLINE __attribute__((always_inline)) inline
+#endif

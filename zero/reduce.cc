@@ -190,13 +190,13 @@ void GradientReducer::post(int bucket) {
   std::string label = "bucket " + std::to_string(bucket) + ": " + names_[buckets_[bucket].front()];
   if (buckets_[bucket].size() > 1) label += ".." + names_[buckets_[bucket].back()];
   const comm::OperationLabel serving(label);  // for the watchdog's message
-  context_.before_communication();
-  if (qgz_node_) {
+  if (qgz_node_) {                            // qgz_start synchronizes before its exchange
     bool finite = true;
     qgz_start(context_, *qgz_node_, *qgz_cross_, static_cast<const float*>(p.send), chunk, qgz_,
               feedback_of(bucket), p.qgz, &finite, comm::Phase::kGradReduce);
     local_finite_ = local_finite_ && finite;
   } else {
+    context_.before_communication();
     p.request = dp_.reduce_scatter(p.send, precision_, p.recv, size_t(chunk), 1.0f, comm::Phase::kGradReduce);
   }
   events_.add(EngineEvent::Kind::kPostReduce, label, true);

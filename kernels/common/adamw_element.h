@@ -9,11 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define GPT_ADAMW_INLINE __host__ __device__ __forceinline__
-#else
-#define GPT_ADAMW_INLINE __attribute__((always_inline)) inline
-#endif
+#include "tensor/host_device.h"
 
 namespace gpt::adamw {
 
@@ -49,14 +45,14 @@ inline Constants<Real> constants(const Hyper& hyper, int64_t step, Real grad_sca
 }
 
 // The correctly rounded square root on either side (CUDA's sqrtf/sqrt are IEEE-rounded unless fast math).
-GPT_ADAMW_INLINE float square_root(float x) {
+GPT_HOST_DEVICE_INLINE float square_root(float x) {
 #if defined(__CUDA_ARCH__)
   return ::sqrtf(x);
 #else
   return std::sqrt(x);
 #endif
 }
-GPT_ADAMW_INLINE double square_root(double x) {
+GPT_HOST_DEVICE_INLINE double square_root(double x) {
 #if defined(__CUDA_ARCH__)
   return ::sqrt(x);
 #else
@@ -68,7 +64,7 @@ GPT_ADAMW_INLINE double square_root(double x) {
 // directly); otherwise Adam with L2 regularization (decay joins the gradient and passes through the moments,
 // DeepSpeed's "Adam" with adam_w_mode false).
 template <bool kDecoupled, typename Real>
-GPT_ADAMW_INLINE void update(Real& param, Real& m, Real& v, Real grad, const Constants<Real>& c) {
+GPT_HOST_DEVICE_INLINE void update(Real& param, Real& m, Real& v, Real grad, const Constants<Real>& c) {
   const Real p = param;
   const Real g = kDecoupled ? grad * c.grad_scale : grad * c.grad_scale + c.wd * p;
   const Real mi = c.b1 * m + c.one_b1 * g;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/dtype.cuh"
 
 namespace gpt::cuda {
 namespace {
@@ -146,7 +147,7 @@ __global__ void backward_kernel(float* dlogits, const float* probs, const int32_
 }
 
 bool rows_vectorizable(int Vp, const void* a, const void* b) {
-  return Vp % 4 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
+  return Vp % 4 == 0 && aligned16(a) && aligned16(b);
 }
 
 }  // namespace

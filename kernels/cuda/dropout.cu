@@ -46,10 +46,6 @@ __global__ void dropout_kernel(float* out, const float* x, SequenceKeys keys, in
   }
 }
 
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 }  // namespace
 
 void apply_dropout(const Context& ctx, float* out, const float* x, const uint64_t* keys, double p, int B,

@@ -6,6 +6,8 @@
 #include <cuda_fp16.h>
 #include <library_types.h>
 
+#include <cstdint>
+
 namespace gpt::cuda {
 
 __device__ __forceinline__ float to_float(float x) {
@@ -46,6 +48,39 @@ constexpr cudaDataType_t cuda_data_type<__half>() {
 template <>
 constexpr cudaDataType_t cuda_data_type<__nv_bfloat16>() {
   return CUDA_R_16BF;
+}
+
+// kVec consecutive floats, loaded or stored as one 16-byte access when kVec is 4 (the address must then be
+// 16-byte aligned: see aligned16) and as a plain float when kVec is 1.
+template <int kVec>
+struct Vec {
+  float v[kVec];
+};
+
+template <int kVec>
+__device__ __forceinline__ Vec<kVec> load_vec(const float* p) {
+  Vec<kVec> r;
+  if constexpr (kVec == 4) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    r.v[0] = f.x, r.v[1] = f.y, r.v[2] = f.z, r.v[3] = f.w;
+  } else {
+    r.v[0] = *p;
+  }
+  return r;
+}
+
+template <int kVec>
+__device__ __forceinline__ void store_vec(float* p, const Vec<kVec>& r) {
+  if constexpr (kVec == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
+  } else {
+    *p = r.v[0];
+  }
+}
+
+// Whether p allows 16-byte vector loads and stores.
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 // Blocks for a grid-stride elementwise loop: enough to fill the GPU, never more than the work needs.

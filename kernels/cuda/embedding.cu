@@ -23,32 +23,6 @@ constexpr int kMaxThreads = 256;
 constexpr int kRowsInFlight = 8;
 
 template <int kVec>
-struct Vec {
-  float v[kVec];
-};
-
-template <int kVec>
-__device__ __forceinline__ Vec<kVec> load_vec(const float* p) {
-  Vec<kVec> r;
-  if constexpr (kVec == 4) {
-    const float4 f = *reinterpret_cast<const float4*>(p);
-    r.v[0] = f.x, r.v[1] = f.y, r.v[2] = f.z, r.v[3] = f.w;
-  } else {
-    r.v[0] = *p;
-  }
-  return r;
-}
-
-template <int kVec>
-__device__ __forceinline__ void store_vec(float* p, const Vec<kVec>& r) {
-  if constexpr (kVec == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
-  } else {
-    *p = r.v[0];
-  }
-}
-
-template <int kVec>
 __device__ __forceinline__ void add_to(Vec<kVec>& acc, const Vec<kVec>& d) {
 #pragma unroll
   for (int k = 0; k < kVec; ++k) acc.v[k] += d.v[k];
@@ -128,10 +102,6 @@ RowSplit split_rows(int64_t rows, int C, int vec) {
   const int lanes = (C + vec - 1) / vec;
   const int threads = std::min(kMaxThreads, (lanes + 31) / 32 * 32);
   return {dim3(threads), dim3(static_cast<unsigned>(rows), (lanes + threads - 1) / threads)};
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 size_t round_up_256(size_t bytes) {

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/layernorm.h"
 
 namespace gpt::cuda {
@@ -21,32 +22,6 @@ constexpr int kLanes = 16;     // threads per row: the CPU's lane_sum lanes
 constexpr int kThreads = 256;  // kThreads / kLanes rows per block
 constexpr int kRowsPerPartial = 32;
 constexpr unsigned kFullWarp = 0xffffffffu;
-
-template <int kVec>
-struct Vec {
-  float v[kVec];
-};
-
-template <int kVec>
-__device__ __forceinline__ Vec<kVec> load_vec(const float* p) {
-  Vec<kVec> r;
-  if constexpr (kVec == 4) {
-    const float4 f = *reinterpret_cast<const float4*>(p);
-    r.v[0] = f.x, r.v[1] = f.y, r.v[2] = f.z, r.v[3] = f.w;
-  } else {
-    r.v[0] = *p;
-  }
-  return r;
-}
-
-template <int kVec>
-__device__ __forceinline__ void store_vec(float* p, const Vec<kVec>& r) {
-  if constexpr (kVec == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
-  } else {
-    *p = r.v[0];
-  }
-}
 
 // lane_sum's combining tree over the 16 threads of a row, then the total to all of them. Every thread of the
 // warp must call it (rows past N included).
@@ -170,10 +145,6 @@ __global__ void layernorm_param_sum_kernel(float* __restrict__ dweight, float* _
   }
   dweight[c] = w;
   dbias[c] = b;
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 unsigned row_blocks(int N) {

@@ -53,12 +53,7 @@ class NonFiniteFlag {
   }
 
   uint32_t* get() const { return flag_.as<uint32_t>(); }
-  bool raised() const {
-    uint32_t host = 0;
-    GPT_CUDA_CHECK(cudaMemcpyAsync(&host, get(), sizeof host, cudaMemcpyDeviceToHost, ctx_.stream()));
-    ctx_.synchronize();
-    return host != 0;
-  }
+  bool raised() const { return read_back(ctx_, get()) != 0; }
 
  private:
   const Context& ctx_;

@@ -12,15 +12,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr unsigned kFullMask = 0xffffffffu;
 
-// Waits for the stream and returns the device value at `value`.
-template <typename T>
-T read_back(const Context& ctx, const T* value) {
-  T host{};
-  GPT_CUDA_CHECK(cudaMemcpyAsync(&host, value, sizeof(T), cudaMemcpyDeviceToHost, ctx.stream()));
-  ctx.synchronize();
-  return host;
-}
-
 // Sum over the block in a fixed tree (shuffles within warps, then the warps' sums likewise); valid in thread
 // 0.
 __device__ double block_sum(double s) {
@@ -128,10 +119,6 @@ __global__ void divide_kernel(float* x, float divisor, int64_t n) {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     x[i] = __fdiv_rn(x[i], divisor);
   }
-}
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 int64_t chunk_count(int64_t n) {

@@ -122,6 +122,15 @@ class StreamScratch {
   void* data_ = nullptr;
 };
 
+// Waits for the context's stream and returns the device value at `value` (an op's result for the host).
+template <typename T>
+T read_back(const Context& ctx, const T* value) {
+  T host{};
+  GPT_CUDA_CHECK(cudaMemcpyAsync(&host, value, sizeof(T), cudaMemcpyDeviceToHost, ctx.stream()));
+  ctx.synchronize();
+  return host;
+}
+
 // Device memory for gpt::Arena, so long-lived GPU buffers get the same ledger as host ones.
 class DeviceBlockSource final : public gpt::BlockSource {
  public:
