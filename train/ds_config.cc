@@ -92,6 +92,13 @@ class Reader {
       field = v.get<std::string>();
     };
   }
+  ReadKey string_into(std::optional<std::string>& field) const {
+    return [this, &field](const json& o, const std::string& n, const std::string& k) {
+      const json& v = o.at(n);
+      if (!v.is_string() || v.get<std::string>().empty()) fail(k, "a non-empty string", v);
+      field = v.get<std::string>();
+    };
+  }
   // zeropp_loco_param: an object (LoCo on, its keys read here) or null (DeepSpeed's default: off). The
   // ranges are checked with the rest of ZeRO++'s settings, which name the fix.
   ReadKey loco_into() const {
@@ -174,6 +181,34 @@ void add_zero_keys(const Reader& r, DeepSpeedConfig& c, KeyTable& keys) {
   });
 }
 
+void add_offload_keys(const Reader& r, DeepSpeedConfig& c, KeyTable& keys) {
+  const std::string o = "zero_optimization.offload_optimizer.", p = "zero_optimization.offload_param.";
+  keys.insert({
+      {o + "device", r.choice_into(c.offload_optimizer_device, {"none", "cpu", "nvme"})},
+      {o + "nvme_path", r.string_into(c.offload_optimizer_nvme_path)},
+      {o + "pin_memory", r.boolean_into(c.offload_optimizer_pin_memory)},
+      {o + "buffer_count", r.integer_into(c.offload_optimizer_buffer_count, 1, 1 << 20)},
+      {o + "fast_init", r.boolean_into(c.offload_optimizer_fast_init)},
+      {o + "pipeline_read", r.boolean_into(c.offload_optimizer_pipeline_read)},
+      {o + "pipeline_write", r.boolean_into(c.offload_optimizer_pipeline_write)},
+      {o + "ratio", r.number_into(c.offload_optimizer_ratio, 0, 1)},
+      {p + "device", r.choice_into(c.offload_param_device, {"none", "cpu", "nvme"})},
+      {p + "nvme_path", r.string_into(c.offload_param_nvme_path)},
+      {p + "pin_memory", r.boolean_into(c.offload_param_pin_memory)},
+      {p + "buffer_count", r.integer_into(c.offload_param_buffer_count, 1, 1 << 20)},
+      {p + "buffer_size", r.integer_into(c.offload_param_buffer_size, 1, kBig)},
+      {p + "max_in_cpu", r.integer_into(c.offload_param_max_in_cpu, 0, kBig)},
+      {"zero_optimization.sub_group_size", r.integer_into(c.sub_group_size, 1, kBig)},
+      {"aio.block_size", r.integer_into(c.aio_block_size, 4096, int64_t(1) << 30)},
+      {"aio.queue_depth", r.integer_into(c.aio_queue_depth, 1, 4096)},
+      {"aio.thread_count", r.integer_into(c.aio_thread_count, 1, 256)},
+      {"aio.intra_op_parallelism", r.integer_into(c.aio_thread_count, 1, 256)},
+      {"aio.single_submit", r.boolean_into(c.aio_single_submit)},
+      {"aio.overlap_events", r.boolean_into(c.aio_overlap_events)},
+      {"aio.use_gds", r.boolean_into(c.aio_use_gds)},
+  });
+}
+
 void add_optimizer_keys(const Reader& r, DeepSpeedConfig& c, KeyTable& keys) {
   keys.insert({
       {"optimizer.type", r.choice_into(c.optimizer_type, {"Adam", "AdamW"})},
@@ -196,9 +231,17 @@ void add_optimizer_keys(const Reader& r, DeepSpeedConfig& c, KeyTable& keys) {
 // Reads every key of `object` (at `prefix`): a known key is checked and stored, a known section is entered,
 // anything else is reported as ignored.
 void walk(Reader& r, const KeyTable& keys, const json& object, const std::string& prefix) {
-  static const std::set<std::string> sections = {
-      "fp16",      "bf16",      "bfloat16",         "zero_optimization",
-      "optimizer", "scheduler", "optimizer.params", "scheduler.params"};
+  static const std::set<std::string> sections = {"fp16",
+                                                 "bf16",
+                                                 "bfloat16",
+                                                 "zero_optimization",
+                                                 "zero_optimization.offload_optimizer",
+                                                 "zero_optimization.offload_param",
+                                                 "aio",
+                                                 "optimizer",
+                                                 "scheduler",
+                                                 "optimizer.params",
+                                                 "scheduler.params"};
   for (const auto& [name, value] : object.items()) {
     const std::string key = prefix.empty() ? name : prefix + "." + name;
     if (auto it = keys.find(key); it != keys.end()) {
@@ -247,6 +290,7 @@ DeepSpeedConfig parse_deepspeed_config(const std::string& text, const std::strin
   KeyTable keys;
   add_batch_and_precision_keys(r, config, keys);
   add_zero_keys(r, config, keys);
+  add_offload_keys(r, config, keys);
   add_optimizer_keys(r, config, keys);
   walk(r, keys, root, "");
   return config;

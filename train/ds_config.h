@@ -47,6 +47,21 @@ struct DeepSpeedConfig {
   std::optional<double> loco_err_beta;
   std::optional<int64_t> loco_reset_T;
 
+  // ZeRO-Infinity: zero_optimization.offload_optimizer{device, nvme_path, pin_memory, buffer_count,
+  // fast_init, pipeline_read, pipeline_write, ratio}, .offload_param{device, nvme_path, pin_memory,
+  // buffer_count, buffer_size, max_in_cpu}, .sub_group_size, and aio{block_size, queue_depth, thread_count
+  // (or intra_op_parallelism), single_submit, overlap_events, use_gds}.
+  std::optional<std::string> offload_optimizer_device, offload_optimizer_nvme_path;
+  std::optional<bool> offload_optimizer_pin_memory, offload_optimizer_fast_init,
+      offload_optimizer_pipeline_read, offload_optimizer_pipeline_write;
+  std::optional<int64_t> offload_optimizer_buffer_count;
+  std::optional<double> offload_optimizer_ratio;
+  std::optional<std::string> offload_param_device, offload_param_nvme_path;
+  std::optional<bool> offload_param_pin_memory;
+  std::optional<int64_t> offload_param_buffer_count, offload_param_buffer_size, offload_param_max_in_cpu;
+  std::optional<int64_t> sub_group_size;
+  std::optional<int64_t> aio_block_size, aio_queue_depth, aio_thread_count;
+  std::optional<bool> aio_single_submit, aio_overlap_events, aio_use_gds;
   // optimizer{type: Adam | AdamW, params{lr, betas, eps, weight_decay, adam_w_mode}}
   std::optional<std::string> optimizer_type;
   std::optional<double> optimizer_lr, optimizer_beta1, optimizer_beta2, optimizer_eps, optimizer_weight_decay;

@@ -370,6 +370,9 @@ int train(const TrainOptions& o, comm::Communicator& world) {
   if (std::string problem = ZeroEngine::check_zeropp(o.zero, world.topology()); !problem.empty()) {
     throw UsageError(problem);
   }
+  if (std::string problem = ZeroEngine::check_offload(o.zero, o.model, world.size()); !problem.empty()) {
+    throw UsageError(problem);
+  }
   const std::unique_ptr<Ops> backend = make_backend(o.device, world.topology().machine_rank());
   const DeviceWorld device_world = make_device_world(world, backend.get(), o.comm_timeout);
   Run run(o, device_world.nccl ? *device_world.nccl : world, backend.get(), device_world.description);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <sstream>
 #include <tuple>
@@ -175,6 +177,9 @@ void add_precision_and_cluster_groups(FlagParser& flags, TrainOptions& o, Values
   flags.add_int("--distributed-timeout-minutes", &v.timeout_minutes,
                 "Megatron's spelling of --comm-timeout, in minutes", 0, 1 << 20);
   flags.add_int("--threads", &o.threads, "CPU threads per rank (0 = all cores)", 0, 1024);
+  flags.add_string("--memory-limit", &v.memory_limit,
+                   "the machine's memory this job may use, e.g. 12GiB, shared by its ranks on the machine "
+                   "(default: MemAvailable); a run that would not fit stops before allocating");
   flags.add_string(
       "--device", &o.device,
       "cpu | cuda: where the model's state lives and computes (cuda: one GPU per rank, rank r of a "
@@ -221,6 +226,11 @@ void add_checkpoint_and_plan_groups(FlagParser& flags, TrainOptions& o, Values& 
   flags.add_string("--intra-node-bandwidth", &v.intra_bw, "per-GPU bandwidth inside a node, e.g. 150GB/s");
   flags.add_string("--inter-node-bandwidth", &v.inter_bw, "per-node network bandwidth, e.g. 100Gb/s");
   flags.add_double("--gpu-tflops", &o.plan.gpu_tflops, "achievable fp16 TFLOP/s per GPU", 0.001, 1e6);
+  flags.add_string("--nvme-read-bandwidth", &v.nvme_read_bw,
+                   "read rate of a node's offload disk, shared by its GPUs (reads and writes differ; "
+                   "default: this machine's, one O_DIRECT stream)");
+  flags.add_string("--nvme-write-bandwidth", &v.nvme_write_bw,
+                   "write rate of a node's offload disk, shared by its GPUs (default: this machine's)");
 }
 
 // A flag given on the command line wins over the JSON key; a banner note says so when both were given and
@@ -269,7 +279,10 @@ void check_parallelism(const Values& v) {
 
 // The plan is for the described cluster, not for the processes running this command: returns its size.
 int apply_plan(const Values& v, int world_size, TrainOptions& o) {
+  if (!v.memory_limit.empty()) o.memory_limit_bytes = parse_bytes(v.memory_limit, "--memory-limit");
   if (!o.plan.enabled) return world_size;
+  o.plan.nvme_read_bytes_per_s = parse_rate(v.nvme_read_bw, "--nvme-read-bandwidth");
+  o.plan.nvme_write_bytes_per_s = parse_rate(v.nvme_write_bw, "--nvme-write-bandwidth");
   o.ranks_per_node = o.plan.gpus_per_node;
   o.plan.gpu_memory_bytes = parse_bytes(v.gpu_memory, "--gpu-memory");
   o.plan.intra_node_bytes_per_s = parse_rate(v.intra_bw, "--intra-node-bandwidth");
@@ -338,6 +351,104 @@ void resolve_zero_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
   o.zero.loco_err_beta = ds.loco_err_beta.value_or(o.zero.loco_err_beta);
   o.zero.loco_reset_T = ds.loco_reset_T.value_or(o.zero.loco_reset_T);
   note_accepted_keys(ds, o.zero, o.notes);
+}
+
+OffloadDevice offload_device(const std::optional<std::string>& name) {
+  if (name == "cpu") return OffloadDevice::kCpu;
+  if (name == "nvme") return OffloadDevice::kNvme;
+  return OffloadDevice::kNone;
+}
+
+// The swap folders' run id: the same for every restart of one run (so a killed run's folder is found and
+// removed), different for runs that save to different places. FNV-1a of the absolute --save path.
+std::string offload_run_id(const std::string& save) {
+  const std::string where =
+      save.empty() ? std::string("(no --save)") : std::filesystem::absolute(save).string();
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : where) hash = (hash ^ c) * 1099511628211ull;
+  char id[32];
+  std::snprintf(id, sizeof id, "gpt_train-%08x", unsigned(hash ^ (hash >> 32)));
+  return id;
+}
+
+// A device "nvme" needs its nvme_path; both tiers of NVMe offload need stage 3, as in DeepSpeed.
+void check_offload(const OffloadConfig& f, int stage, const std::string& path) {
+  const std::string o = "zero_optimization.offload_optimizer", p = "zero_optimization.offload_param";
+  if (f.optimizer_on_nvme() && f.optimizer_nvme_path.empty())
+    throw UsageError(path + ": " + o + ".device is \"nvme\" but " + o + ".nvme_path is missing; add it");
+  if (f.param_on_nvme() && f.param_nvme_path.empty())
+    throw UsageError(path + ": " + p + ".device is \"nvme\" but " + p + ".nvme_path is missing; add it");
+  if (f.optimizer_on_nvme() && stage != 3) {
+    throw UsageError(path + ": " + o +
+                     ".device \"nvme\" needs ZeRO stage 3 (as in DeepSpeed), but the stage is " + str(stage) +
+                     "; set zero_optimization.stage to 3");
+  }
+  if (f.param != OffloadDevice::kNone && stage != 3) {
+    throw UsageError(path + ": " + p +
+                     " needs ZeRO stage 3 (weights are only partitioned there), but the stage is " +
+                     str(stage) + "; set zero_optimization.stage to 3 or remove " + p);
+  }
+}
+
+void note_offload(const DeepSpeedConfig& ds, const OffloadConfig& f, std::vector<std::string>& notes) {
+  const std::string from = " (" + ds.path + ")";
+  if (f.optimizer == OffloadDevice::kCpu || f.param == OffloadDevice::kCpu) {
+    notes.push_back(
+        "offload device \"cpu\": on the CPU backend the state already lives in host memory, so it "
+        "stays where it is" +
+        from);
+  }
+  if (f.aio.use_gds) notes.push_back("aio.use_gds accepted without effect: no GPUDirect Storage here" + from);
+  if (ds.offload_optimizer_ratio && f.ratio != 1.0) {
+    notes.push_back(
+        "offload_optimizer.ratio accepted without effect: the whole optimizer step runs where its "
+        "state is" +
+        from);
+  }
+  if (ds.offload_optimizer_pipeline_read || ds.offload_optimizer_pipeline_write) {
+    notes.push_back(
+        "offload_optimizer.pipeline_read/pipeline_write accepted: the swapper always overlaps reads "
+        "and writes with the update" +
+        from);
+  }
+  if (ds.offload_optimizer_fast_init)
+    notes.push_back(
+        "offload_optimizer.fast_init accepted without effect: the swap files are written once at "
+        "start-up either way" +
+        from);
+  if (ds.offload_param_max_in_cpu)
+    notes.push_back(
+        "offload_param.max_in_cpu accepted without effect: with device \"nvme\" every compute "
+        "weight shard lives in the swap file" +
+        from);
+}
+
+// ZeRO-Infinity's keys: zero_optimization.offload_optimizer, .offload_param, .sub_group_size, and aio.
+void resolve_offload_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
+  OffloadConfig& f = o.zero.offload;
+  f.optimizer = offload_device(ds.offload_optimizer_device);
+  f.optimizer_nvme_path = ds.offload_optimizer_nvme_path.value_or("");
+  f.pin_memory = ds.offload_optimizer_pin_memory.value_or(f.pin_memory);
+  f.optimizer_buffer_count = int(ds.offload_optimizer_buffer_count.value_or(f.optimizer_buffer_count));
+  f.fast_init = ds.offload_optimizer_fast_init.value_or(f.fast_init);
+  f.pipeline_read = ds.offload_optimizer_pipeline_read.value_or(f.pipeline_read);
+  f.pipeline_write = ds.offload_optimizer_pipeline_write.value_or(f.pipeline_write);
+  f.ratio = ds.offload_optimizer_ratio.value_or(f.ratio);
+  f.param = offload_device(ds.offload_param_device);
+  f.param_nvme_path = ds.offload_param_nvme_path.value_or("");
+  f.param_buffer_count = int(ds.offload_param_buffer_count.value_or(f.param_buffer_count));
+  f.param_buffer_size = ds.offload_param_buffer_size.value_or(f.param_buffer_size);
+  f.max_in_cpu = ds.offload_param_max_in_cpu.value_or(f.max_in_cpu);
+  f.sub_group_size = ds.sub_group_size.value_or(f.sub_group_size);
+  f.aio.block_size = ds.aio_block_size.value_or(f.aio.block_size);
+  f.aio.queue_depth = int(ds.aio_queue_depth.value_or(f.aio.queue_depth));
+  f.aio.thread_count = int(ds.aio_thread_count.value_or(f.aio.thread_count));
+  f.aio.single_submit = ds.aio_single_submit.value_or(f.aio.single_submit);
+  f.aio.overlap_events = ds.aio_overlap_events.value_or(f.aio.overlap_events);
+  f.aio.use_gds = ds.aio_use_gds.value_or(f.aio.use_gds);
+  f.run_id = offload_run_id(o.save);
+  check_offload(f, o.zero.stage, ds.path);
+  note_offload(ds, f, o.notes);
 }
 
 // Optimizer: DeepSpeed's "Adam" is AdamW unless adam_w_mode is false.
@@ -438,6 +549,7 @@ void TrainFlags::finish(int world_size) {
   resolve_stage_and_batch(pick, ds, v_, world_size, o_);
   resolve_precision(ds, v_, o_);
   resolve_zero_keys(ds, o_);
+  resolve_offload_keys(ds, o_);
   resolve_adam(pick, ds, v_, o_);
   resolve_schedule(flags_, pick, ds, v_, o_);
   check_whole(world_size, o_);

@@ -22,6 +22,10 @@ struct PlanOptions {
   double intra_node_bytes_per_s = 150e9;   // --intra-node-bandwidth 150GB/s
   double inter_node_bytes_per_s = 12.5e9;  // --inter-node-bandwidth 100Gb/s
   double gpu_tflops = 125;                 // --gpu-tflops: achievable dense fp16 TFLOP/s per GPU
+  // --nvme-read-bandwidth, --nvme-write-bandwidth: one node's swap disk, shared by its GPUs. Reads and
+  // writes differ; the defaults are this machine's disk (dd, O_DIRECT, 1 MiB blocks, one stream).
+  double nvme_read_bytes_per_s = 1.3e9;
+  double nvme_write_bytes_per_s = 2.9e9;
 };
 
 struct TrainOptions {
@@ -45,6 +49,9 @@ struct TrainOptions {
   double comm_timeout = 600;   // --comm-timeout seconds without progress before the job is aborted; 0 = never
   int threads = 0;             // 0: all cores
   std::string device = "cpu";  // --device cpu|cuda: the backend that holds and computes the model's state
+  // --memory-limit: the machine's memory this job may use, shared by its ranks on the machine (the memory
+  // guard, train/memory_guard.h); 0: MemAvailable from /proc/meminfo.
+  double memory_limit_bytes = 0;
 
   int log_interval = 1;      // a progress line every N steps (DeepSpeed's steps_per_print)
   int eval_interval = 1000;  // validation loss every N steps (and at the end), Megatron's default
@@ -86,6 +93,7 @@ class TrainFlags {
     int64_t global = 0, warmup = 0, decay_iters = 0;
     double lr = 6e-4, min_lr = 0, clip = 1.0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
     std::string decay_style = "constant", gpu_memory = "32GB", intra_bw = "150GB/s", inter_bw = "100Gb/s";
+    std::string memory_limit, nvme_read_bw = "1.3GB/s", nvme_write_bw = "2.9GB/s";
     bool fp16 = false, bf16 = false, checkpoint = false, deepspeed = false, ds_checkpointing = false;
     bool flash_attention = false;  // Megatron's --use-flash-attn
   };

@@ -219,15 +219,44 @@ std::string write_outcome(const std::string& file, const std::vector<std::pair<c
   }
 }
 
+// Writes this rank's optimizer state as one shard file [master | m | v], chunk by chunk as the engine hands
+// it over (it may stream from NVMe), so the whole state is never in host memory at once.
+void write_state_file(ZeroEngine& engine, const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw CheckpointError(path + ": cannot create (" + std::strerror(errno) + ")");
+  const int64_t S = engine.partition().shard_total();
+  std::string problem;
+  engine.read_state([&](int64_t begin, int64_t n, float* master, float* m, float* v) {
+    const float* arrays[3] = {master, m, v};
+    for (int a = 0; a < 3 && problem.empty(); ++a) {
+      const char* p = reinterpret_cast<const char*>(arrays[a]);
+      const size_t bytes = size_t(n) * sizeof(float);
+      const off_t at = off_t((a * S + begin) * int64_t(sizeof(float)));
+      for (size_t done = 0; done < bytes && problem.empty();) {
+        const ssize_t w = ::pwrite(fd, p + done, bytes - done, at + off_t(done));
+        if (w <= 0) problem = path + ": write failed (" + std::strerror(errno) + "); is the disk full?";
+        done += w > 0 ? size_t(w) : 0;
+      }
+    }
+  });
+  if (problem.empty() && ::fsync(fd) != 0) problem = path + ": cannot flush to disk";
+  if (::close(fd) != 0 && problem.empty()) problem = path + ": cannot close";
+  if (!problem.empty()) throw CheckpointError(problem);
+}
+
 // Writes this rank's shard, if it owns one (at stage 0 rank 0 holds the only one). Returns "ok DIGEST", "ok"
 // (no shard) or "failed MESSAGE".
 std::string write_own_shard(ZeroEngine& engine, comm::Communicator& world, const fs::path& tmp_path) {
   const int shards = engine.partition().num_shards();
   if (world.rank() >= shards) return "ok";
-  const ZeroEngine::ShardState state = engine.shard_state();
-  const size_t bytes = size_t(state.size) * sizeof(float);
   const std::string file = (tmp_path / shard_file_name(engine.shard_index(), shards)).string();
-  return write_outcome(file, {{state.master, bytes}, {state.adam_m, bytes}, {state.adam_v, bytes}}, world);
+  try {
+    if (fault_save_fails(world.rank())) throw CheckpointError(file + ": write failed (GPT_FAULT save_fail)");
+    write_state_file(engine, file);
+    return "ok " + sha256_file(file);
+  } catch (const CheckpointError& e) {
+    return std::string("failed ") + e.what();
+  }
 }
 
 // Writes this rank's LoCo kept errors (every rank has them, of the same size). Returns as write_own_shard.
@@ -336,46 +365,70 @@ void agree_shards_intact(comm::Communicator& world, const fs::path& path,
   agree_on_rank0(world, problem);
 }
 
-// Reads this rank's ranges of every unit (master, and Adam's moments unless weights_only) from the old
-// shards that hold them: unit u's element x sits in old shard x / old_shard, at its shard_offset +
-// x % old_shard.
-void read_owned_ranges(const fs::path& path, const CheckpointManifest& manifest, const Partition& partition,
-                       int me, const ZeroEngine::ShardState& state, bool weights_only) {
-  const int64_t old_total = manifest.shard_total;
-  std::vector<int> fds(manifest.num_shards(), -1);
-  auto open_shard = [&](int p) {
-    if (fds[p] >= 0) return fds[p];
-    const std::string file = (path / manifest.files[p].name).string();
-    fds[p] = ::open(file.c_str(), O_RDONLY);
-    if (fds[p] < 0) throw CheckpointError(file + ": cannot open (" + std::strerror(errno) + ")");
-    return fds[p];
-  };
-  for (size_t u = 0; u < partition.units().size(); ++u) {
-    const UnitPartition& now = partition.unit(int(u));
-    const int64_t old_shard = manifest.units[u].shard, old_offset = manifest.units[u].shard_offset;
-    const int64_t first = std::min(int64_t(me) * now.shard, now.numel);
-    const int64_t last = std::min(first + now.shard, now.numel);
-    for (int64_t x = first; x < last;) {
-      const int p = int(x / old_shard);
-      const int64_t run = std::min(last, int64_t(p + 1) * old_shard) - x;
-      const int fd = open_shard(p);
-      const int64_t at = old_offset + x % old_shard;
-      float* targets[3] = {state.master, state.adam_m, state.adam_v};
-      for (int array = 0; array < (weights_only ? 1 : 3); ++array) {
-        const off_t offset = off_t((array * old_total + at) * int64_t(sizeof(float)));
-        const size_t bytes = size_t(run) * sizeof(float);
-        char* dst = reinterpret_cast<char*>(targets[array] + now.shard_offset + (x - first));
-        if (::pread(fd, dst, bytes, offset) != ssize_t(bytes)) {
-          throw CheckpointError(manifest.files[p].name + ": short read");
-        }
-      }
-      x += run;
+// Reads this rank's ranges of every unit (master, and Adam's moments unless weights_only) that fall in flat
+// shard elements [begin, begin + n) from the old shards that hold them, into the chunk's arrays: unit u's
+// element x sits in old shard x / old_shard, at its shard_offset + x % old_shard.
+class OwnedRangeReader {
+ public:
+  OwnedRangeReader(const fs::path& path, const CheckpointManifest& manifest, const Partition& partition,
+                   int me, bool weights_only)
+      : path_(path),
+        manifest_(manifest),
+        partition_(partition),
+        me_(me),
+        weights_only_(weights_only),
+        fds_(manifest.num_shards(), -1) {}
+  ~OwnedRangeReader() {
+    for (int fd : fds_) {
+      if (fd >= 0) ::close(fd);
     }
   }
-  for (int fd : fds) {
-    if (fd >= 0) ::close(fd);
+
+  void read(int64_t begin, int64_t n, float* master, float* m, float* v) {
+    for (size_t u = 0; u < partition_.units().size(); ++u) {
+      const UnitPartition& now = partition_.unit(int(u));
+      const int64_t first = std::min(int64_t(me_) * now.shard, now.numel);
+      const int64_t last = std::min(first + now.shard, now.numel);
+      // Element x of the unit sits at flat shard element now.shard_offset + (x - first).
+      const int64_t lo = std::max(first, first + begin - now.shard_offset);
+      const int64_t hi = std::min(last, first + begin + n - now.shard_offset);
+      float* targets[3] = {master, m, v};
+      for (int64_t x = lo; x < hi;) x += read_run(u, x, hi, targets, now.shard_offset + (x - first) - begin);
+    }
   }
-}
+
+ private:
+  // Reads elements [x, hi) of unit u that one old shard holds; returns how many.
+  int64_t read_run(size_t u, int64_t x, int64_t hi, float* targets[3], int64_t at) {
+    const int64_t old_shard = manifest_.units[u].shard, old_offset = manifest_.units[u].shard_offset;
+    const int p = int(x / old_shard);
+    const int64_t run = std::min(hi, int64_t(p + 1) * old_shard) - x;
+    const int fd = open_shard(p);
+    for (int array = 0; array < (weights_only_ ? 1 : 3); ++array) {
+      const off_t offset =
+          off_t((array * manifest_.shard_total + old_offset + x % old_shard) * int64_t(sizeof(float)));
+      const size_t bytes = size_t(run) * sizeof(float);
+      if (::pread(fd, targets[array] + at, bytes, offset) != ssize_t(bytes)) {
+        throw CheckpointError(manifest_.files[p].name + ": short read");
+      }
+    }
+    return run;
+  }
+  int open_shard(int p) {
+    if (fds_[p] >= 0) return fds_[p];
+    const std::string file = (path_ / manifest_.files[p].name).string();
+    fds_[p] = ::open(file.c_str(), O_RDONLY);
+    if (fds_[p] < 0) throw CheckpointError(file + ": cannot open (" + std::strerror(errno) + ")");
+    return fds_[p];
+  }
+
+  const fs::path& path_;
+  const CheckpointManifest& manifest_;
+  const Partition& partition_;
+  int me_;
+  bool weights_only_;
+  std::vector<int> fds_;
+};
 
 // Every rank learns the first non-empty problem of any rank and throws it, so all ranks stop together.
 void agree_on_all(comm::Communicator& world, const std::string& mine) {
@@ -425,20 +478,17 @@ LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, 
   LoadedCheckpoint loaded = read_position(manifest, manifest_path, engine.model());
   loaded.path = path.string();
 
-  const Partition& partition = engine.partition();
-  ZeroEngine::ShardState state = engine.shard_state();
-  std::fill(state.master, state.master + state.size, 0.0f);
-  if (!weights_only) {
-    std::fill(state.adam_m, state.adam_m + state.size, 0.0f);
-    std::fill(state.adam_v, state.adam_v + state.size, 0.0f);
-  }
   agree_shards_intact(world, path, manifest);
-  read_owned_ranges(path, manifest, partition, engine.shard_index(), state, weights_only);
+  {
+    OwnedRangeReader reader(path, manifest, engine.partition(), engine.shard_index(), weights_only);
+    engine.write_state([&](int64_t begin, int64_t n, float* master, float* m, float* v) {
+      reader.read(begin, n, master, m, v);
+    });
+  }
   if (!weights_only) {
     engine.set_training_state(loaded.applied_steps, loaded.scaler);
     loaded.feedback_note = load_feedback(engine, world, path, manifest);
   }
-  engine.commit_shard_state();
   world.barrier().wait();
   return loaded;
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/ops.h"
+#include "offload/swapper.h"
 #include "tensor/tensor.h"
 #include "zero/loss_scaler.h"
 
@@ -21,6 +22,39 @@ const char* precision_name(DType precision);
 inline constexpr int kQuantizedWeightBits = 8;
 inline constexpr int kQuantizedGradientBits = 4;
 inline constexpr int kFeedbackBits = 8;
+
+// ZeRO-Infinity's offload tiers, with DeepSpeed's keys (zero_optimization.offload_optimizer, .offload_param,
+// the "aio" section, .sub_group_size) and defaults, except sub_group_size (see kDefaultSubGroupSize).
+// "cpu" keeps the state in host memory: on the CPU backend that is where it already is, and the banner says
+// so; "nvme" puts it in swap files under nvme_path/<run id>/rank<r>/.
+enum class OffloadDevice { kNone, kCpu, kNvme };
+const char* offload_device_name(OffloadDevice device);  // "none", "cpu", "nvme"
+
+// Elements of this rank's optimizer shard updated per swap-in. DeepSpeed's default of 1e9 would make each of
+// the buffer_count buffers 12 GB (fp32 master + two moments); 25M makes each 300 MB, so DeepSpeed's four
+// buffers hold 1.2 GB, a twentieth of this 24 GiB machine, and a sub-group still reads in ~0.2 s at 1.3 GB/s.
+inline constexpr int64_t kDefaultSubGroupSize = 25'000'000;
+
+struct OffloadConfig {
+  OffloadDevice optimizer = OffloadDevice::kNone;      // offload_optimizer.device
+  std::string optimizer_nvme_path;                     // offload_optimizer.nvme_path
+  bool pin_memory = false;                             // offload_optimizer.pin_memory (CUDA: pinned buffers)
+  int optimizer_buffer_count = 4;                      // offload_optimizer.buffer_count: sub-groups in memory
+  bool fast_init = false;                              // offload_optimizer.fast_init
+  bool pipeline_read = false, pipeline_write = false;  // offload_optimizer.pipeline_{read,write}
+  double ratio = 1.0;                                  // offload_optimizer.ratio
+  OffloadDevice param = OffloadDevice::kNone;          // offload_param.device (stage 3 only)
+  std::string param_nvme_path;                         // offload_param.nvme_path
+  int param_buffer_count = 5;                          // offload_param.buffer_count
+  int64_t param_buffer_size = 100'000'000;             // offload_param.buffer_size (elements)
+  int64_t max_in_cpu = 1'000'000'000;                  // offload_param.max_in_cpu (elements)
+  offload::AioConfig aio;                              // the "aio" section
+  int64_t sub_group_size = kDefaultSubGroupSize;       // zero_optimization.sub_group_size
+  std::string run_id = "run";                          // the swap folders are nvme_path/<run_id>/rank<r>/
+
+  bool optimizer_on_nvme() const { return optimizer == OffloadDevice::kNvme; }
+  bool param_on_nvme() const { return param == OffloadDevice::kNvme; }
+};
 
 struct ZeroConfig {
   int stage = 0;  // 0: data parallel, 1: +optimizer states, 2: +gradients, 3: +weights
@@ -46,6 +80,8 @@ struct ZeroConfig {
   bool loco = false;
   double loco_err_beta = 0.8;   // err_beta: the weight of the kept error in its moving average
   int64_t loco_reset_T = 1024;  // reset_T: the kept errors are zeroed every reset_T applied steps
+
+  OffloadConfig offload;  // ZeRO-Infinity
 };
 
 }  // namespace gpt

@@ -21,6 +21,12 @@ const char* precision_name(DType precision) {
   return "fp32";
 }
 
+const char* offload_device_name(OffloadDevice device) {
+  if (device == OffloadDevice::kCpu) return "cpu";
+  if (device == OffloadDevice::kNvme) return "nvme";
+  return "none";
+}
+
 ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int micro_batch,
                        comm::Communicator& dp, uint64_t seed, Ops* ops)
     : model_(model),
@@ -39,23 +45,33 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
   if (std::string problem = check_zeropp(config, dp.topology()); !problem.empty()) {
     throw std::invalid_argument(problem);
   }
+  if (std::string problem = check_offload(config, model, dp.size()); !problem.empty()) {
+    throw std::invalid_argument(problem);
+  }
   for (const UnitInfo& u : table_.units) unit_names_.push_back(u.name);
   const int64_t S = partition_.shard_total();
-  master_ = static_cast<float*>(arena_.allocate("fp32 master weights", "master", S * sizeof(float)));
-  adam_m_ = static_cast<float*>(arena_.allocate("Adam first moment", "moments", S * sizeof(float)));
-  adam_v_ = static_cast<float*>(arena_.allocate("Adam second moment", "moments", S * sizeof(float)));
+  if (config.offload.optimizer_on_nvme() || config.offload.param_on_nvme()) {
+    offload_ = std::make_unique<OffloadStore>(config_, partition_, dp.topology().world_rank, context_);
+    notes_.insert(notes_.end(), offload_->notes().begin(), offload_->notes().end());
+  }
+  if (config.offload.optimizer_on_nvme()) {
+    swapped_ = std::make_unique<SwappedOptimizer>(*offload_);
+  } else {
+    master_ = static_cast<float*>(arena_.allocate("fp32 master weights", "master", S * sizeof(float)));
+    adam_m_ = static_cast<float*>(arena_.allocate("Adam first moment", "moments", S * sizeof(float)));
+    adam_v_ = static_cast<float*>(arena_.allocate("Adam second moment", "moments", S * sizeof(float)));
+  }
   create_zeropp_groups();
-  weights_ = make_weight_source<float>({config_, partition_, unit_names_, dp_, hpz_group_.get(), context_});
+  weights_ = make_weight_source<float>(
+      {config_, partition_, unit_names_, dp_, hpz_group_.get(), context_, offload_.get()});
   gradients_ = make_gradient_sink<float>({config_, partition_, unit_names_, loop_.schedule().gradients, dp_,
                                           node_group_.get(), cross_group_.get(), context_});
   // Each rank initializes only what it owns: the initializer is a pure function of (seed, flat index).
-  std::vector<float> master(S, 0.0f);
-  for (int u = 0; u < int(table_.units.size()); ++u) {
-    const Partition::Range r = partition_.owned_model_range(u, shard_index());
-    init_gpt2_params(model, table_, seed, r.begin, r.end, master.data() + partition_.unit(u).shard_offset);
-  }
-  ops_.upload(state_tensor(master_), master.data());
-  weights_changed();
+  write_state([&](int64_t begin, int64_t n, float* master, float*, float*) {
+    for_each_owned_range(begin, n, [&](int64_t model_begin, int64_t model_end, int64_t at) {
+      init_gpt2_params(model, table_, seed, model_begin, model_end, master + at);
+    });
+  });
 }
 
 Tensor ZeroEngine::state_tensor(float* data) const {
@@ -114,6 +130,33 @@ std::string ZeroEngine::check_zeropp(const ZeroConfig& config, const comm::Topol
   return "";
 }
 
+std::string ZeroEngine::check_offload(const ZeroConfig& config, const GPTConfig& model, int world_size) {
+  const OffloadConfig& f = config.offload;
+  if ((f.optimizer_on_nvme() || f.param_on_nvme()) && config.stage != 3) {
+    return std::string("offload_") + (f.optimizer_on_nvme() ? "optimizer" : "param") +
+           " \"nvme\" needs ZeRO stage 3 (as in DeepSpeed), but the stage is " +
+           std::to_string(config.stage) + "; set zero_optimization.stage to 3";
+  }
+  if (!f.param_on_nvme()) return "";
+  if (config.precision == DType::kF64)
+    return "offload_param \"nvme\" needs fp32, fp16 or bf16 compute weights";
+  if (f.param_buffer_count < 2) {
+    return "zero_optimization.offload_param.buffer_count is " + std::to_string(f.param_buffer_count) +
+           "; it must be at least 2 (one unit's shard is sent while the next one is read)";
+  }
+  const ParamTable table = make_param_table(model);
+  const Partition partition(table, world_size, world_size);
+  for (int u = 0; u < int(partition.units().size()); ++u) {
+    if (partition.unit(u).shard > f.param_buffer_size) {
+      return "zero_optimization.offload_param.buffer_size is " + std::to_string(f.param_buffer_size) +
+             " elements, but this rank's shard of " + table.units[u].name + " has " +
+             std::to_string(partition.unit(u).shard) + " at " + std::to_string(world_size) +
+             " ranks; set buffer_size to at least that";
+    }
+  }
+  return "";
+}
+
 void ZeroEngine::create_zeropp_groups() {
   // Every rank creates the same sequence of subgroups, each with its own members' list.
   const comm::Topology& t = dp_.topology();
@@ -155,16 +198,31 @@ double ZeroEngine::local_sum_of_squares() {
   return ops_.sum_of_squares(state_tensor(gradients_->shard()));
 }
 
-void ZeroEngine::apply_adamw(double lr, float grad_scale) {
+void ZeroEngine::update_weights(double lr, float grad_scale) {
   AdamWHyper hyper = config_.adam;
   hyper.lr = lr;
-  const AdamWState state{state_tensor(master_), state_tensor(gradients_->shard()), state_tensor(adam_m_),
-                         state_tensor(adam_v_)};
-  for (int u = 0; u < int(partition_.units().size()); ++u) {
-    const Partition::Range r = partition_.owned_model_range(u, shard_index());
-    adamw_step_range(ops_, table_, r.begin, r.end, state, partition_.unit(u).shard_offset, hyper,
-                     applied_steps_, grad_scale);
+  if (!swapped_) {
+    const AdamWState state{state_tensor(master_), state_tensor(gradients_->shard()), state_tensor(adam_m_),
+                           state_tensor(adam_v_)};
+    for (int u = 0; u < int(partition_.units().size()); ++u) {
+      const Partition::Range r = partition_.owned_model_range(u, shard_index());
+      adamw_step_range(ops_, table_, r.begin, r.end, state, partition_.unit(u).shard_offset, hyper,
+                       applied_steps_, grad_scale);
+    }
+    weights_changed();
+    return;
   }
+  // Sub-group by sub-group as the swapper brings them in: update, then round into the compute weights.
+  swapped_->for_each_group(SwappedOptimizer::Mode::kUpdate, [&](const SubGroup& g, float* master, float* m,
+                                                                float* v) {
+    auto view = [&](float* data) { return context_.view(data, g.size(), DType::kF32); };
+    const AdamWState state{view(master), view(gradients_->shard() + g.begin), view(m), view(v)};
+    for_each_owned_range(g.begin, g.size(), [&](int64_t model_begin, int64_t model_end, int64_t at) {
+      adamw_step_range(ops_, table_, model_begin, model_end, state, at, hyper, applied_steps_, grad_scale);
+    });
+    weights_->refresh_group(master, g);
+  });
+  weights_->refresh_done();
 }
 
 ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& micro_batches, double lr,
@@ -214,8 +272,7 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
   }
   ++applied_steps_;
   if (config_.loco && applied_steps_ % config_.loco_reset_T == 0) gradients_->reset_feedback();
-  apply_adamw(lr, float(clip / result.loss_scale));
-  weights_changed();
+  update_weights(lr, float(clip / result.loss_scale));
   result.optimizer_ms = since(optimizer_start);
   return result;
 }
@@ -232,37 +289,79 @@ void ZeroEngine::set_training_state(int64_t applied_steps, const LossScaler::Sta
 }
 
 void ZeroEngine::weights_changed() {
-  weights_->refresh(master_);
+  if (!swapped_) return weights_->refresh(master_);
+  swapped_->for_each_group(
+      SwappedOptimizer::Mode::kRead,
+      [&](const SubGroup& g, float* master, float*, float*) { weights_->refresh_group(master, g); });
+  weights_->refresh_done();
 }
 
-ZeroEngine::ShardState ZeroEngine::shard_state() {
-  const int64_t S = partition_.shard_total();
-  host_state_.resize(3 * size_t(S));
-  float* host = host_state_.data();
-  ops_.download(host, state_tensor(master_));
-  ops_.download(host + S, state_tensor(adam_m_));
-  ops_.download(host + 2 * S, state_tensor(adam_v_));
-  return {host, host + S, host + 2 * S, S};
+void ZeroEngine::for_each_owned_range(int64_t begin, int64_t n,
+                                      const std::function<void(int64_t, int64_t, int64_t)>& copy) const {
+  for (int u = 0; u < int(partition_.units().size()); ++u) {
+    const UnitPartition& unit = partition_.unit(u);
+    const Partition::Range r = partition_.owned_model_range(u, shard_index());
+    // The unit's real elements sit at flat shard elements [shard_offset, shard_offset + (r.end - r.begin)).
+    const int64_t lo = std::max(begin, unit.shard_offset);
+    const int64_t hi = std::min(begin + n, unit.shard_offset + (r.end - r.begin));
+    if (lo < hi) copy(r.begin + (lo - unit.shard_offset), r.begin + (hi - unit.shard_offset), lo - begin);
+  }
 }
 
-void ZeroEngine::commit_shard_state() {
-  const int64_t S = partition_.shard_total();
-  const float* host = host_state_.data();
-  ops_.upload(state_tensor(master_), host);
-  ops_.upload(state_tensor(adam_m_), host + S);
-  ops_.upload(state_tensor(adam_v_), host + 2 * S);
+namespace {
+
+// In memory, the host sees the state a chunk at a time: at most this many elements of each array.
+int64_t host_chunk(const ZeroConfig& config, int64_t total) {
+  return std::max<int64_t>(1, std::min(total, config.offload.sub_group_size));
+}
+
+}  // namespace
+
+void ZeroEngine::read_state(const StateChunk& read) {
+  if (swapped_) {
+    swapped_->for_each_group(
+        SwappedOptimizer::Mode::kRead,
+        [&](const SubGroup& g, float* master, float* m, float* v) { read(g.begin, g.size(), master, m, v); });
+    return;
+  }
+  const int64_t S = partition_.shard_total(), chunk = host_chunk(config_, S);
+  std::vector<float> host(3 * size_t(chunk));
+  for (int64_t begin = 0; begin < S; begin += chunk) {
+    const int64_t n = std::min(chunk, S - begin);
+    float* arrays[3] = {host.data(), host.data() + n, host.data() + 2 * n};
+    float* state[3] = {master_, adam_m_, adam_v_};
+    for (int a = 0; a < 3; ++a) ops_.download(arrays[a], context_.view(state[a] + begin, n, DType::kF32));
+    read(begin, n, arrays[0], arrays[1], arrays[2]);
+  }
+}
+
+void ZeroEngine::write_state(const StateChunk& fill) {
+  if (swapped_) {
+    swapped_->for_each_group(
+        SwappedOptimizer::Mode::kOverwrite,
+        [&](const SubGroup& g, float* master, float* m, float* v) { fill(g.begin, g.size(), master, m, v); });
+  } else {
+    const int64_t S = partition_.shard_total(), chunk = host_chunk(config_, S);
+    std::vector<float> host(3 * size_t(chunk));
+    for (int64_t begin = 0; begin < S; begin += chunk) {
+      const int64_t n = std::min(chunk, S - begin);
+      std::fill(host.begin(), host.end(), 0.0f);
+      float* arrays[3] = {host.data(), host.data() + n, host.data() + 2 * n};
+      fill(begin, n, arrays[0], arrays[1], arrays[2]);
+      float* state[3] = {master_, adam_m_, adam_v_};
+      for (int a = 0; a < 3; ++a) ops_.upload(context_.view(state[a] + begin, n, DType::kF32), arrays[a]);
+    }
+  }
   weights_changed();
 }
 
 void ZeroEngine::load_model_weights(const float* model_layout) {
-  const ShardState state = shard_state();
-  std::fill(state.master, state.master + 3 * state.size, 0.0f);  // master, m and v
-  for (int u = 0; u < int(partition_.units().size()); ++u) {
-    const Partition::Range r = partition_.owned_model_range(u, shard_index());
-    std::copy(model_layout + r.begin, model_layout + r.end, state.master + partition_.unit(u).shard_offset);
-  }
+  write_state([&](int64_t begin, int64_t n, float* master, float*, float*) {  // Adam's moments stay zero
+    for_each_owned_range(begin, n, [&](int64_t model_begin, int64_t model_end, int64_t at) {
+      std::copy(model_layout + model_begin, model_layout + model_end, master + at);
+    });
+  });
   applied_steps_ = 0;
-  commit_shard_state();
 }
 
 size_t ZeroEngine::hpz_secondary_peak_bytes() const {
@@ -272,7 +371,9 @@ size_t ZeroEngine::hpz_secondary_peak_bytes() const {
 std::vector<float> ZeroEngine::gather_master() {
   const int64_t S = partition_.shard_total();
   std::vector<float> padded(partition_.padded_total()), master(S);
-  ops_.download(master.data(), state_tensor(master_));
+  read_state([&](int64_t begin, int64_t n, float* chunk, float*, float*) {
+    std::copy(chunk, chunk + n, master.data() + begin);
+  });
   if (partition_.num_shards() == 1) {
     padded = master;
   } else {

@@ -32,7 +32,9 @@
 #include "zero/events.h"
 #include "zero/gradient_sinks.h"
 #include "zero/loss_scaler.h"
+#include "zero/offload_store.h"
 #include "zero/partition.h"
+#include "zero/swapped_optimizer.h"
 #include "zero/weight_sources.h"
 
 namespace gpt {
@@ -89,6 +91,8 @@ class ZeroEngine {
   const std::vector<std::string>& notes() const { return notes_; }
   // Empty when the ZeRO++ settings fit the stage and topology; otherwise one line naming the key and the fix.
   static std::string check_zeropp(const ZeroConfig& config, const comm::Topology& topology);
+  // The same for ZeRO-Infinity's offload settings against the model's partition at this world size.
+  static std::string check_offload(const ZeroConfig& config, const GPTConfig& model, int world_size);
 
   // A test hook that sees (and may change) each unit's local gradient on this rank before it is reduced:
   // at stages 2 and 3 the unit's gradient of one micro-step, at stages 0 and 1 the accumulating full
@@ -96,22 +100,24 @@ class ZeroEngine {
   using GradientHook = gpt::GradientHook;
   void set_gradient_hook(GradientHook hook) { gradients_->set_hook(std::move(hook)); }
 
-  // Checkpoints and imports. This rank's optimizer state (flat shard layout; the whole padded vector at stage
-  // 0), copied to host memory, which the checkpoint code reads, or writes and then commits.
-  struct ShardState {
-    float* master;
-    float* adam_m;
-    float* adam_v;
-    int64_t size;
-  };
-  ShardState shard_state();
-  // Copies the host state of shard_state() back to the device and recomputes the compute weights.
-  void commit_shard_state();
+  // Checkpoints and imports: this rank's optimizer state (flat shard layout; the whole padded vector at
+  // stage 0), streamed through host memory in chunks so that no more than a sub-group's worth is ever held
+  // there (the state may live on NVMe). visit(begin, n, master, m, v): flat shard elements [begin, begin+n).
+  using StateChunk = std::function<void(int64_t begin, int64_t n, float* master, float* m, float* v)>;
+  // Hands each chunk to `read` (in shard order).
+  void read_state(const StateChunk& read);
+  // Hands each chunk, zero-filled, to `fill`, stores what it wrote, then recomputes the compute weights.
+  void write_state(const StateChunk& fill);
   int shard_index() const { return partition_.num_shards() == 1 ? 0 : dp_.rank(); }
   void set_training_state(int64_t applied_steps, const LossScaler::State& scaler);
   // Replaces the weights with a full model (model layout, e.g. from an llm.c file) and zeroes Adam's moments
   // and the step count: each rank copies the ranges it owns.
   void load_model_weights(const float* model_layout);
+  // Calls copy(model_begin, model_end, at) for each model-layout range this rank owns within flat shard
+  // elements [begin, begin+n): its values sit at index `at` of the chunk.
+  void for_each_owned_range(
+      int64_t begin, int64_t n,
+      const std::function<void(int64_t model_begin, int64_t model_end, int64_t at)>& copy) const;
 
   // LoCo's kept errors on this rank (qgZ with zeropp_loco_param on two or more nodes; empty otherwise): a
   // host copy for checkpoints, and its restore (the same size, from a run with the same world and buckets).
@@ -130,7 +136,8 @@ class ZeroEngine {
   void create_zeropp_groups();  // hpZ group; qgZ's node and cross-node groups
   bool local_overflow();
   double local_sum_of_squares();
-  void apply_adamw(double lr, float grad_scale);
+  // AdamW on this rank's shard, then the compute weights recomputed from the new master.
+  void update_weights(double lr, float grad_scale);
   // After the master weights changed: recompute the compute weights (hpZ secondaries are dropped).
   void weights_changed();
   Tensor state_tensor(float* data) const;  // shard_total fp32 elements on the device
@@ -150,11 +157,13 @@ class ZeroEngine {
   LossScaler scaler_;
   int64_t applied_steps_ = 0;
 
-  // Optimizer state (arena blocks): this rank's shard, shard_total elements each.
+  // Optimizer state: this rank's shard, shard_total elements each, in arena blocks; or, with
+  // offload_optimizer "nvme", in the optimizer swap file (swapped_; the three pointers stay null).
   float* master_ = nullptr;
   float* adam_m_ = nullptr;
   float* adam_v_ = nullptr;
-  std::vector<float> host_state_;  // shard_state()'s host copy: master, m, v
+  std::unique_ptr<OffloadStore> offload_;  // ZeRO-Infinity's swap files, when some state lives on NVMe
+  std::unique_ptr<SwappedOptimizer> swapped_;
 
   std::vector<std::string> notes_;
   std::unique_ptr<comm::Communicator> hpz_group_, node_group_, cross_group_;

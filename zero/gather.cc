@@ -8,11 +8,12 @@
 #include <string>
 
 #include "kernels/quant/quantize.h"
+#include "zero/param_swap.h"
 
 namespace gpt {
 WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
                                comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config,
-                               const EngineContext& context)
+                               const EngineContext& context, ParamSwap* swap)
     : partition_(partition),
       names_(unit_names),
       dp_(dp),
@@ -23,6 +24,7 @@ WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std
       context_(context),
       ops_(context.ops),
       events_(context.events),
+      swap_(swap),
       secondaries_(partition.units().size(), nullptr),
       quantized_own_(partition.units().size(), nullptr) {
   if (config.quantized_weights && loop_dtype_ != DType::kF32)
@@ -71,10 +73,20 @@ const void* WeightGatherer::quantized_own_shard(int unit) {
     const size_t bytes = shard_wire_bytes(unit);
     quantized_own_[unit] = context_.wire.allocate("qwZ quantized shard " + names_[unit], "buffers", bytes);
     ops_.quantize(context_.view(quantized_own_[unit], int64_t(bytes), DType::kI8),
-                  context_.view(shard_ + size_t(u.shard_offset) * element_bytes_, u.shard, config_.precision),
-                  u.shard, 1, kQuantizedWeightBits, config_.weight_block);
+                  context_.view(own_shard(unit), u.shard, config_.precision), u.shard, 1,
+                  kQuantizedWeightBits, config_.weight_block);
+    if (swap_) swap_->release(unit);
   }
   return quantized_own_[unit];
+}
+
+const void* WeightGatherer::own_shard(int unit) {
+  if (swap_) return swap_->acquire(unit);
+  return shard_ + size_t(partition_.unit(unit).shard_offset) * element_bytes_;
+}
+
+bool WeightGatherer::needs_own_shard(int unit) const {
+  return !secondaries_[unit] && !(config_.quantized_weights && quantized_own_[unit]);
 }
 
 void WeightGatherer::begin_pass(std::vector<int> schedule, comm::Phase phase, const void* shard) {
@@ -83,6 +95,13 @@ void WeightGatherer::begin_pass(std::vector<int> schedule, comm::Phase phase, co
   next_ = 0;
   phase_ = phase;
   shard_ = static_cast<const uint8_t*>(shard);
+  if (swap_) {
+    std::vector<int> reads;
+    for (int unit : schedule_) {
+      if (needs_own_shard(unit)) reads.push_back(unit);
+    }
+    swap_->begin_pass(std::move(reads));
+  }
 }
 
 void* WeightGatherer::take_buffer(Arena& arena, size_t bytes, const char* name) {
@@ -120,14 +139,16 @@ void WeightGatherer::post(size_t index) {
   slot.weights = take_buffer(context_.device, slot.weight_bytes, "gathered unit in the loop dtype");
   slot.from_secondary = secondaries_[unit] != nullptr;
   const comm::OperationLabel serving("gather of " + names_[unit]);  // for the watchdog's message
-  context_.before_communication();
   if (slot.from_secondary) {
     // hpZ: the h ranks of this node's group hold consecutive runs of W/h shards; a ring among them rebuilds
     // the rank-major buffer of all W shards without leaving the node.
+    context_.before_communication();
     slot.request = hpz_->all_gather(secondaries_[unit], slot.wire, secondary_bytes(unit), phase_);
   } else {
-    const void* own = config_.quantized_weights ? quantized_own_shard(unit)
-                                                : shard_ + size_t(u.shard_offset) * element_bytes_;
+    // qwZ may quantize the shard here: the ops finish it before the communicator reads the bytes.
+    const void* own = config_.quantized_weights ? quantized_own_shard(unit) : own_shard(unit);
+    slot.holds_swapped_shard = swap_ && !config_.quantized_weights;
+    context_.before_communication();
     slot.request = dp_.all_gather(own, slot.wire, per_rank, phase_);
   }
   events_.add(EngineEvent::Kind::kPostGather, names_[unit], phase_ == comm::Phase::kParamGatherBwd);
@@ -156,6 +177,7 @@ const void* WeightGatherer::acquire_weights(int unit) {
   ++next_;
   Slot* slot = slot_of(unit);
   slot->request.wait();
+  if (slot->holds_swapped_shard) swap_->release(unit), slot->holds_swapped_shard = false;
   events_.add(EngineEvent::Kind::kWaitGather, names_[unit], phase_ == comm::Phase::kParamGatherBwd);
   decode(*slot);
   slot->acquired = true;

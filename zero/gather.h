@@ -28,16 +28,20 @@
 
 namespace gpt {
 
+class ParamSwap;
+
 class WeightGatherer {
  public:
-  // hpz: the hpZ group (h consecutive ranks of one node), or null when hpZ is off.
+  // hpz: the hpZ group (h consecutive ranks of one node), or null when hpZ is off. swap: where this rank's
+  // shards are read from when they live on NVMe (offload_param), or null.
   WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
                  comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config,
-                 const EngineContext& context);
+                 const EngineContext& context, ParamSwap* swap = nullptr);
   ~WeightGatherer();
 
   // Starts a pass: the units to gather, in order, all in one phase. `shard` is this rank's compute-weight
-  // shard (dtype of the precision, in wire memory), which the optimizer updates between steps.
+  // shard (dtype of the precision, in wire memory), which the optimizer updates between steps; null when the
+  // shards are read from the swap (which is then told the units whose shards this pass sends).
   void begin_pass(std::vector<int> schedule, comm::Phase phase, const void* shard);
   // The full weights of the next scheduled unit in the loop dtype (Real: float, or double with fp64 compute
   // weights; context.h) on the device (model layout, numel elements). Waits for its gather and, with overlap,
@@ -71,12 +75,16 @@ class WeightGatherer {
     void* weights = nullptr;  // P_u in the loop dtype (device)
     size_t wire_bytes = 0, weight_bytes = 0;
     bool acquired = false;
+    bool holds_swapped_shard = false;  // the send buffer is a ParamSwap buffer, released once gathered
   };
   const void* acquire_weights(int unit);
   void post(size_t index);
   Slot* slot_of(int unit);
   void decode(const Slot& slot);
   const void* quantized_own_shard(int unit);  // quantizes it when the weights changed since
+  // This rank's shard of the unit as it would be sent raw: in the shard, or read from the swap.
+  const void* own_shard(int unit);
+  bool needs_own_shard(int unit) const;  // neither an hpZ secondary nor a kept quantized shard serves it
   // Pooled buffers of one arena (wire or device), reused best-fit.
   void* take_buffer(Arena& arena, size_t bytes, const char* name);
   void give_buffer(Arena& arena, void* buffer, size_t bytes);
@@ -91,6 +99,7 @@ class WeightGatherer {
   const EngineContext& context_;
   Ops& ops_;
   EventLog& events_;
+  ParamSwap* swap_;
 
   std::vector<int> schedule_;
   size_t next_ = 0;  // next schedule entry to acquire

@@ -3,6 +3,7 @@
 
 #include "kernels/quant/quantize.h"
 #include "model/loop.h"
+#include "zero/offload_layout.h"
 #include "zero/qgz.h"
 #include "zero/reduce.h"
 
@@ -13,9 +14,12 @@ std::vector<StateFormula> zero_state_formulas(const Partition& p, const ZeroConf
   const double cb = double(dtype_size(z.precision));
   const std::string c = cb == 2 ? "2" : "4";
   std::vector<StateFormula> lines;
-  lines.push_back({"compute weights", z.stage == 3 ? c + "P/W" : c + "P", z.stage == 3 ? cb * S : cb * P});
-  lines.push_back({"master", z.stage >= 1 ? "4P/W" : "4P", 4 * S});
-  lines.push_back({"moments", z.stage >= 1 ? "8P/W" : "8P", 8 * S});
+  const char* param_tier = z.offload.param_on_nvme() ? "nvme" : "device";
+  const char* optimizer_tier = z.offload.optimizer_on_nvme() ? "nvme" : "device";
+  lines.push_back(
+      {"compute weights", z.stage == 3 ? c + "P/W" : c + "P", z.stage == 3 ? cb * S : cb * P, param_tier});
+  lines.push_back({"master", z.stage >= 1 ? "4P/W" : "4P", 4 * S, optimizer_tier});
+  lines.push_back({"moments", z.stage >= 1 ? "8P/W" : "8P", 8 * S, optimizer_tier});
   lines.push_back({"gradients", z.stage >= 2 ? "4P/W" : "4P", z.stage >= 2 ? 4 * S : 4 * P});
   if (z.stage == 3 && z.hpz_partition_size > 1) {
     // Each rank keeps W/h shards of every unit as they arrived: compute dtype, or int8 blocks with scales.
@@ -41,6 +45,10 @@ std::vector<StateFormula> zero_state_formulas(const Partition& p, const ZeroConf
                       qgz_cross_feedback_bytes(chunk, nodes, z.gradient_block));
     }
     lines.push_back({std::string(GradientReducer::kFeedbackCategory), "(1+4/B)(P+P/L)", bytes});
+  }
+  if (const OffloadLayout layout = make_offload_layout(p, z); layout.buffer_bytes() > 0) {
+    lines.push_back(
+        {kSwapBuffersState, "buffer_count x sub-group or unit", double(layout.buffer_bytes()), "cpu"});
   }
   return lines;
 }

@@ -2,8 +2,11 @@
 #include "zero/weight_sources.h"
 
 #include <stdexcept>
+#include <type_traits>
 
 #include "zero/gather.h"
+#include "zero/offload_layout.h"
+#include "zero/param_swap.h"
 
 namespace gpt {
 
@@ -18,6 +21,16 @@ const Real* EngineWeights<Real>::acquire(int unit) {
   const Real* weights = fetch(unit);
   events_.add(EngineEvent::Kind::kComputeBegin, names_[unit], backward_);
   return weights;
+}
+
+template <typename Real>
+void EngineWeights<Real>::refresh_group(const Real*, const SubGroup&) {
+  throw std::logic_error("compute weights are refreshed by sub-group only at ZeRO stage 3");
+}
+
+template <typename Real>
+void EngineWeights<Real>::refresh_done() {
+  throw std::logic_error("compute weights are refreshed by sub-group only at ZeRO stage 3");
 }
 
 namespace {
@@ -104,14 +117,38 @@ class GatheredWeights final : public EngineWeights<Real> {
         context_(p.context),
         partition_(p.partition),
         dtype_(p.config.precision) {
-    shard_ = context_.wire.allocate("compute weights", "compute weights",
-                                    dtype_bytes(dtype_, partition_.shard_total()));
-    gatherer_ =
-        std::make_unique<WeightGatherer>(partition_, p.unit_names, p.dp, p.hpz_group, p.config, context_);
+    if (p.config.offload.param_on_nvme()) {
+      if constexpr (!std::is_same_v<Real, float>)
+        throw std::invalid_argument("offload_param needs an fp32 loop");
+      swap_ = std::make_unique<ParamSwap>(*p.offload, dtype_);
+      layout_ = &p.offload->layout();
+    } else {
+      shard_ = context_.wire.allocate("compute weights", "compute weights",
+                                      dtype_bytes(dtype_, partition_.shard_total()));
+    }
+    gatherer_ = std::make_unique<WeightGatherer>(partition_, p.unit_names, p.dp, p.hpz_group, p.config,
+                                                 context_, swap_.get());
   }
   void refresh(const Real* master) override {
-    const int64_t S = partition_.shard_total();
-    context_.ops.cast(context_.view(shard_, S, dtype_), context_.view(master, S, dtype_of<Real>()));
+    if (!swap_) {
+      const int64_t S = partition_.shard_total();
+      context_.ops.cast(context_.view(shard_, S, dtype_), context_.view(master, S, dtype_of<Real>()));
+    } else {
+      for (const SubGroup& group : layout_->sub_groups) refresh_group(master + group.begin, group);
+    }
+    refresh_done();
+  }
+  void refresh_group(const Real* master, const SubGroup& group) override {
+    if (swap_) {
+      if constexpr (std::is_same_v<Real, float>) swap_->write_group(master, group);
+      return;
+    }
+    context_.ops.cast(
+        context_.view(static_cast<uint8_t*>(shard_) + dtype_bytes(dtype_, group.begin), group.size(), dtype_),
+        context_.view(master, group.size(), dtype_of<Real>()));
+  }
+  void refresh_done() override {
+    if (swap_) swap_->finish_writes();
     gatherer_->weights_changed();  // hpZ copies and quantized shards never outlive a weight change
   }
   size_t secondary_peak_bytes() const override { return gatherer_->secondary_bytes_peak(); }
@@ -128,6 +165,8 @@ class GatheredWeights final : public EngineWeights<Real> {
   const Partition& partition_;
   DType dtype_;
   void* shard_ = nullptr;  // this rank's compute-weight shard (wire memory: it is what a gather sends)
+  std::unique_ptr<ParamSwap> swap_;  // instead of shard_, with offload_param "nvme"
+  const OffloadLayout* layout_ = nullptr;
   std::unique_ptr<WeightGatherer> gatherer_;
 };
 

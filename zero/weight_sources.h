@@ -24,6 +24,8 @@
 namespace gpt {
 
 class WeightGatherer;
+class OffloadStore;
+struct SubGroup;
 
 template <typename Real>
 class EngineWeights : public WeightSource<Real> {
@@ -35,6 +37,10 @@ class EngineWeights : public WeightSource<Real> {
   void set_forward_phase(comm::Phase phase) { forward_phase_ = phase; }
   // This rank's master (flat shard layout, in Real) changed: recompute the compute weights from it.
   virtual void refresh(const Real* master) = 0;
+  // The same one sub-group at a time, for a master that is itself swapped in by sub-groups (stage 3 with
+  // offload_optimizer "nvme"): master holds the group's values; refresh_done() follows the last group.
+  virtual void refresh_group(const Real* master, const SubGroup& group);
+  virtual void refresh_done();
   // The most bytes of hpZ secondaries held at once (payload).
   virtual size_t secondary_peak_bytes() const { return 0; }
 
@@ -60,6 +66,7 @@ struct WeightSourceParts {
   comm::Communicator& dp;
   comm::Communicator* hpz_group;  // stage 3 with hpZ
   const EngineContext& context;
+  OffloadStore* offload = nullptr;  // ZeRO-Infinity's swap files, when offload_param is "nvme"
 };
 // The weight source of config.stage (float, or double with config.precision kF64).
 template <typename Real>
