@@ -359,11 +359,14 @@ OffloadDevice offload_device(const std::optional<std::string>& name) {
   return OffloadDevice::kNone;
 }
 
-// The swap folders' run id: the same for every restart of one run (so a killed run's folder is found and
-// removed), different for runs that save to different places. FNV-1a of the absolute --save path.
-std::string offload_run_id(const std::string& save) {
-  const std::string where =
-      save.empty() ? std::string("(no --save)") : std::filesystem::absolute(save).string();
+// The swap folders' run id: the same for every restart of one run, so that a killed run's folder is found and
+// removed, and different for runs that checkpoint to different places: FNV-1a of the absolute checkpoint
+// folder (--save, or --load when resuming without --save).
+std::string offload_run_id(const std::string& save, const std::string& load) {
+  const std::string& folder = save.empty() ? load : save;
+  std::string where = folder.empty() ? std::string("(no checkpoint folder)")
+                                     : std::filesystem::absolute(folder).lexically_normal().string();
+  while (where.size() > 1 && where.back() == '/') where.pop_back();  // "ckpt/" and "ckpt" are one folder
   uint64_t hash = 1469598103934665603ull;
   for (unsigned char c : where) hash = (hash ^ c) * 1099511628211ull;
   char id[32];
@@ -446,7 +449,7 @@ void resolve_offload_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
   f.aio.single_submit = ds.aio_single_submit.value_or(f.aio.single_submit);
   f.aio.overlap_events = ds.aio_overlap_events.value_or(f.aio.overlap_events);
   f.aio.use_gds = ds.aio_use_gds.value_or(f.aio.use_gds);
-  f.run_id = offload_run_id(o.save);
+  f.run_id = offload_run_id(o.save, o.load);
   check_offload(f, o.zero.stage, ds.path);
   note_offload(ds, f, o.notes);
 }

@@ -406,7 +406,7 @@ std::vector<ZeroEngine::MemoryLine> ZeroEngine::memory() const {
   // Each model state's arena category is named as its formula's state.
   std::vector<MemoryLine> lines;
   for (const StateFormula& f : zero_state_formulas(partition_, config_, dp_.topology().num_nodes()))
-    lines.push_back({f.state, usage(f.state), f.formula, f.bytes});
+    lines.push_back({f.state, usage(f.state), f.formula, f.bytes, f.tier});
   lines.push_back({"buffers", usage("buffers"), "", 0});
   lines.push_back({"activations", loop_.activation_bytes(), "", 0});
   return lines;
@@ -424,6 +424,7 @@ std::string ZeroEngine::memory_table() const {
     out << row;
     if (!line.formula.empty())
       out << "   ZeRO formula " << line.formula << " = " << format_bytes(size_t(line.formula_bytes));
+    if (line.tier == "nvme") out << " in the swap files (NVMe)";
     out << "\n";
   }
   out << "  total            " << format_bytes(total) << "\n";

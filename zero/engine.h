@@ -61,6 +61,8 @@ class ZeroEngine {
     size_t bytes = 0;     // measured on this rank
     std::string formula;  // the ZeRO formula for the stage, e.g. "2P/W"
     double formula_bytes = 0;
+    std::string tier =
+        "device";  // where the formula's bytes live: "device", "cpu" or "nvme" (memory_model.h)
   };
 
   // ops: the device seam's backend that holds and computes all model state (null: the CPU's).
@@ -87,6 +89,11 @@ class ZeroEngine {
   const LossScaler& loss_scaler() const { return scaler_; }
   // The most bytes of hpZ secondaries this rank has held at once (payload, without allocation rounding).
   size_t hpz_secondary_peak_bytes() const;
+  // ZeRO-Infinity's disk traffic so far on this rank (all zero without NVMe offload): bytes, time with the
+  // disk busy, and time the engine waited for it (the rest of the busy time was hidden behind compute).
+  offload::Swapper::Stats swap_stats() const {
+    return offload_ ? offload_->swapper().stats() : offload::Swapper::Stats{};
+  }
   // Lines for the start-up banner (for example that qgZ fell back to the ring on a single node).
   const std::vector<std::string>& notes() const { return notes_; }
   // Empty when the ZeRO++ settings fit the stage and topology; otherwise one line naming the key and the fix.

@@ -8,21 +8,26 @@ namespace {
 
 using offload::align_up;
 
-// Sub-groups of at most G elements over the flat shard, cut inside units only at multiples of G.
+// Sub-groups of at most G elements over the flat shard, filled greedily: a unit is cut where a group is full,
+// at a multiple of kPieceAlignment elements from the unit's start (G is such a multiple).
 std::vector<SubGroup> plan_sub_groups(const Partition& partition, int64_t G) {
   std::vector<SubGroup> groups;
   SubGroup current;
   for (int u = 0; u < int(partition.units().size()); ++u) {
     const UnitPartition& unit = partition.unit(u);
-    for (int64_t begin = 0; begin < unit.shard; begin += G) {
-      const int64_t end = std::min(unit.shard, begin + G);
-      if (current.size() + (end - begin) > G) {
+    for (int64_t begin = 0; begin < unit.shard;) {
+      int64_t room = G - current.size();
+      if (unit.shard - begin > room) room = room / kPieceAlignment * kPieceAlignment;  // cut on the grid
+      if (room == 0) {
         groups.push_back(std::move(current));
         current = SubGroup{};
+        continue;
       }
+      const int64_t end = std::min(unit.shard, begin + room);
       if (current.pieces.empty()) current.begin = current.end = unit.shard_offset + begin;
       current.pieces.push_back({u, begin, end});
       current.end += end - begin;
+      begin = end;
     }
   }
   if (!current.pieces.empty()) groups.push_back(std::move(current));
@@ -53,8 +58,10 @@ OffloadLayout make_offload_layout(const Partition& partition, const ZeroConfig& 
   }();
   const int groups = int(layout.sub_groups.size());
   if (f.optimizer_on_nvme()) {
-    layout.record_stride = align_up(12 * uint64_t(layout.group_elements));
-    layout.optimizer_file_bytes = layout.record_stride * uint64_t(groups);
+    for (const SubGroup& g : layout.sub_groups) {
+      layout.record_offset.push_back(layout.optimizer_file_bytes);
+      layout.optimizer_file_bytes += align_up(12 * uint64_t(g.size()));
+    }
     layout.optimizer_buffers = std::min(f.optimizer_buffer_count, groups);
     layout.optimizer_buffer_bytes = align_up(12 * uint64_t(largest_group));
   }

@@ -5,16 +5,16 @@
 // The optimizer walks this rank's flat shard in sub-groups: consecutive ranges of at most G elements, where G
 // is zero_optimization.sub_group_size rounded down to a multiple of kPieceAlignment (DeepSpeed groups whole
 // parameters instead, so one large embedding makes one huge sub-group; cutting units keeps every buffer at
-// G). A sub-group never straddles a unit boundary in a way that breaks alignment: its pieces (its
-// intersections with units) start at a unit's start or at a multiple of G inside it.
+// G). Groups are filled greedily; a unit is cut where a group is full, at a multiple of kPieceAlignment
+// elements from the unit's start, so each piece (a group's intersection with a unit) starts aligned.
 //
-//   optimizer file  record i = [master | m | v] of sub-group i (fp32, n_i elements each), at i *
-//   record_stride param file      unit u's compute-weight shard (precision dtype) at param_offset[u],
-//   4096-aligned
+// Files (the layout of each is fixed for the run):
+// - optimizer: record i is [master | m | v] of sub-group i (fp32, n_i elements each) at record_offset[i];
+// - param: unit u's compute-weight shard (precision dtype) at param_offset[u].
 //
-// With O_DIRECT every request must start and end on 4096 bytes: records are strided by an aligned size, unit
-// shards start aligned and their padding to the next boundary is part of the file, and a sub-group's piece of
-// a unit starts at a multiple of kPieceAlignment elements into it (4096 bytes in fp16/bf16, 8192 in fp32).
+// With O_DIRECT every request must start and end on 4096 bytes: each record and each unit shard starts
+// aligned and its padding to the next boundary is part of the file, and a sub-group's piece of a unit
+// starts at a multiple of kPieceAlignment elements into it (4096 bytes in fp16/bf16, 8192 in fp32).
 #pragma once
 
 #include <cstdint>
@@ -41,7 +41,8 @@ struct OffloadLayout {
   int64_t group_elements = 0;  // G
   std::vector<SubGroup> sub_groups;
   // The optimizer's swap file (offload_optimizer nvme).
-  uint64_t record_stride = 0, optimizer_file_bytes = 0;
+  std::vector<uint64_t> record_offset;  // per sub-group, each record padded to 4096 bytes
+  uint64_t optimizer_file_bytes = 0;
   int optimizer_buffers = 0;  // min(buffer_count, sub-groups), at least 3 with more than 2 sub-groups
   uint64_t optimizer_buffer_bytes = 0;  // each: master, m, v of G elements, aligned
   // The compute weights' swap file (offload_param nvme).

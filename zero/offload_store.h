@@ -26,6 +26,7 @@ class OffloadStore {
   const EngineContext& context() const { return context_; }
   const Partition& partition() const { return partition_; }
   offload::Swapper& swapper() { return *swapper_; }
+  const offload::Swapper& swapper() const { return *swapper_; }
   const offload::SwapFile& optimizer_file() const { return *optimizer_file_; }  // offload_optimizer nvme
   const offload::SwapFile& param_file() const { return *param_file_; }          // offload_param nvme
   // Lines for the banner: where the files are, O_DIRECT or its fallback, stale folders removed.

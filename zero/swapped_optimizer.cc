@@ -33,7 +33,7 @@ void SwappedOptimizer::for_each_group(Mode mode, const Visit& visit) {
     if (mode == Mode::kOverwrite) {
       std::memset(buffers_[b], 0, record_bytes(g));
     } else {
-      reads[g] = swapper.read(file, uint64_t(g) * layout.record_stride, buffers_[b], record_bytes(g));
+      reads[g] = swapper.read(file, layout.record_offset[g], buffers_[b], record_bytes(g));
     }
   };
   int prepared = 0;
@@ -45,7 +45,7 @@ void SwappedOptimizer::for_each_group(Mode mode, const Visit& visit) {
     visit(layout.sub_groups[g], buffer, buffer + n, buffer + 2 * n);
     if (mode != Mode::kRead) {
       store_.context().ops.synchronize();  // the visit's ops have finished writing the buffer
-      writes[g % count] = swapper.write(file, uint64_t(g) * layout.record_stride, buffer, record_bytes(g));
+      writes[g % count] = swapper.write(file, layout.record_offset[g], buffer, record_bytes(g));
     }
   }
   for (auto& write : writes) {
