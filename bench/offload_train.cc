@@ -31,6 +31,9 @@ struct Options {
   std::string offload_optimizer = "none", offload_param = "none", nvme_path;
   int64_t sub_group_size = gpt::kDefaultSubGroupSize;
   int buffer_count = 4;
+  // Elements per gradient bucket. DeepSpeed's default of 5e8 means 3 GB per bucket in flight at one rank
+  // (fp16 sends, fp32 results); ZeRO-Infinity's examples use small buckets, and so does this bench.
+  int64_t reduce_bucket_size = 50'000'000;
 };
 
 gpt::OffloadDevice device_named(const std::string& name, const char* flag) {
@@ -54,6 +57,8 @@ bool parse(int argc, char** argv, Options& o) {
   flags.add_int64("--sub-group-size", &o.sub_group_size, "zero_optimization.sub_group_size", 2048,
                   int64_t(1) << 40);
   flags.add_int("--buffer-count", &o.buffer_count, "offload_optimizer.buffer_count", 1, 64);
+  flags.add_int64("--reduce-bucket-size", &o.reduce_bucket_size, "zero_optimization.reduce_bucket_size", 1,
+                  int64_t(1) << 40);
   if (!flags.parse(argc, argv)) return false;
   gpt::finish_bench_shape(flags, &o.config);
   return true;
@@ -65,6 +70,7 @@ gpt::ZeroConfig zero_config(const Options& o) {
   zero.precision = o.fp16 ? gpt::DType::kF16 : gpt::DType::kF32;
   zero.checkpoint_activations = o.checkpoint;
   zero.overlap_comm = true;
+  zero.reduce_bucket_size = o.reduce_bucket_size;
   zero.adam.weight_decay = 0.1;
   gpt::OffloadConfig& f = zero.offload;
   f.optimizer = device_named(o.offload_optimizer, "--offload-optimizer");
@@ -140,6 +146,7 @@ int run(gpt::comm::MpiSession& session, int argc, char** argv) {
                          {"offload_param", o.offload_param},
                          {"sub_group_size", o.sub_group_size},
                          {"buffer_count", o.buffer_count},
+                         {"reduce_bucket_size", o.reduce_bucket_size},
                          {"init_s", init_s},
                          {"peak_rss_bytes", peak_rss_bytes()},
                          {"steps", steps}};

@@ -85,11 +85,12 @@ void SwapFolder::remove_stale_folder(const std::string& key) {
 
 void SwapFolder::create_and_lock(const std::string& key) {
   std::error_code error;
+  bool created = false;
   // Another rank of the run may remove the (momentarily empty) run folder between our creating it and our
   // rank folder inside it: try again then.
   for (int attempt = 0; attempt < 100; ++attempt) {
     error.clear();
-    fs::create_directories(path_, error);
+    created = fs::create_directories(path_, error);
     if (error != std::errc::no_such_file_or_directory) break;
   }
   if (error) {
@@ -98,10 +99,12 @@ void SwapFolder::create_and_lock(const std::string& key) {
   }
   lock_fd_ = lock_file(path_ + "/" + kLockName, true);
   if (lock_fd_ < 0) {
-    // Another run created the same folder between our check and now.
-    throw UsageError(errno == EWOULDBLOCK ? busy_message(path_, key)
-                                          : "cannot create the lock file in " + path_ + ": " +
-                                                std::generic_category().message(errno));
+    const int lock_error = errno;
+    // EWOULDBLOCK: another run created the same folder between our check and now, and it is theirs.
+    if (lock_error == EWOULDBLOCK) throw UsageError(busy_message(path_, key));
+    if (created) fs::remove_all(path_, error);
+    throw UsageError("cannot create the lock file in " + path_ + ": " +
+                     std::generic_category().message(lock_error));
   }
 }
 
