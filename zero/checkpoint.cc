@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <sstream>
 #include <vector>
@@ -207,12 +208,12 @@ void prepare_directory(comm::Communicator& world, const std::string& dir, const 
   agree_on_rank0(world, problem);
 }
 
-// Writes a file of this rank's; returns "ok DIGEST" or "failed MESSAGE".
-std::string write_outcome(const std::string& file, const std::vector<std::pair<const void*, size_t>>& pieces,
+// Writes a file of this rank's with write(file); returns "ok DIGEST" or "failed MESSAGE".
+std::string write_outcome(const std::string& file, const std::function<void(const std::string&)>& write,
                           const comm::Communicator& world) {
   try {
     if (fault_save_fails(world.rank())) throw CheckpointError(file + ": write failed (GPT_FAULT save_fail)");
-    write_file(file, pieces);
+    write(file);
     return "ok " + sha256_file(file);
   } catch (const CheckpointError& e) {
     return std::string("failed ") + e.what();
@@ -250,20 +251,20 @@ std::string write_own_shard(ZeroEngine& engine, comm::Communicator& world, const
   const int shards = engine.partition().num_shards();
   if (world.rank() >= shards) return "ok";
   const std::string file = (tmp_path / shard_file_name(engine.shard_index(), shards)).string();
-  try {
-    if (fault_save_fails(world.rank())) throw CheckpointError(file + ": write failed (GPT_FAULT save_fail)");
-    write_state_file(engine, file);
-    return "ok " + sha256_file(file);
-  } catch (const CheckpointError& e) {
-    return std::string("failed ") + e.what();
-  }
+  return write_outcome(
+      file, [&](const std::string& path) { write_state_file(engine, path); }, world);
 }
 
 // Writes this rank's LoCo kept errors (every rank has them, of the same size). Returns as write_own_shard.
 std::string write_own_feedback(ZeroEngine& engine, comm::Communicator& world, const fs::path& tmp_path) {
   const std::vector<uint8_t> kept = engine.feedback_state();
   const std::string file = (tmp_path / feedback_file_name(world.rank(), world.size())).string();
-  return write_outcome(file, {{kept.data(), kept.size()}}, world);
+  return write_outcome(
+      file,
+      [&](const std::string& path) {
+        write_file(path, {{kept.data(), kept.size()}});
+      },
+      world);
 }
 
 // Every rank's outcome of write_own_shard; the digests when all succeeded. When any rank failed, rank 0
