@@ -5,6 +5,7 @@
 // cluster.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -26,6 +27,7 @@
 #include "model/model_file.h"
 #include "train/batches.h"
 #include "train/device_world.h"
+#include "train/memory_guard.h"
 #include "train/metrics.h"
 #include "train/options.h"
 #include "train/planner.h"
@@ -54,6 +56,13 @@ std::string bytes_text(double b) {
                 : b >= 1e6 ? b / 1e6
                            : b);
   return s;
+}
+
+// "3.21 GiB, 3.20 GiB": one size per rank.
+std::string peaks_text(const std::vector<double>& peaks) {
+  std::string text;
+  for (size_t r = 0; r < peaks.size(); ++r) text += (r ? ", " : "") + format_bytes(size_t(peaks[r]));
+  return text;
 }
 
 std::string duration_text(double seconds) {
@@ -157,6 +166,16 @@ Validation make_validation(const TrainOptions& o, const comm::Communicator& worl
   return v;
 }
 
+// The memory guard, then the ZeRO++ settings against the topology: a model that cannot fit is the first
+// thing to say (the ZeRO++ tutorial's hpZ 16 needs 16 ranks per node, but so does its memory).
+MemoryVerdict guard_then_check(const TrainOptions& o, comm::Communicator& host_world) {
+  MemoryVerdict verdict = check_memory(o, host_world);
+  if (std::string problem = ZeroEngine::check_zeropp(o.zero, host_world.topology()); !problem.empty()) {
+    throw UsageError(problem);
+  }
+  return verdict;
+}
+
 // The sums behind one progress line: the steps since the previous line.
 struct Interval {
   double loss = 0, ms = 0;
@@ -168,8 +187,10 @@ struct Interval {
 // is all the state a resume needs besides the engine's).
 class Run {
  public:
-  // backend: the device seam's backend (null: the CPU's); transport: what world runs on, for the banner.
-  Run(const TrainOptions& o, comm::Communicator& world, Ops* backend, const std::string& transport);
+  // backend: the device seam's backend (null: the CPU's); transport: what world runs on, for the banner;
+  // host_world: the MPI world (world may be NCCL's), for the memory guard and the peak RSS reports.
+  Run(const TrainOptions& o, comm::Communicator& world, Ops* backend, const std::string& transport,
+      comm::Communicator& host_world);
   void loop();
   void hang_if_asked(int64_t step) const;
 
@@ -180,13 +201,17 @@ class Run {
   void print_progress(const ZeroEngine::StepResult& r, const StepMetrics& s);
   double evaluate();
   void save(const char* why);
+  std::vector<double> peak_rss_of_ranks();
+  void print_memory_after_first_step();
 
   const TrainOptions& o_;
   comm::Communicator& world_;
+  comm::Communicator& host_world_;
   Ops* const backend_;
   const bool rank0_;
   TrainBatches batches_;
   Validation valid_;
+  MemoryVerdict memory_;  // the guard runs here: after the data, before the engine allocates anything
   ZeroEngine engine_;
   int64_t iteration_ = 0, skipped_total_ = 0, first_iteration_ = 0;
   std::unique_ptr<MetricsFile> metrics_;
@@ -195,14 +220,17 @@ class Run {
   Interval interval_;
 };
 
-Run::Run(const TrainOptions& o, comm::Communicator& world, Ops* backend, const std::string& transport)
+Run::Run(const TrainOptions& o, comm::Communicator& world, Ops* backend, const std::string& transport,
+         comm::Communicator& host_world)
     : o_(o),
       world_(world),
+      host_world_(host_world),
       backend_(backend),
       rank0_(world.rank() == 0),
       batches_(o.data_path, o.model.vocab, o.model.seq_len, o.micro_batch, o.accumulation_steps, world,
                uint64_t(o.seed), 0.0, o.valid_data_path.empty() ? o.split_train : 1.0),
       valid_(make_validation(o, world)),
+      memory_(guard_then_check(o, host_world)),
       engine_(o.model, o.zero, o.micro_batch, world, uint64_t(o.seed), backend) {
   start_from_model_file_or_checkpoint();
   if (rank0_ && !o.metrics_file.empty())
@@ -212,6 +240,12 @@ Run::Run(const TrainOptions& o, comm::Communicator& world, Ops* backend, const s
   if (rank0_) {
     print_banner(o, world, engine_, batches_.loader(), valid_.loader != nullptr);
     std::printf("  device %s, communication over %s\n", describe_backend(backend).c_str(), transport.c_str());
+    std::printf(
+        "  memory guard: each rank needs up to %s at its peak; this one may use %s (%s %s shared by %d "
+        "rank%s on its machine)\n",
+        format_bytes(size_t(memory_.need)).c_str(), format_bytes(size_t(memory_.budget)).c_str(),
+        memory_.source.c_str(), format_bytes(size_t(memory_.machine_memory)).c_str(),
+        memory_.ranks_on_machine, memory_.ranks_on_machine == 1 ? "" : "s");
   }
   if (rank0_ && !valid_.note.empty()) std::printf("  note: %s\n", valid_.note.c_str());
   std::signal(SIGTERM, on_stop_signal);
@@ -271,9 +305,24 @@ void Run::loop() {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     StepMetrics s = measure(r, lr, ms);
     s.traffic = traffic.collect();
+    const bool final_step = iteration_ == o_.train_iters || r.stop ||
+                            (o_.exit_interval > 0 && iteration_ % o_.exit_interval == 0);
+    if (final_step) {  // every rank's peak so far, in the last metrics line
+      s.peak_rss_bytes_per_rank = peak_rss_of_ranks();
+      s.predicted_peak_bytes = memory_.need;
+    }
     if (metrics_) metrics_->write(s);
     interval_.loss += r.loss, interval_.ms += ms, ++interval_.steps, interval_.traffic += s.traffic;
+    if (iteration_ == first_iteration_ + 1) {
+      print_memory_after_first_step();
+      traffic.skip();  // its gather of every rank's peak RSS is no step's traffic
+    }
     after_step(r, s, exit_now);
+  }
+  const std::vector<double> peaks = peak_rss_of_ranks();  // checkpoints included
+  if (rank0_) {
+    std::printf("peak RSS (VmHWM) per rank: %s; the memory guard predicted %s\n", peaks_text(peaks).c_str(),
+                format_bytes(size_t(memory_.need)).c_str());
   }
 }
 
@@ -290,18 +339,12 @@ StepMetrics Run::measure(const ZeroEngine::StepResult& r, double lr, double ms) 
   s.tokens_per_s = double(o_.global_batch) * o_.model.seq_len / (ms / 1000.0);
   s.mfu = o_.model.model_flops_per_token() * s.tokens_per_s / world_.size() / (sgemm_gflops_ * 1e9);
   s.device = o_.device;
+  s.peak_rss_bytes = peak_rss_bytes();  // rank 0's (the metrics file is rank 0's)
   return s;
 }
 
 // Validation, the progress line, checkpoints and stopping, in that order, after every step.
 void Run::after_step(const ZeroEngine::StepResult& r, const StepMetrics& s, bool& exit_now) {
-  if (rank0_ && iteration_ == first_iteration_ + 1) {
-    // Gather and bucket buffers and hpZ secondaries exist only once a step has run.
-    std::printf("after the first step, %s", engine_.memory_table().c_str());
-    if (const size_t peak = backend_peak_device_bytes(backend_); peak > 0)
-      std::printf("  device peak      %s (the most GPU memory rank 0 has held at once)\n",
-                  bytes_text(double(peak)).c_str());
-  }
   const bool last = iteration_ == o_.train_iters;
   if (valid_.loader && (iteration_ % o_.eval_interval == 0 || last)) last_val_ = evaluate();
   if (rank0_ && (iteration_ % o_.log_interval == 0 || last || r.stop)) print_progress(r, s);
@@ -345,6 +388,56 @@ void Run::print_progress(const ZeroEngine::StepResult& r, const StepMetrics& s) 
   interval_ = Interval{};
 }
 
+// Every rank's VmHWM, gathered over the host world (a collective: every rank calls it).
+std::vector<double> Run::peak_rss_of_ranks() {
+  const double mine = peak_rss_bytes();
+  std::vector<double> all(host_world_.size());
+  host_world_.all_gather(&mine, all.data(), sizeof mine, comm::Phase::kOther).wait();
+  return all;
+}
+
+// The engine's table (each state's arena peak) completed with what no arena holds, counted as the guard
+// counts it (the MPI ring's staging, the engine's start-up copy, checkpoint copies) and the process baseline
+// the guard measured: its total is the predicted peak, beside every rank's measured peak RSS. Gather and
+// bucket buffers and hpZ secondaries exist only once a step has run.
+void Run::print_memory_after_first_step() {
+  const std::vector<double> peaks = peak_rss_of_ranks();
+  if (!rank0_) return;
+  const comm::Topology& t = host_world_.topology();
+  const MemoryNeed predicted = rank_memory_need(o_, t.num_nodes(), t.ranks_per_node, memory_.baseline);
+  std::printf(
+      "after the first step, memory per rank (ZeRO stage %d, %s, W = %d; arena peaks, then what the "
+      "arenas do not hold)\n",
+      o_.zero.stage, precision_name(o_.zero.precision), world_.size());
+  double total = 0;
+  auto row = [&](const std::string& state, double bytes, const std::string& note) {
+    total += bytes;
+    std::printf("  %-22s %12s%s%s\n", state.c_str(), format_bytes(size_t(bytes)).c_str(),
+                note.empty() ? "" : "   ", note.c_str());
+  };
+  for (const ZeroEngine::MemoryLine& line : engine_.memory()) {
+    row(line.state, double(line.bytes),
+        line.formula.empty()
+            ? ""
+            : "ZeRO formula " + line.formula + " = " + format_bytes(size_t(line.formula_bytes)));
+  }
+  for (const char* state :
+       {"communication staging", "start-up copy", "checkpoint copy", "process baseline"}) {
+    if (const double bytes = predicted.of(state); bytes > 0) {
+      row(state, bytes, std::string(state) == "process baseline" ? "measured before the engine" : "counted");
+    }
+  }
+  const double largest = *std::max_element(peaks.begin(), peaks.end());
+  std::printf("  %-22s %12s   the memory guard predicted %s\n", "total", format_bytes(size_t(total)).c_str(),
+              format_bytes(size_t(predicted.total)).c_str());
+  std::printf("  %-22s %12s   the largest of the ranks' (%s); the total is %+.1f%% of it\n",
+              "peak RSS (VmHWM)", format_bytes(size_t(largest)).c_str(), peaks_text(peaks).c_str(),
+              100 * (total / largest - 1));
+  if (const size_t peak = backend_peak_device_bytes(backend_); peak > 0)
+    std::printf("  device peak      %s (the most GPU memory rank 0 has held at once)\n",
+                bytes_text(double(peak)).c_str());
+}
+
 double Run::evaluate() {
   const double loss =
       validation_loss(engine_, *valid_.loader, o_.micro_batch, o_.model.seq_len, o_.eval_iters, world_);
@@ -367,15 +460,12 @@ void Run::save(const char* why) {
 
 int train(const TrainOptions& o, comm::Communicator& world) {
   if (o.threads > 0) cpu::set_num_threads(o.threads);
-  if (std::string problem = ZeroEngine::check_zeropp(o.zero, world.topology()); !problem.empty()) {
-    throw UsageError(problem);
-  }
   if (std::string problem = ZeroEngine::check_offload(o.zero, o.model, world.size()); !problem.empty()) {
     throw UsageError(problem);
   }
   const std::unique_ptr<Ops> backend = make_backend(o.device, world.topology().machine_rank());
   const DeviceWorld device_world = make_device_world(world, backend.get(), o.comm_timeout);
-  Run run(o, device_world.nccl ? *device_world.nccl : world, backend.get(), device_world.description);
+  Run run(o, device_world.nccl ? *device_world.nccl : world, backend.get(), device_world.description, world);
   run.loop();
   return 0;
 }

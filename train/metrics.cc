@@ -68,6 +68,11 @@ std::string to_json(const StepMetrics& m) {
   j["tokens_per_s"] = m.tokens_per_s;
   j["mfu"] = m.mfu;
   j["device"] = m.device;
+  j["peak_rss_bytes"] = m.peak_rss_bytes;
+  if (!m.peak_rss_bytes_per_rank.empty()) {
+    j["peak_rss_bytes_per_rank"] = m.peak_rss_bytes_per_rank;
+    j["predicted_peak_bytes"] = m.predicted_peak_bytes;
+  }
   j["bytes_intra_node"] = m.traffic.total(comm::Link::kIntraNode);
   j["bytes_inter_node"] = m.traffic.total(comm::Link::kInterNode);
   nlohmann::ordered_json phases, waits;

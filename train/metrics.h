@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "comm/traffic.h"
@@ -19,6 +20,9 @@ class StepTraffic {
  public:
   explicit StepTraffic(comm::Communicator& world);
   comm::TrafficCounts collect();
+  // What this rank sent since the last collect() belongs to no step (gpt_train's gather of every rank's peak
+  // RSS after the first step): leave it out of the next one.
+  void skip() { baseline_ = world_.meter().snapshot(); }
 
  private:
   comm::Communicator& world_;
@@ -39,6 +43,10 @@ struct StepMetrics {
   int64_t skipped_total = 0;
   double ms = 0, tokens_per_s = 0, mfu = 0;
   std::string device = "cpu";  // --device
+  double peak_rss_bytes = 0;   // VmHWM of the rank writing the metrics so far
+  // The last step only: every rank's VmHWM and the memory guard's prediction (train/memory_guard.h).
+  std::vector<double> peak_rss_bytes_per_rank;
+  double predicted_peak_bytes = 0;
   comm::TrafficCounts traffic;
 };
 

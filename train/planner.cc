@@ -1,12 +1,13 @@
 // The planner's numbers: memory per GPU, bytes per step and predicted time for each configuration; see
 // planner.h. The text and JSON are written in planner_report.cc.
 //
-// Memory is planned for a GPU backend, which differs from the CPU backend's arena in two places: activations
-// are kept in the compute dtype (2 bytes with fp16/bf16) where the CPU keeps fp32, and a gathered unit is
-// used in the compute dtype directly where the CPU widens it to fp32. Everything else is what the engine
-// allocates (zero/engine.cc, gather.cc, reduce.cc): fp32 master, Adam moments and gradient shards, the
-// compute-weight shard, hpZ secondaries as they arrived on the wire, fp32 unit and wte gradients, and the
-// gradient buckets in flight.
+// Memory is planned for a GPU backend (MemoryTarget::kGpu), which differs from the CPU backend's arena in two
+// places: activations are kept in the compute dtype (2 bytes with fp16/bf16) where the CPU keeps fp32, and a
+// gathered unit is used in the compute dtype directly where the CPU widens it to fp32. Everything else is
+// what the engine allocates (zero/engine.cc, gather.cc, reduce.cc): fp32 master, Adam moments and gradient
+// shards, the compute-weight shard, hpZ secondaries as they arrived on the wire, fp32 unit and wte
+// gradients, and the gradient buckets in flight. MemoryTarget::kCpu counts what the CPU backend really holds
+// (cpu_buffer_lines below); gpt_train's memory guard and its table after the first step use it.
 #include "train/planner.h"
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "model/params.h"
 #include "zero/engine.h"
 #include "zero/memory_model.h"
+#include "zero/offload_layout.h"
 #include "zero/partition.h"
 #include "zero/reduce.h"
 #include "zero/traffic_model.h"
@@ -110,6 +112,154 @@ std::vector<PlanMemoryLine> buffer_lines(const Partition& p, const ZeroConfig& z
   return lines;
 }
 
+// The ring's staging buffers (comm/mpi_collectives.cc): min(W-1, 2) receive and min(W-2, 2) send buffers of
+// the largest chunk, allocated outside any arena while a reduce-scatter (or an all-reduce's first half) runs.
+double ring_staging_bytes(int world, int64_t chunk_elements, double element_bytes) {
+  if (world < 2) return 0;
+  const int buffers = std::min(world - 1, 2) + std::min(world - 2, 2);
+  return buffers * double(chunk_elements) * element_bytes;
+}
+
+// The gradient buckets of stages 2 and 3 as the reducer allocates them: this rank's chunk of each bucket
+// (elements), in backward order.
+std::vector<int64_t> bucket_chunks(const Partition& p, int64_t bucket_size) {
+  std::vector<int> backward;
+  for (int u = int(p.units().size()) - 1; u >= 0; --u) backward.push_back(u);
+  std::vector<int64_t> chunks;
+  for (const std::vector<int>& bucket : plan_buckets(p, backward, bucket_size)) {
+    int64_t chunk = 0;
+    for (int u : bucket) chunk += p.unit(u).shard;
+    chunks.push_back(chunk);
+  }
+  return chunks;
+}
+
+// What the CPU backend holds beyond the state shards. persistent: allocated once and kept (the widened
+// replica, pooled gather and gradient buffers, the token buffers); transient: the largest set alive at once
+// during a step; staging: the MPI ring's buffers, beside the transient ones; startup: the engine
+// constructor's host buffer for the initial master, m and v (zero/engine.cc), beside the persistent ones.
+struct CpuBuffers {
+  std::vector<PlanMemoryLine> parts;
+  double persistent = 0, transient = 0, staging = 0, startup = 0;
+  void add_persistent(const std::string& name, double bytes, const std::string& formula) {
+    if (bytes > 0) parts.push_back({name, bytes, formula});
+    persistent += bytes;
+  }
+};
+
+// Stage 3's pooled gather slots: wte (held across the forward for the tied head), wpe and one block, or two
+// with overlap_comm's prefetch; each as it arrives on the wire and widened to fp32. With qwZ, also this
+// rank's shards quantized once per step.
+void add_gather_slots(const Partition& p, const ZeroConfig& z, size_t largest_block, CpuBuffers& b) {
+  const std::vector<UnitPartition>& units = p.units();
+  const double W = p.world_size(), cb = double(dtype_size(z.precision));
+  auto slot = [&](const UnitPartition& u) {
+    const double wire =
+        z.quantized_weights
+            ? W * double(quant::quantized_bytes(u.shard, kQuantizedWeightBits, z.weight_block))
+            : cb * double(u.padded);
+    return wire + 4.0 * double(u.padded);
+  };
+  const int blocks = z.overlap_comm ? 2 : 1;
+  b.add_persistent(
+      "gathered units",
+      slot(units[ParamTable::kWte]) + slot(units[ParamTable::kWpe]) + blocks * slot(units[largest_block]),
+      "wte, wpe and " + std::to_string(blocks) + " block(s), on the wire and in fp32");
+  if (z.quantized_weights) {
+    double kept = 0;
+    for (const UnitPartition& u : units)
+      kept += double(quant::quantized_bytes(u.shard, kQuantizedWeightBits, z.weight_block));
+    b.add_persistent("quantized shards", kept, "(1+4/B)P/W, qwZ's int8 copy of this rank's shards");
+  }
+}
+
+CpuBuffers cpu_buffers(const Partition& p, const ZeroConfig& z, int nodes, int micro_batch, int seq_len) {
+  CpuBuffers b;
+  const double W = p.world_size(), P = double(p.padded_total()), S = double(p.shard_total());
+  const double cb = double(dtype_size(z.precision));
+  const std::string dtype = precision_name(z.precision);
+  b.add_persistent("tokens", 2.0 * 4 * micro_batch * seq_len, "int32 inputs and targets of one micro-batch");
+  // The engine initializes master, m and v through a host buffer of min(S, sub_group_size) elements each
+  // (ZeroEngine::write_state); with the optimizer on NVMe, through the swap buffers instead.
+  b.startup = z.offload.optimizer_on_nvme() ? 0 : 12 * std::min(S, double(z.offload.sub_group_size));
+  const std::vector<UnitPartition>& units = p.units();
+  size_t largest_block = ParamTable::kWpe;  // the largest unit but the embeddings (wpe without blocks)
+  for (size_t u = 0; u < units.size(); ++u) {
+    const bool embedding = int(u) == ParamTable::kWte || int(u) == ParamTable::kWpe;
+    if (!embedding &&
+        (largest_block == size_t(ParamTable::kWpe) || units[u].padded > units[largest_block].padded))
+      largest_block = u;
+  }
+  if (z.stage < 3) {
+    // Stage 0 widens its compute weights when they are 16-bit; stages 1-2 receive them on the wire and
+    // always keep an fp32 copy for the loop.
+    if (z.stage > 0 || cb != 4) b.add_persistent("compute weights in fp32", 4 * P, "4P, the loop's copy");
+  }
+  if (z.stage == 0) {
+    b.transient = cb * P;  // the gradients on the wire, pre-divided, during the all-reduce
+    b.parts.push_back({"gradients on the wire", b.transient, dtype + " P, during the all-reduce"});
+    const int64_t chunk = (p.padded_total() + p.world_size() - 1) / p.world_size();
+    b.staging = ring_staging_bytes(p.world_size(), chunk, cb) + 4.0 * double(chunk);
+    return b;
+  }
+  if (z.stage == 1) {
+    b.transient = std::max(cb * P + 4 * S, cb * S);  // the reduce-scatter's send and result; the refresh
+    b.parts.push_back({"reduce-scatter", cb * P + 4 * S, dtype + " P rank-major + fp32 P/W result"});
+    b.staging = ring_staging_bytes(p.world_size(), p.shard_total(), cb);
+    return b;
+  }
+  // Stages 2-3: pooled unit gradients (wte's stays open from the head to the embedding).
+  int64_t largest = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (int(u) != ParamTable::kWte) largest = std::max(largest, units[u].numel);
+  }
+  b.add_persistent("unit gradients", 4.0 * double(units[ParamTable::kWte].numel + largest),
+                   "fp32: wte's and the largest other unit's");
+  if (z.stage == 3) add_gather_slots(p, z, largest_block, b);
+  const bool qgz = z.quantized_gradients && nodes >= 2;
+  const std::vector<int64_t> chunks = bucket_chunks(p, z.reduce_bucket_size);
+  const size_t alive = z.overlap_comm ? 3 : 1;
+  const double send_element = qgz ? 4.0 : cb;
+  const double buckets = sum_of_largest<int64_t>(chunks, alive, [&](const int64_t& chunk) {
+    double bytes = W * double(chunk) * send_element + 4.0 * double(chunk);
+    if (qgz)
+      bytes += 2 * W * double(quant::quantized_bytes(chunk, z.intra_node_gradient_bits, z.gradient_block));
+    return bytes;
+  });
+  b.transient = std::max(buckets, z.stage == 2 ? cb * S : 0.0);  // stage 2's refresh comes after them
+  b.parts.push_back(
+      {"gradient buckets", buckets,
+       std::to_string(std::min(alive, chunks.size())) + " x the largest bucket, sent and reduced"});
+  if (!qgz)
+    b.staging = ring_staging_bytes(p.world_size(), *std::max_element(chunks.begin(), chunks.end()), cb);
+  return b;
+}
+
+// Tiers in memory and on disk, and the swap traffic of one step (planner.h).
+void add_offload(const Partition& p, const ZeroConfig& z, int accumulation_steps, MemoryTarget target,
+                 PlanMemory& m) {
+  for (PlanMemoryLine& line : m.states) {
+    // On a GPU, offload device "cpu" keeps the state in host memory; on the CPU backend that is RAM anyway.
+    const bool to_cpu = (line.state == "master" || line.state == "moments")
+                            ? z.offload.optimizer == OffloadDevice::kCpu
+                            : line.state == "compute weights" && z.offload.param == OffloadDevice::kCpu;
+    if (to_cpu && target == MemoryTarget::kGpu) line.tier = "cpu";
+    double& tier = line.tier == "nvme" ? m.tiers.nvme : line.tier == "cpu" ? m.tiers.cpu : m.tiers.device;
+    if (line.tier != "nvme") tier += line.bytes;
+  }
+  const OffloadLayout layout = make_offload_layout(p, z);
+  m.tiers.nvme = double(layout.optimizer_file_bytes + layout.param_file_bytes);
+  const double S = double(p.shard_total()), cb = double(dtype_size(z.precision));
+  if (z.offload.optimizer_on_nvme()) {
+    m.offload.nvme_read += 12 * S;
+    m.offload.nvme_written += 12 * S;
+  }
+  if (z.offload.param_on_nvme()) {
+    m.offload.nvme_read += 2.0 * accumulation_steps * cb * S;  // a forward and a backward gather pass
+    m.offload.nvme_written += cb * S;
+  }
+}
+
 PlanTiming predict_time(const Plan& plan, const PlanVariant& v) {
   const PlanOptions& c = plan.cluster;
   PlanTiming t;
@@ -138,7 +288,23 @@ PlanTiming predict_time(const Plan& plan, const PlanVariant& v) {
   const double fwd = gathers_overlap ? t.comm[0] : 0, bwd = gathers_overlap ? t.comm[1] : 0;
   const double reduce = reduce_overlaps ? t.comm[2] : 0;
   const double serial = (t.comm[0] - fwd) + (t.comm[1] - bwd) + (t.comm[2] - reduce);
-  t.step = std::max(t.compute_forward, fwd) + std::max(t.compute_backward, bwd + reduce) + serial;
+  // The disk: a node's GPUs share it, so each moves its bytes at 1/gpus_per_node of the rate. Parameter
+  // reads run ahead of their pass's gathers (hidden with overlap_comm, as the gathers are); the optimizer's
+  // swap and the parameter writes run between the backward and the next forward and add to the step.
+  const PlanOffloadTraffic& io = v.memory.offload;
+  const double share = c.gpus_per_node;
+  t.nvme_read = io.nvme_read * share / c.nvme_read_bytes_per_s;
+  t.nvme_write = io.nvme_written * share / c.nvme_write_bytes_per_s;
+  const double param_read = v.zero.offload.param_on_nvme()
+                                ? 2.0 * plan.accumulation_steps * double(dtype_size(v.zero.precision)) *
+                                      double(plan.padded_params) / plan.world * share /
+                                      c.nvme_read_bytes_per_s
+                                : 0;
+  const double read_pass = param_read / 2;  // per pass direction, over the micro-steps
+  const double hidden_read = v.zero.overlap_comm ? read_pass : 0;
+  const double disk_serial = t.nvme_read + t.nvme_write - 2 * hidden_read;
+  t.step = std::max({t.compute_forward, fwd, hidden_read}) +
+           std::max({t.compute_backward, bwd + reduce, hidden_read}) + serial + disk_serial;
   t.tokens_per_s = t.step > 0 ? double(plan.global_batch) * plan.model.seq_len / t.step : 0;
   return t;
 }
@@ -174,26 +340,47 @@ int64_t activation_elements(const GPTConfig& model, int micro_batch, bool checkp
 }
 
 PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, int ranks_per_node,
-                       int micro_batch) {
+                       int micro_batch, int accumulation_steps, MemoryTarget target) {
   const int world = nodes * ranks_per_node;
   const ParamTable table = make_param_table(model);
   const Partition p = make_partition(table, z, world);
-  const double cb = double(dtype_size(z.precision));
-  const std::string c = cb == 2 ? "2" : "4";
+  const bool cpu = target == MemoryTarget::kCpu;
+  // The CPU backend's loop computes in fp32 whatever the compute dtype.
+  const double ab = cpu ? 4 : double(dtype_size(z.precision));
+  const std::string a = ab == 2 ? "2" : "4";
   PlanMemory m;
   for (const StateFormula& f : zero_state_formulas(p, z, nodes))
-    m.states.push_back({f.state, f.bytes, f.formula});
-  m.buffers = buffer_lines(p, z, nodes);
+    m.states.push_back({f.state, f.bytes, f.formula, f.tier});
   double buffers = 0;
-  for (const PlanMemoryLine& line : m.buffers) buffers += line.bytes;
+  CpuBuffers host;
+  if (cpu) {
+    host = cpu_buffers(p, z, nodes, micro_batch, model.seq_len);
+    m.buffers = host.parts;
+    buffers = host.persistent + host.transient;
+  } else {
+    m.buffers = buffer_lines(p, z, nodes);
+    for (const PlanMemoryLine& line : m.buffers) buffers += line.bytes;
+  }
   m.states.push_back({"buffers", buffers, "below"});
-  m.activations_full = cb * double(activation_elements(model, micro_batch, false));
-  m.activations_checkpointed = cb * double(activation_elements(model, micro_batch, true));
+  if (cpu) {
+    m.states.push_back({"communication staging", host.staging, "the MPI ring's buffers, outside the arenas"});
+    const double startup = std::max(0.0, host.startup - host.transient - host.staging);
+    if (startup > 0) {
+      m.states.push_back({"start-up copy", startup,
+                          "the engine's host buffer for the initial state, 12 min(P/W, sub_group_size), "
+                          "beyond the step's transients"});
+    }
+  }
+  m.activations_full = ab * double(activation_elements(model, micro_batch, false));
+  m.activations_checkpointed = ab * double(activation_elements(model, micro_batch, true));
   m.states.push_back({"activations",
                       z.checkpoint_activations ? m.activations_checkpointed : m.activations_full,
-                      std::string("one micro-batch, ") + c + " bytes per element" +
+                      std::string("one micro-batch, ") + a + " bytes per element" +
                           (z.checkpoint_activations ? ", checkpointed" : "")});
-  for (const PlanMemoryLine& line : m.states) m.total += line.bytes;
+  add_offload(p, z, accumulation_steps, target, m);
+  for (const PlanMemoryLine& line : m.states) {
+    if (line.tier != "nvme") m.total += line.bytes;
+  }
   return m;
 }
 
@@ -204,9 +391,10 @@ Plan make_plan(const TrainOptions& o) {
         "--nodes and --gpus-per-node must be at least 1, for example --nodes 4 --gpus-per-node 16");
   }
   if (!(c.gpu_memory_bytes > 0 && c.intra_node_bytes_per_s > 0 && c.inter_node_bytes_per_s > 0 &&
-        c.gpu_tflops > 0)) {
+        c.gpu_tflops > 0 && c.nvme_read_bytes_per_s > 0 && c.nvme_write_bytes_per_s > 0)) {
     throw UsageError(
-        "--gpu-memory, --intra-node-bandwidth, --inter-node-bandwidth and --gpu-tflops must be positive");
+        "--gpu-memory, --intra-node-bandwidth, --inter-node-bandwidth, --gpu-tflops, --nvme-read-bandwidth "
+        "and --nvme-write-bandwidth must be positive");
   }
   if (std::string problem = o.model.validate(); !problem.empty()) throw UsageError(problem);
   if (o.micro_batch < 1 || o.accumulation_steps < 1) {
@@ -258,7 +446,7 @@ Plan make_plan(const TrainOptions& o) {
   for (size_t i = 0; i < plan.variants.size(); ++i) {
     PlanVariant& v = plan.variants[i];
     if (v.configured) plan.configured = int(i);
-    v.memory = plan_memory(o.model, v.zero, c.nodes, c.gpus_per_node, o.micro_batch);
+    v.memory = plan_memory(o.model, v.zero, c.nodes, c.gpus_per_node, o.micro_batch, o.accumulation_steps);
     if (!v.problem.empty()) continue;
     v.traffic = plan_step_traffic(o.model, v.zero, c.nodes, c.gpus_per_node, o.accumulation_steps);
     v.timing = predict_time(plan, v);

@@ -2,6 +2,10 @@
 // allocating any model memory. Per-GPU memory by state class, the bytes of one optimizer step by phase and
 // link class for ZeRO-3 and every ZeRO++ combination (from zero/traffic_model.h, the closed forms the traffic
 // meter is tested against), and a predicted step time from a simple stated model of compute and links.
+// With ZeRO-Infinity's offload: memory per tier (device, CPU, NVMe), the bytes each rank reads from and
+// writes to its NVMe swap files per step, and their time at stated disk bandwidths. The same memory formulas,
+// counted for the CPU backend (MemoryTarget::kCpu), are what gpt_train's memory guard checks before it
+// allocates.
 #pragma once
 
 #include <array>
@@ -16,19 +20,47 @@
 
 namespace gpt {
 
+// Which backend a memory count is for.
+enum class MemoryTarget {
+  // The planner's GPU: activations and gathered units in the compute dtype; wire memory (pinned host memory
+  // on a GPU) is not counted.
+  kGpu,
+  // The CPU backend as gpt_train runs it (device and wire memory are both RAM): fp32 activations, gathered
+  // units widened to fp32, the widened replica of stages 0-2, the transient buffers of each stage's
+  // reduction, the MPI ring's staging buffers (comm/mpi_collectives.cc) and the engine's start-up copy.
+  kCpu,
+};
+
 // One line of the per-GPU memory table.
 struct PlanMemoryLine {
   std::string state;  // "compute weights", "master", ..., "buffers", "activations"
   double bytes = 0;
   std::string formula;  // ZeRO's formula ("4P/W") or how the bytes were counted
+  // "device" (GPU memory; RAM on the CPU backend), "cpu" (host memory beside a GPU) or "nvme" (swap files:
+  // not in memory, not in total).
+  std::string tier = "device";
+};
+
+// Bytes per rank in each tier. nvme: the swap files' sizes (zero/offload_layout.h).
+struct PlanTiers {
+  double device = 0, cpu = 0, nvme = 0;
+};
+
+// Bytes one rank reads from and writes to its NVMe swap files in one optimizer step: the optimizer's
+// master, m and v (12P/W) once each way; the compute-weight shard (cP/W) read once per gather pass (forward
+// and backward of each micro-step) and written once after the step.
+struct PlanOffloadTraffic {
+  double nvme_read = 0, nvme_written = 0;
 };
 
 struct PlanMemory {
-  std::vector<PlanMemoryLine> states;   // in the order printed; their bytes sum to total
+  std::vector<PlanMemoryLine> states;   // in the order printed; the bytes of those in memory sum to total
   std::vector<PlanMemoryLine> buffers;  // what the "buffers" line is made of
   double activations_full = 0;          // one micro-batch without activation checkpointing
   double activations_checkpointed = 0;  // with it: block inputs plus one block's activations
-  double total = 0;
+  double total = 0;                     // in memory: the device and cpu tiers
+  PlanTiers tiers;
+  PlanOffloadTraffic offload;
   double of(const std::string& state) const;  // bytes of a state line, 0 when absent
 };
 
@@ -37,6 +69,7 @@ struct PlanTiming {
   double compute_forward = 0, compute_backward = 0;
   std::array<double, 3> comm{};  // param_gather_fwd, param_gather_bwd, grad_reduce: max over link classes
   std::array<std::array<double, 2>, 3> link{};  // [phase][intra, inter]
+  double nvme_read = 0, nvme_write = 0;         // a node's disk shared by its GPUs: all of a step's swap I/O
   double step = 0;
   double tokens_per_s = 0;
 };
@@ -77,10 +110,11 @@ comm::TrafficCounts plan_step_traffic(const GPTConfig& model, const ZeroConfig& 
 // head and the residual gradient.
 int64_t activation_elements(const GPTConfig& model, int micro_batch, bool checkpoint_activations);
 
-// The memory one GPU would hold for this configuration on nodes x ranks_per_node GPUs (the assumptions are
-// printed by plan_report and listed in planner.cc).
+// The memory one rank would hold for this configuration on nodes x ranks_per_node ranks (the assumptions
+// are printed by plan_report and listed in planner.cc), and its NVMe traffic per step of
+// accumulation_steps micro-steps.
 PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& zero, int nodes, int ranks_per_node,
-                       int micro_batch);
+                       int micro_batch, int accumulation_steps = 1, MemoryTarget target = MemoryTarget::kGpu);
 
 // Everything the report prints. Throws UsageError when the cluster or batch cannot be planned.
 Plan make_plan(const TrainOptions& options);

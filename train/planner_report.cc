@@ -83,7 +83,31 @@ void configuration(std::ostream& out, const Plan& plan, const PlanVariant& v) {
   out << ", qgZ " << on_off(z.quantized_gradients);
   if (z.quantized_gradients) out << " (" << describe_qgz(z) << ")";
   out << " (\"" << v.name << "\" below)\n";
+  const OffloadConfig& f = z.offload;
+  if (f.optimizer != OffloadDevice::kNone || f.param != OffloadDevice::kNone) {
+    out << "  offload     optimizer " << offload_device_name(f.optimizer) << ", parameters "
+        << offload_device_name(f.param) << format(", sub_group_size %lld; ", (long long)f.sub_group_size)
+        << format("NVMe %s/s read, %s/s write per node\n", size_text(c.nvme_read_bytes_per_s).c_str(),
+                  size_text(c.nvme_write_bytes_per_s).c_str());
+  }
   if (!v.problem.empty()) out << "  PROBLEM     " << v.problem << "\n";
+}
+
+bool offloaded(const ZeroConfig& z) {
+  return z.offload.optimizer != OffloadDevice::kNone || z.offload.param != OffloadDevice::kNone;
+}
+
+// Memory per tier and the swap traffic of a step, when anything is offloaded.
+void tiers(std::ostream& out, const PlanVariant& v) {
+  if (!offloaded(v.zero)) return;
+  const PlanMemory& m = v.memory;
+  out << format("  %-18s %10s  device, %s cpu (host memory beside the GPU), %s nvme (swap files)\n",
+                "per tier", size_text(m.tiers.device).c_str(), size_text(m.tiers.cpu).c_str(),
+                size_text(m.tiers.nvme).c_str());
+  out << format(
+      "  %-18s %10s  read and %s written per step (12P/W each way for the optimizer; the\n"
+      "                                compute-weight shard read per gather pass, written once)\n",
+      "NVMe traffic", size_text(m.offload.nvme_read).c_str(), size_text(m.offload.nvme_written).c_str());
 }
 
 void memory(std::ostream& out, const Plan& plan, const PlanVariant& v) {
@@ -93,7 +117,8 @@ void memory(std::ostream& out, const Plan& plan, const PlanVariant& v) {
   if (v.zero.quantized_weights) out << ", B = qwZ block " << v.zero.weight_block;
   out << ")\n";
   for (const PlanMemoryLine& line : m.states) {
-    const std::string formula = line.formula == "below" ? "" : "  " + line.formula;
+    std::string formula = line.formula == "below" ? "" : "  " + line.formula;
+    if (offloaded(v.zero)) formula = "  [" + line.tier + "]" + formula;
     out << format("  %-18s %10s%s\n", line.state.c_str(), size_text(line.bytes).c_str(), formula.c_str());
     if (line.state != "buffers") continue;  // its parts follow it
     for (const PlanMemoryLine& part : m.buffers) {
@@ -105,11 +130,13 @@ void memory(std::ostream& out, const Plan& plan, const PlanVariant& v) {
                 "checkpointed", size_text(m.activations_checkpointed).c_str());
   out << format("    %-16s %10s  every block's saved tensors\n", "not checkpointed",
                 size_text(m.activations_full).c_str());
-  const double margin = plan.cluster.gpu_memory_bytes - m.total;
-  out << format("  %-18s %10s  of %s: %s\n", "total", size_text(m.total).c_str(),
+  // The GPU holds the device tier; the cpu tier is host memory.
+  const double margin = plan.cluster.gpu_memory_bytes - m.tiers.device;
+  out << format("  %-18s %10s  of %s: %s\n", "total", size_text(m.tiers.device).c_str(),
                 size_text(plan.cluster.gpu_memory_bytes).c_str(),
                 margin >= 0 ? ("fits, " + size_text(margin) + " to spare").c_str()
                             : ("DOES NOT FIT, " + size_text(-margin) + " over").c_str());
+  tiers(out, v);
 }
 
 void traffic(std::ostream& out, const Plan& plan) {
@@ -148,8 +175,8 @@ void timing(std::ostream& out, const Plan& plan) {
   const ZeroConfig& z = plan.variants[plan.configured].zero;
   const double tokens_per_gpu = double(plan.micro_batch) * plan.accumulation_steps * plan.model.seq_len;
   out << "\nPredicted step time (the model below)\n";
-  out << format("    %-9s %9s %11s %11s %11s %9s %11s %8s %10s\n", "", "compute", "gather fwd", "gather bwd",
-                "reduce", "step", "tokens/s", "vs zero3", "memory");
+  out << format("    %-9s %9s %11s %11s %11s %9s %9s %11s %8s %10s\n", "", "compute", "gather fwd",
+                "gather bwd", "reduce", "NVMe", "step", "tokens/s", "vs zero3", "memory");
   double zero3 = 0;
   for (const PlanVariant& v : plan.variants) {
     if (v.name == "zero3") zero3 = v.timing.tokens_per_s;
@@ -157,12 +184,13 @@ void timing(std::ostream& out, const Plan& plan) {
   for (const PlanVariant& v : plan.variants) {
     if (!v.problem.empty()) continue;
     const PlanTiming& t = v.timing;
-    const bool fits = v.memory.total <= c.gpu_memory_bytes;
-    out << format("  %s%-9s %9s %11s %11s %11s %9s %11.0f %7.2fx %10s%s\n", v.configured ? "* " : "  ",
+    const bool fits = v.memory.tiers.device <= c.gpu_memory_bytes;
+    out << format("  %s%-9s %9s %11s %11s %11s %9s %9s %11.0f %7.2fx %10s%s\n", v.configured ? "* " : "  ",
                   v.name.c_str(), ms_text(t.compute_forward + t.compute_backward).c_str(),
                   ms_text(t.comm[0]).c_str(), ms_text(t.comm[1]).c_str(), ms_text(t.comm[2]).c_str(),
-                  ms_text(t.step).c_str(), t.tokens_per_s, zero3 > 0 ? t.tokens_per_s / zero3 : 0.0,
-                  size_text(v.memory.total).c_str(), fits ? "" : " (does not fit)");
+                  ms_text(t.nvme_read + t.nvme_write).c_str(), ms_text(t.step).c_str(), t.tokens_per_s,
+                  zero3 > 0 ? t.tokens_per_s / zero3 : 0.0, size_text(v.memory.tiers.device).c_str(),
+                  fits ? "" : " (does not fit)");
   }
   out << "  * the configuration given\n";
   out << "\nThe model\n";
@@ -190,6 +218,12 @@ void timing(std::ostream& out, const Plan& plan) {
     out << "  step        = compute + comm(gather fwd) + comm(gather bwd) + comm(reduce) (overlap_comm "
            "off)\n";
   }
+  out << format(
+      "  NVMe        = bytes x %d GPUs per node / (%s/s read, %s/s write): a node's disk is shared by its\n"
+      "                GPUs; parameter reads run ahead of their pass (hidden with overlap_comm like the\n"
+      "                gathers); the optimizer's swap and the parameter writes add to the step\n",
+      c.gpus_per_node, size_text(c.nvme_read_bytes_per_s).c_str(),
+      size_text(c.nvme_write_bytes_per_s).c_str());
   out << "  not modelled: the optimizer step, the first gather of a pass, per-message latency, kernels\n";
   out << "                slower than --gpu-tflops\n";
   out << "  memory      planned for a GPU: activations in the compute dtype (2 bytes per element with\n";
@@ -212,8 +246,10 @@ nlohmann::json memory_json(const PlanMemory& m, double gpu_memory) {
   j["activations_without_checkpointing"] = m.activations_full;
   j["activations_with_checkpointing"] = m.activations_checkpointed;
   j["total"] = m.total;
-  j["fits"] = m.total <= gpu_memory;
-  j["margin"] = gpu_memory - m.total;
+  j["fits"] = m.tiers.device <= gpu_memory;
+  j["margin"] = gpu_memory - m.tiers.device;
+  j["tiers"] = {{"device", m.tiers.device}, {"cpu", m.tiers.cpu}, {"nvme", m.tiers.nvme}};
+  j["nvme_bytes_per_step"] = {{"read", m.offload.nvme_read}, {"written", m.offload.nvme_written}};
   return j;
 }
 
@@ -240,7 +276,9 @@ std::string plan_json(const Plan& plan) {
                   {"gpu_memory_bytes", c.gpu_memory_bytes},
                   {"intra_node_bytes_per_s", c.intra_node_bytes_per_s},
                   {"inter_node_bytes_per_s", c.inter_node_bytes_per_s},
-                  {"gpu_tflops", c.gpu_tflops}};
+                  {"gpu_tflops", c.gpu_tflops},
+                  {"nvme_read_bytes_per_s", c.nvme_read_bytes_per_s},
+                  {"nvme_write_bytes_per_s", c.nvme_write_bytes_per_s}};
   j["batch"] = {{"micro_batch", plan.micro_batch},
                 {"accumulation_steps", plan.accumulation_steps},
                 {"global_batch", plan.global_batch},
@@ -264,10 +302,14 @@ std::string plan_json(const Plan& plan) {
                     {"param_gather_fwd", t.comm[0]},
                     {"param_gather_bwd", t.comm[1]},
                     {"grad_reduce", t.comm[2]},
+                    {"nvme_read", t.nvme_read},
+                    {"nvme_write", t.nvme_write},
                     {"step", t.step}};
     jv["tokens_per_s"] = t.tokens_per_s;
     jv["memory_total"] = v.memory.total;
-    jv["fits"] = v.memory.total <= c.gpu_memory_bytes;
+    jv["fits"] = v.memory.tiers.device <= c.gpu_memory_bytes;
+    jv["memory_tiers"] = {
+        {"device", v.memory.tiers.device}, {"cpu", v.memory.tiers.cpu}, {"nvme", v.memory.tiers.nvme}};
     j["variants"].push_back(jv);
   }
   j["notes"] = plan.notes;

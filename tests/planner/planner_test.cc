@@ -221,3 +221,106 @@ TEST_CASE("a cluster that cannot be planned is a usage error") {
       "--nodes and --gpus-per-node must be at least 1, for example --nodes 4 --gpus-per-node 16",
       gpt::UsageError);
 }
+
+TEST_CASE("offload tiers: memory per tier, NVMe bytes per step and their time, in closed form") {
+  gpt::TrainOptions o = tutorial();
+  o.zero.quantized_weights = o.zero.quantized_gradients = false;
+  o.zero.hpz_partition_size = 1;
+  o.accumulation_steps = 2;
+  o.global_batch = 128;
+  o.zero.offload.optimizer = gpt::OffloadDevice::kNvme;
+  o.zero.offload.param = gpt::OffloadDevice::kNvme;
+  o.plan.nvme_read_bytes_per_s = 1.3e9;
+  o.plan.nvme_write_bytes_per_s = 2.9e9;
+  const gpt::Plan plan = gpt::make_plan(o);
+  const gpt::PlanVariant& v = plan.variants[plan.configured];
+  REQUIRE(v.name == "zero3");
+  const gpt::PlanMemory& m = v.memory;
+  const double W = 64, P = double(plan.padded_params), k = 2;
+  // The optimizer's master, m and v (12P/W) read and written once; the fp16 weight shard (2P/W) read in the
+  // forward and the backward of each of the k micro-steps, written once.
+  CHECK(m.offload.nvme_read == doctest::Approx(12 * P / W + 2 * k * 2 * P / W).epsilon(1e-12));
+  CHECK(m.offload.nvme_written == doctest::Approx(12 * P / W + 2 * P / W).epsilon(1e-12));
+  // On disk: the swap files, 14P/W plus 4096-byte alignment of each record and unit.
+  CHECK(m.tiers.nvme >= 14 * P / W);
+  CHECK(m.tiers.nvme < 14 * P / W + 4096.0 * 200);
+  // In memory: no master, moments or compute weights; the swap buffers are host memory beside the GPU.
+  double device = 0;
+  for (const auto& line : m.states) {
+    if (line.state == "master" || line.state == "moments" || line.state == "compute weights") {
+      CHECK(line.tier == "nvme");
+    } else if (line.tier == "device") {
+      device += line.bytes;
+    }
+  }
+  CHECK(m.tiers.device == device);
+  CHECK(m.tiers.cpu == m.of("swap buffers"));
+  CHECK(m.tiers.cpu > 0);
+  CHECK(m.total == m.tiers.device + m.tiers.cpu);
+  // A node's 16 GPUs share its disk: each moves its bytes at 1/16 of the stated rates.
+  CHECK(v.timing.nvme_read == doctest::Approx(m.offload.nvme_read * 16 / 1.3e9));
+  CHECK(v.timing.nvme_write == doctest::Approx(m.offload.nvme_written * 16 / 2.9e9));
+  // Only the parameter reads (one pass each way, with overlap_comm) can hide; the rest adds to the step.
+  const double read_per_pass = k * 2 * P / W * 16 / 1.3e9;
+  CHECK(v.timing.step >= v.timing.nvme_read + v.timing.nvme_write - 2 * read_per_pass);
+  const std::string report = gpt::plan_report(o);
+  CHECK(report.find("NVMe traffic") != std::string::npos);
+  const nlohmann::json j = last_json_line(report).at("plan");
+  CHECK(j.at("memory").at("nvme_bytes_per_step").at("read").get<double>() == m.offload.nvme_read);
+  CHECK(j.at("memory").at("tiers").at("nvme").get<double>() == m.tiers.nvme);
+  CHECK(j.at("cluster").at("nvme_write_bytes_per_s").get<double>() == 2.9e9);
+
+  // Slower disks: the step grows by the bytes over the rate.
+  gpt::TrainOptions slow = o;
+  slow.plan.nvme_write_bytes_per_s = 1.45e9;
+  const gpt::PlanVariant& s = gpt::make_plan(slow).variants[plan.configured];
+  CHECK(s.timing.step - v.timing.step == doctest::Approx(m.offload.nvme_written * 16 / 2.9e9).epsilon(1e-9));
+}
+
+TEST_CASE(
+    "offload device cpu: the optimizer state is planned in the GPU's host memory, without disk traffic") {
+  gpt::TrainOptions o = tutorial();
+  o.zero.offload.optimizer = gpt::OffloadDevice::kCpu;
+  const gpt::Plan plan = gpt::make_plan(o);
+  const gpt::PlanMemory& m = plan.variants[plan.configured].memory;
+  const double S = double(plan.padded_params) / 64;
+  CHECK(m.tiers.cpu == 12 * S);
+  CHECK(m.offload.nvme_read == 0);
+  CHECK(m.tiers.nvme == 0);
+  CHECK(m.tiers.device == m.total - 12 * S);
+}
+
+TEST_CASE(
+    "the CPU backend's count: fp32 activations, widened weights, the ring's staging, the start-up copy") {
+  gpt::GPTConfig model;  // GPT-2 124M at sequence 64
+  model.num_layers = 12;
+  model.hidden = 768;
+  model.heads = 12;
+  model.seq_len = 64;
+  model.max_positions = 1024;
+  model.vocab = 50257;
+  gpt::ZeroConfig z;
+  z.precision = gpt::DType::kF16;
+  const gpt::PlanMemory gpu = gpt::plan_memory(model, z, 1, 4, 1);
+  const gpt::PlanMemory cpu = gpt::plan_memory(model, z, 1, 4, 1, 1, gpt::MemoryTarget::kCpu);
+  const double P = 124475904;  // padded to multiples of 8 x 4 per unit
+  CHECK(cpu.of("activations") == 2 * gpu.of("activations"));
+  // Stage 0: the fp32 copy of the fp16 weights (4P), the gradients on the wire (2P), two int32 token rows.
+  CHECK(cpu.of("buffers") == 4 * P + 2 * P + 2 * 4 * 64);
+  // All-reduce on 4 ranks: 2 receive and 2 send buffers of P/4 fp16 values, and the fp32 sum of one chunk.
+  CHECK(cpu.of("communication staging") == 4 * (P / 4) * 2 + 4 * (P / 4));
+  CHECK(cpu.of("start-up copy") == 0);  // 4P of initial master is less than the step's 2P + 2P + P
+  // Stage 3 with overlap_comm: wte, wpe and two blocks gathered (fp16 wire + fp32 copy), wte's and one
+  // block's fp32 gradient, one bucket of everything (reduce_bucket_size 5e8): send 2P, result 4P/4.
+  z.stage = 3;
+  z.overlap_comm = true;
+  const gpt::PlanMemory s3 = gpt::plan_memory(model, z, 1, 4, 1, 1, gpt::MemoryTarget::kCpu);
+  const double wte = 50304.0 * 768, wpe = 1024.0 * 768, block = 12.0 * 768 * 768 + 13 * 768;
+  const double gathered = 6 * (wte + wpe + 2 * block), gradients = 4 * (wte + block);
+  CHECK(s3.of("buffers") == doctest::Approx(gathered + gradients + 2 * P + P + 2 * 4 * 64).epsilon(1e-6));
+  CHECK(s3.of("communication staging") == 4 * (P / 4) * 2);
+  const double S = P / 4;
+  double states = 18 * S;
+  CHECK(s3.total == doctest::Approx(states + s3.of("buffers") + s3.of("communication staging") +
+                                    s3.of("activations") + s3.of("start-up copy")));
+}

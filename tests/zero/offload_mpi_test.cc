@@ -1,6 +1,6 @@
 // ZeRO-Infinity under MPI (run at 1 and 4 ranks): training with the optimizer state and the compute weights
-// on NVMe (swap files in the test's temporary folder, many small sub-groups) equals in-memory training bit for
-// bit, every step's loss and the final master weights, and leaves no swap folder behind.
+// on NVMe (swap files in the test's temporary folder, many small sub-groups) equals in-memory training bit
+// for bit, every step's loss and the final master weights, and leaves no swap folder behind.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
