@@ -236,14 +236,10 @@ CpuBuffers cpu_buffers(const Partition& p, const ZeroConfig& z, int nodes, int m
 }
 
 // Tiers in memory and on disk, and the swap traffic of one step (planner.h).
-void add_offload(const Partition& p, const ZeroConfig& z, int accumulation_steps, MemoryTarget target,
-                 PlanMemory& m) {
-  for (PlanMemoryLine& line : m.states) {
-    // On a GPU, offload device "cpu" keeps the state in host memory; on the CPU backend that is RAM anyway.
-    const bool to_cpu = (line.state == "master" || line.state == "moments")
-                            ? z.offload.optimizer == OffloadDevice::kCpu
-                            : line.state == "compute weights" && z.offload.param == OffloadDevice::kCpu;
-    if (to_cpu && target == MemoryTarget::kGpu) line.tier = "cpu";
+void add_offload(const Partition& p, const ZeroConfig& z, int accumulation_steps, PlanMemory& m) {
+  // Offload device "cpu" puts a state in the "cpu" tier (zero/memory_model.h): host memory beside a GPU, RAM
+  // on the CPU backend, where every tier but "nvme" is RAM.
+  for (const PlanMemoryLine& line : m.states) {
     double& tier = line.tier == "nvme" ? m.tiers.nvme : line.tier == "cpu" ? m.tiers.cpu : m.tiers.device;
     if (line.tier != "nvme") tier += line.bytes;
   }
@@ -377,7 +373,7 @@ PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, i
                       z.checkpoint_activations ? m.activations_checkpointed : m.activations_full,
                       std::string("one micro-batch, ") + a + " bytes per element" +
                           (z.checkpoint_activations ? ", checkpointed" : "")});
-  add_offload(p, z, accumulation_steps, target, m);
+  add_offload(p, z, accumulation_steps, m);
   for (const PlanMemoryLine& line : m.states) {
     if (line.tier != "nvme") m.total += line.bytes;
   }

@@ -14,8 +14,11 @@ std::vector<StateFormula> zero_state_formulas(const Partition& p, const ZeroConf
   const double cb = double(dtype_size(z.precision));
   const std::string c = cb == 2 ? "2" : "4";
   std::vector<StateFormula> lines;
-  const char* param_tier = z.offload.param_on_nvme() ? "nvme" : "device";
-  const char* optimizer_tier = z.offload.optimizer_on_nvme() ? "nvme" : "device";
+  auto tier = [](OffloadDevice device) {
+    return device == OffloadDevice::kNvme ? "nvme" : device == OffloadDevice::kCpu ? "cpu" : "device";
+  };
+  const char* param_tier = tier(z.offload.param);
+  const char* optimizer_tier = tier(z.offload.optimizer);
   lines.push_back(
       {"compute weights", z.stage == 3 ? c + "P/W" : c + "P", z.stage == 3 ? cb * S : cb * P, param_tier});
   lines.push_back({"master", z.stage >= 1 ? "4P/W" : "4P", 4 * S, optimizer_tier});
