@@ -273,7 +273,8 @@ TEST_CASE("offload tiers: memory per tier, NVMe bytes per step and their time, i
   // Slower disks: the step grows by the bytes over the rate.
   gpt::TrainOptions slow = o;
   slow.plan.nvme_write_bytes_per_s = 1.45e9;
-  const gpt::PlanVariant& s = gpt::make_plan(slow).variants[plan.configured];
+  const gpt::Plan slow_plan = gpt::make_plan(slow);
+  const gpt::PlanVariant& s = slow_plan.variants[plan.configured];
   CHECK(s.timing.step - v.timing.step == doctest::Approx(m.offload.nvme_written * 16 / 2.9e9).epsilon(1e-9));
 }
 
