@@ -46,7 +46,7 @@ has_room() { (($(free_bytes) > $1 * 18 * 11 / 10)); }
 
 for part in $parts; do
   case $part in
-    1) bazel-bin/bench/offload_swapper --nvme-path "$nvme_path" --size "$size" | sed 's/^{/{"part":"swapper",/' >>"$out" ;;
+    1) bazel-bin/bench/offload_swapper --nvme-path "$nvme_path" --size "$size" --repeats 3 | sed 's/^{/{"part":"swapper",/' >>"$out" ;;
     2)
       gpt2=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq 512 --batch 1 --fp16 --steps 4)
       train ram "${gpt2[@]}"
@@ -60,8 +60,9 @@ for part in $parts; do
         echo "{\"part\":\"gpt2_xl\",\"skipped\":\"$(free_bytes) bytes free in $nvme_path\"}" >>"$out"; fi
       ;;
     4)
+      # Its wte shard (50304 x 2560 = 129M elements) needs offload_param.buffer_size above DeepSpeed's 1e8.
       b27=(--num-layers 32 --hidden-size 2560 --num-attention-heads 20 --seq 512 --batch 1 --fp16 --steps 3
-        --checkpoint-activations --offload-optimizer nvme --offload-param nvme)
+        --checkpoint-activations --offload-optimizer nvme --offload-param nvme --param-buffer-size 130000000)
       if has_room 2700000000; then train gpt_2.7b "${b27[@]}"; else
         echo "{\"part\":\"gpt_2.7b\",\"skipped\":\"$(free_bytes) bytes free in $nvme_path\"}" >>"$out"; fi
       ;;

@@ -31,6 +31,7 @@ struct Options {
   std::string offload_optimizer = "none", offload_param = "none", nvme_path;
   int64_t sub_group_size = gpt::kDefaultSubGroupSize;
   int buffer_count = 4;
+  int64_t param_buffer_size = 100'000'000;  // offload_param.buffer_size: at least the largest unit shard
   // Elements per gradient bucket. DeepSpeed's default of 5e8 means 3 GB per bucket in flight at one rank
   // (fp16 sends, fp32 results); ZeRO-Infinity's examples use small buckets, and so does this bench.
   int64_t reduce_bucket_size = 50'000'000;
@@ -57,6 +58,9 @@ bool parse(int argc, char** argv, Options& o) {
   flags.add_int64("--sub-group-size", &o.sub_group_size, "zero_optimization.sub_group_size", 2048,
                   int64_t(1) << 40);
   flags.add_int("--buffer-count", &o.buffer_count, "offload_optimizer.buffer_count", 1, 64);
+  flags.add_int64("--param-buffer-size", &o.param_buffer_size,
+                  "offload_param.buffer_size in elements (at least the largest unit shard; DeepSpeed's 1e8)",
+                  1, int64_t(1) << 40);
   flags.add_int64("--reduce-bucket-size", &o.reduce_bucket_size, "zero_optimization.reduce_bucket_size", 1,
                   int64_t(1) << 40);
   if (!flags.parse(argc, argv)) return false;
@@ -78,6 +82,7 @@ gpt::ZeroConfig zero_config(const Options& o) {
   f.optimizer_nvme_path = f.param_nvme_path = o.nvme_path;
   f.sub_group_size = o.sub_group_size;
   f.optimizer_buffer_count = o.buffer_count;
+  f.param_buffer_size = o.param_buffer_size;
   f.run_id = "bench_offload_train";
   return zero;
 }
