@@ -8,7 +8,6 @@
 //     /work/swap
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -17,6 +16,7 @@
 #include "base/user_error.h"
 #include "comm/mpi_main.h"
 #include "kernels/cpu/threads.h"
+#include "train/memory_guard.h"
 #include "train/model_flags.h"
 #include "zero/engine.h"
 
@@ -87,15 +87,6 @@ gpt::ZeroConfig zero_config(const Options& o) {
   return zero;
 }
 
-// VmHWM from /proc/self/status, in bytes.
-double peak_rss_bytes() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
 int run(gpt::comm::MpiSession& session, int argc, char** argv) {
   Options o;
   if (!parse(argc, argv, o)) return 0;
@@ -153,7 +144,7 @@ int run(gpt::comm::MpiSession& session, int argc, char** argv) {
                          {"buffer_count", o.buffer_count},
                          {"reduce_bucket_size", o.reduce_bucket_size},
                          {"init_s", init_s},
-                         {"peak_rss_bytes", peak_rss_bytes()},
+                         {"peak_rss_bytes", gpt::peak_rss_bytes()},
                          {"steps", steps}};
   std::printf("%s\n", line.dump().c_str());
   for (const std::string& note : engine.notes()) std::fprintf(stderr, "note: %s\n", note.c_str());

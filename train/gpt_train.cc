@@ -460,9 +460,6 @@ void Run::save(const char* why) {
 
 int train(const TrainOptions& o, comm::Communicator& world) {
   if (o.threads > 0) cpu::set_num_threads(o.threads);
-  if (std::string problem = ZeroEngine::check_offload(o.zero, o.model, world.size()); !problem.empty()) {
-    throw UsageError(problem);
-  }
   const std::unique_ptr<Ops> backend = make_backend(o.device, world.topology().machine_rank());
   const DeviceWorld device_world = make_device_world(world, backend.get(), o.comm_timeout);
   Run run(o, device_world.nccl ? *device_world.nccl : world, backend.get(), device_world.description, world);

@@ -14,6 +14,7 @@
 #include "train/ds_config.h"
 #include "train/model_flags.h"
 #include "train/units.h"
+#include "zero/engine.h"
 
 namespace gpt {
 namespace {
@@ -374,23 +375,14 @@ std::string offload_run_id(const std::string& save, const std::string& load) {
   return id;
 }
 
-// A device "nvme" needs its nvme_path; both tiers of NVMe offload need stage 3, as in DeepSpeed.
-void check_offload(const OffloadConfig& f, int stage, const std::string& path) {
+// A device "nvme" needs its nvme_path. The rules on the stage and the buffers are the engine's
+// (ZeroEngine::check_offload), checked once the model is known.
+void check_offload_paths(const OffloadConfig& f, const std::string& path) {
   const std::string o = "zero_optimization.offload_optimizer", p = "zero_optimization.offload_param";
   if (f.optimizer_on_nvme() && f.optimizer_nvme_path.empty())
     throw UsageError(path + ": " + o + ".device is \"nvme\" but " + o + ".nvme_path is missing; add it");
   if (f.param_on_nvme() && f.param_nvme_path.empty())
     throw UsageError(path + ": " + p + ".device is \"nvme\" but " + p + ".nvme_path is missing; add it");
-  if (f.optimizer_on_nvme() && stage != 3) {
-    throw UsageError(path + ": " + o +
-                     ".device \"nvme\" needs ZeRO stage 3 (as in DeepSpeed), but the stage is " + str(stage) +
-                     "; set zero_optimization.stage to 3");
-  }
-  if (f.param != OffloadDevice::kNone && stage != 3) {
-    throw UsageError(path + ": " + p +
-                     " needs ZeRO stage 3 (weights are only partitioned there), but the stage is " +
-                     str(stage) + "; set zero_optimization.stage to 3 or remove " + p);
-  }
 }
 
 void note_offload(const DeepSpeedConfig& ds, const OffloadConfig& f, std::vector<std::string>& notes) {
@@ -450,7 +442,7 @@ void resolve_offload_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
   f.aio.overlap_events = ds.aio_overlap_events.value_or(f.aio.overlap_events);
   f.aio.use_gds = ds.aio_use_gds.value_or(f.aio.use_gds);
   f.run_id = offload_run_id(o.save, o.load);
-  check_offload(f, o.zero.stage, ds.path);
+  check_offload_paths(f, ds.path);
   note_offload(ds, f, o.notes);
 }
 
@@ -556,6 +548,9 @@ void TrainFlags::finish(int world_size) {
   resolve_adam(pick, ds, v_, o_);
   resolve_schedule(flags_, pick, ds, v_, o_);
   check_whole(world_size, o_);
+  if (std::string problem = ZeroEngine::check_offload(o_.zero, o_.model, world_size); !problem.empty()) {
+    throw UsageError(ds.path.empty() ? problem : ds.path + ": " + problem);
+  }
 }
 
 bool parse_train_options(int argc, const char* const* argv, int world_size, TrainOptions* options) {

@@ -132,10 +132,17 @@ std::string ZeroEngine::check_zeropp(const ZeroConfig& config, const comm::Topol
 
 std::string ZeroEngine::check_offload(const ZeroConfig& config, const GPTConfig& model, int world_size) {
   const OffloadConfig& f = config.offload;
-  if ((f.optimizer_on_nvme() || f.param_on_nvme()) && config.stage != 3) {
-    return std::string("offload_") + (f.optimizer_on_nvme() ? "optimizer" : "param") +
-           " \"nvme\" needs ZeRO stage 3 (as in DeepSpeed), but the stage is " +
-           std::to_string(config.stage) + "; set zero_optimization.stage to 3";
+  const std::string stage = std::to_string(config.stage);
+  if (f.optimizer_on_nvme() && config.stage != 3) {
+    return "zero_optimization.offload_optimizer.device \"nvme\" needs ZeRO stage 3 (as in DeepSpeed), but "
+           "the "
+           "stage is " +
+           stage + "; set zero_optimization.stage to 3";
+  }
+  if (f.param != OffloadDevice::kNone && config.stage != 3) {
+    return "zero_optimization.offload_param needs ZeRO stage 3 (weights are only partitioned there), but the "
+           "stage is " +
+           stage + "; set zero_optimization.stage to 3 or remove zero_optimization.offload_param";
   }
   if (!f.param_on_nvme()) return "";
   if (config.precision == DType::kF64)
@@ -317,41 +324,39 @@ int64_t host_chunk(const ZeroConfig& config, int64_t total) {
 
 }  // namespace
 
-void ZeroEngine::read_state(const StateChunk& read) {
+void ZeroEngine::stream_state(bool overwrite, const StateChunk& visit) {
   if (swapped_) {
-    swapped_->for_each_group(
-        SwappedOptimizer::Mode::kRead,
-        [&](const SubGroup& g, float* master, float* m, float* v) { read(g.begin, g.size(), master, m, v); });
+    const auto mode = overwrite ? SwappedOptimizer::Mode::kOverwrite : SwappedOptimizer::Mode::kRead;
+    swapped_->for_each_group(mode, [&](const SubGroup& g, float* master, float* m, float* v) {
+      visit(g.begin, g.size(), master, m, v);
+    });
     return;
   }
   const int64_t S = partition_.shard_total(), chunk = host_chunk(config_, S);
   std::vector<float> host(3 * size_t(chunk));
+  float* state[3] = {master_, adam_m_, adam_v_};
   for (int64_t begin = 0; begin < S; begin += chunk) {
     const int64_t n = std::min(chunk, S - begin);
     float* arrays[3] = {host.data(), host.data() + n, host.data() + 2 * n};
-    float* state[3] = {master_, adam_m_, adam_v_};
-    for (int a = 0; a < 3; ++a) ops_.download(arrays[a], context_.view(state[a] + begin, n, DType::kF32));
-    read(begin, n, arrays[0], arrays[1], arrays[2]);
+    auto device = [&](int a) { return context_.view(state[a] + begin, n, DType::kF32); };
+    if (overwrite) {
+      std::fill(host.begin(), host.end(), 0.0f);
+    } else {
+      for (int a = 0; a < 3; ++a) ops_.download(arrays[a], device(a));
+    }
+    visit(begin, n, arrays[0], arrays[1], arrays[2]);
+    if (overwrite) {
+      for (int a = 0; a < 3; ++a) ops_.upload(device(a), arrays[a]);
+    }
   }
 }
 
+void ZeroEngine::read_state(const StateChunk& read) {
+  stream_state(false, read);
+}
+
 void ZeroEngine::write_state(const StateChunk& fill) {
-  if (swapped_) {
-    swapped_->for_each_group(
-        SwappedOptimizer::Mode::kOverwrite,
-        [&](const SubGroup& g, float* master, float* m, float* v) { fill(g.begin, g.size(), master, m, v); });
-  } else {
-    const int64_t S = partition_.shard_total(), chunk = host_chunk(config_, S);
-    std::vector<float> host(3 * size_t(chunk));
-    for (int64_t begin = 0; begin < S; begin += chunk) {
-      const int64_t n = std::min(chunk, S - begin);
-      std::fill(host.begin(), host.end(), 0.0f);
-      float* arrays[3] = {host.data(), host.data() + n, host.data() + 2 * n};
-      fill(begin, n, arrays[0], arrays[1], arrays[2]);
-      float* state[3] = {master_, adam_m_, adam_v_};
-      for (int a = 0; a < 3; ++a) ops_.upload(context_.view(state[a] + begin, n, DType::kF32), arrays[a]);
-    }
-  }
+  stream_state(true, fill);
   weights_changed();
 }
 

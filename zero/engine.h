@@ -143,6 +143,8 @@ class ZeroEngine {
   void create_zeropp_groups();  // hpZ group; qgZ's node and cross-node groups
   bool local_overflow();
   double local_sum_of_squares();
+  // read_state (overwrite false: the chunks as stored) and write_state (true: zeroed chunks, stored after).
+  void stream_state(bool overwrite, const StateChunk& visit);
   // AdamW on this rank's shard, then the compute weights recomputed from the new master.
   void update_weights(double lr, float grad_scale);
   // After the master weights changed: recompute the compute weights (hpZ secondaries are dropped).
