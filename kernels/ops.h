@@ -76,6 +76,22 @@ class Ops {
   // Accumulates into dx, dw and db (db may be empty).
   virtual void linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                                const Tensor& x, const Tensor& w) = 0;
+  // One tile of a linear layer split along its output features (memory-centric tiling): w [W, IC] and b [W]
+  // (or empty) are rows [first, first + W) of the whole layer's weight and bias, and out [N, OC] is the whole
+  // layer's output, of which only the columns [first, first + W) are written: x w^T (+ b). On the CPU each
+  // value is bit for bit what linear_forward with the whole weight writes there, at the current thread count
+  // (the tiles' boundaries multiples of 16 and tiles at least 32 wide always qualify; where Eigen's kernels
+  // cannot be reproduced it throws std::invalid_argument). The CUDA backend computes the same math without
+  // that promise: cuBLASLt chooses its algorithm by the GEMM's shape, which a tile changes.
+  virtual void linear_forward_columns(const Tensor& out, int64_t first, const Tensor& x, const Tensor& w,
+                                      const Tensor& b) = 0;
+  // The backward of linear_forward_columns, dout [N, OC] being the whole layer's: accumulates into dw [W, IC]
+  // and db [W] (may be empty) exactly what linear_backward adds to rows [first, first + W) (on the CPU, bit
+  // for bit), and into dx [N, IC] (may be empty) this tile's part dout[:, first:first+W] w of the input
+  // gradient, which summed over the tiles equals linear_backward's within rounding.
+  virtual void linear_backward_columns(const Tensor& dx, const Tensor& dw, const Tensor& db,
+                                       const Tensor& dout, int64_t first, const Tensor& x,
+                                       const Tensor& w) = 0;
   // Causal multi-head attention over qkv [B, T, 3C]; att [B, NH, T, T] keeps the softmax probabilities
   // before dropout (with dropout, out = mask(att) V; the backward regenerates the masks from the keys).
   virtual void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,

@@ -42,7 +42,7 @@ const Tensor& Decoder<Real>::step(const Real* params, int32_t token) {
   ops_.embedding_forward(x_, token_, view(unit(ParamTable::kWte), {config_.padded_vocab(), C}),
                          view(unit(ParamTable::kWpe) + length_ * C, {1, C}));
   for (int l = 0; l < config_.num_layers; ++l) {
-    block_decode(ops_, config_, unit(ParamTable::block_unit(l)), x_, y_, acts_, qkv_cache_[l], length_);
+    block_decode(ops_, config_, unit(table_.block_unit(l)), x_, y_, acts_, qkv_cache_[l], length_);
     std::swap(x_, y_);
   }
   const Real* lnf = unit(table_.final_norm_unit());

@@ -62,26 +62,77 @@ class AttentionMasks {
   DropoutMask mask_;
 };
 
-// The block's weights (or gradients) as tensors of the ops' device.
-struct BlockTensors {
-  Tensor ln1_w, ln1_b, qkv_w, qkv_b, attn_proj_w, attn_proj_b, ln2_w, ln2_b, fc_w, fc_b, fc_proj_w, fc_proj_b;
+// The block's LayerNorms and biases (or their gradients) as tensors of the ops' device.
+struct SmallTensors {
+  Tensor ln1_w, ln1_b, qkv_b, attn_proj_b, ln2_w, ln2_b, fc_b, fc_proj_b;
 };
 template <typename Real>
-BlockTensors block_tensors(const Ops& ops, const Real* base, int C) {
-  const BlockParams<const Real*> p = block_params(base, C);
+SmallTensors small_tensors(const Ops& ops, const BlockParams<Real>& p, int C) {
   const int64_t c = C;
-  return {view(ops, p.ln1_w, {c}),
-          view(ops, p.ln1_b, {c}),
-          view(ops, p.qkv_w, {3 * c, c}),
-          view(ops, p.qkv_b, {3 * c}),
-          view(ops, p.attn_proj_w, {c, c}),
-          view(ops, p.attn_proj_b, {c}),
-          view(ops, p.ln2_w, {c}),
-          view(ops, p.ln2_b, {c}),
-          view(ops, p.fc_w, {4 * c, c}),
-          view(ops, p.fc_b, {4 * c}),
-          view(ops, p.fc_proj_w, {c, 4 * c}),
-          view(ops, p.fc_proj_b, {c})};
+  return {view(ops, p.ln1_w, {c}),       view(ops, p.ln1_b, {c}),    view(ops, p.qkv_b, {3 * c}),
+          view(ops, p.attn_proj_b, {c}), view(ops, p.ln2_w, {c}),    view(ops, p.ln2_b, {c}),
+          view(ops, p.fc_b, {4 * c}),    view(ops, p.fc_proj_b, {c})};
+}
+
+// A matrix's output and input widths.
+struct MatrixShape {
+  int64_t out, in;
+};
+MatrixShape matrix_shape(BlockLinear linear, int64_t C) {
+  switch (linear) {
+    case BlockLinear::kQkv:
+      return {3 * C, C};
+    case BlockLinear::kAttnProj:
+      return {C, C};
+    case BlockLinear::kFc:
+      return {4 * C, C};
+    case BlockLinear::kFcProj:
+      return {C, 4 * C};
+  }
+  return {0, 0};
+}
+
+// out = x W^T + b over the matrix's tiles in turn (untiled: the one linear op of the whole layer).
+template <typename Real>
+void tiled_linear_forward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, int C, const Tensor& out,
+                          const Tensor& x, const Tensor& bias) {
+  const MatrixShape m = matrix_shape(linear, C);
+  const int N = w.tiles();
+  if (N == 1) {
+    ops.linear_forward(out, x, view(ops, w.matrix(linear, 0), {m.out, m.in}), bias);
+    w.matrix_done(linear, 0);
+    return;
+  }
+  const int64_t rows = m.out / N;
+  const Real* b = static_cast<const Real*>(bias.data);
+  for (int k = 0; k < N; ++k) {
+    ops.linear_forward_columns(out, k * rows, x, view(ops, w.matrix(linear, k), {rows, m.in}),
+                               view(ops, b + k * rows, {rows}));
+    w.matrix_done(linear, k);
+  }
+}
+
+// The backward over the tiles in turn: each tile's weight and bias gradients equal the untiled layer's rows;
+// dx, a sum over the tiles, is added tile by tile.
+template <typename Real>
+void tiled_linear_backward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, int C, const Tensor& dx,
+                           const Tensor& dbias, const Tensor& dout, const Tensor& x) {
+  const MatrixShape m = matrix_shape(linear, C);
+  const int N = w.tiles();
+  if (N == 1) {
+    ops.linear_backward(dx, view(ops, w.matrix_gradient(linear, 0), {m.out, m.in}), dbias, dout, x,
+                        view(ops, w.matrix(linear, 0), {m.out, m.in}));
+    w.matrix_done(linear, 0);
+    return;
+  }
+  const int64_t rows = m.out / N;
+  const Real* db = static_cast<const Real*>(dbias.data);
+  for (int k = 0; k < N; ++k) {
+    ops.linear_backward_columns(dx, view(ops, w.matrix_gradient(linear, k), {rows, m.in}),
+                                view(ops, db + k * rows, {rows}), dout, k * rows, x,
+                                view(ops, w.matrix(linear, k), {rows, m.in}));
+    w.matrix_done(linear, k);
+  }
 }
 
 size_t bytes_of(std::initializer_list<const Tensor*> tensors) {
@@ -172,25 +223,52 @@ void embed_backward(Ops& ops, const GPTConfig& config, Real* dwte, Real* dwpe, c
 }
 
 template <typename Real>
-void block_forward(Ops& ops, const GPTConfig& config, const Real* weights, const Tensor& x_in,
-                   const Tensor& x_out, BlockActivations& a, const Dropout& dropout, int layer) {
+WholeBlock<Real>::WholeBlock(const Real* weights, Real* grads, int C) : w_(block_params(weights, C)) {
+  if (grads) g_ = block_params(grads, C);  // a forward has none
+}
+
+template <typename Real>
+const Real* WholeBlock<Real>::matrix(BlockLinear linear, int) {
+  const Real* const matrices[] = {w_.qkv_w, w_.attn_proj_w, w_.fc_w, w_.fc_proj_w};
+  return matrices[int(linear)];
+}
+
+template <typename Real>
+Real* WholeBlock<Real>::matrix_gradient(BlockLinear linear, int) {
+  Real* const matrices[] = {g_.qkv_w, g_.attn_proj_w, g_.fc_w, g_.fc_proj_w};
+  return matrices[int(linear)];
+}
+
+template <typename Real>
+void block_forward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weights, const Tensor& x_in,
+                   const Tensor& x_out, BlockActivations& a, const Dropout& dropout, int layer,
+                   bool need_output) {
   check_layer(config, dropout, layer);
-  const BlockTensors w = block_tensors(ops, weights, config.hidden);
+  const int C = config.hidden;
+  const SmallTensors w = small_tensors(ops, weights.small(), C);
   ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, w.ln1_w, w.ln1_b);
-  ops.linear_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b);
+  tiled_linear_forward(ops, weights, BlockLinear::kQkv, C, a.qkv, a.ln1, w.qkv_b);
   const AttentionMasks attention_masks(dropout, layer, int(x_in.shape[0]));
   ops.attention_forward(a.atty, a.att, a.qkv, attention_masks.get());
   // The attention projection lands in x_out first (dropped there), then becomes the residual sum
   // r2 = x + drop(proj).
-  ops.linear_forward(x_out, a.atty, w.attn_proj_w, w.attn_proj_b);
+  tiled_linear_forward(ops, weights, BlockLinear::kAttnProj, C, x_out, a.atty, w.attn_proj_b);
   drop_hidden(ops, dropout, layer, DropoutSite::kAttentionOutput, x_out);
   ops.add(a.residual2, x_in, x_out);
   ops.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b);
-  ops.linear_forward(a.fch, a.ln2, w.fc_w, w.fc_b);
+  tiled_linear_forward(ops, weights, BlockLinear::kFc, C, a.fch, a.ln2, w.fc_b);
   ops.gelu_forward(a.fch_gelu, a.fch);
-  ops.linear_forward(x_out, a.fch_gelu, w.fc_proj_w, w.fc_proj_b);
+  if (!need_output) return;
+  tiled_linear_forward(ops, weights, BlockLinear::kFcProj, C, x_out, a.fch_gelu, w.fc_proj_b);
   drop_hidden(ops, dropout, layer, DropoutSite::kMlpOutput, x_out);
   ops.add(x_out, a.residual2, x_out);
+}
+
+template <typename Real>
+void block_forward(Ops& ops, const GPTConfig& config, const Real* weights, const Tensor& x_in,
+                   const Tensor& x_out, BlockActivations& acts, const Dropout& dropout, int layer) {
+  WholeBlock<Real> whole(weights, nullptr, config.hidden);
+  block_forward(ops, config, whole, x_in, x_out, acts, dropout, layer);
 }
 
 void DecodeActivations::allocate(Arena& arena, DType dtype, const GPTConfig& config) {
@@ -205,40 +283,43 @@ void DecodeActivations::allocate(Arena& arena, DType dtype, const GPTConfig& con
 template <typename Real>
 void block_decode(Ops& ops, const GPTConfig& config, const Real* weights, const Tensor& x_in,
                   const Tensor& x_out, DecodeActivations& a, const Tensor& qkv_cache, int pos) {
-  const BlockTensors w = block_tensors(ops, weights, config.hidden);
-  const int64_t C3 = 3 * int64_t(config.hidden);
+  const BlockParams<const Real*> p = block_params(weights, config.hidden);
+  const SmallTensors w = small_tensors(ops, p, config.hidden);
+  const int64_t C = config.hidden, C3 = 3 * C;
   const Real* cache = static_cast<const Real*>(qkv_cache.data);
   const Tensor rows = view(ops, cache, {pos + 1, C3});  // this token's row and the earlier ones
   const Tensor row = view(ops, cache + pos * C3, {1, C3});
   ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, w.ln1_w, w.ln1_b);
-  ops.linear_forward(row, a.ln1, w.qkv_w, w.qkv_b);
+  ops.linear_forward(row, a.ln1, view(ops, p.qkv_w, {C3, C}), w.qkv_b);
   ops.attention_decode(a.atty, view(ops, static_cast<const Real*>(a.att.data), {config.heads, pos + 1}),
                        rows);
-  ops.linear_forward(x_out, a.atty, w.attn_proj_w, w.attn_proj_b);
+  ops.linear_forward(x_out, a.atty, view(ops, p.attn_proj_w, {C, C}), w.attn_proj_b);
   ops.add(a.residual2, x_in, x_out);
   ops.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b);
-  ops.linear_forward(a.fch, a.ln2, w.fc_w, w.fc_b);
+  ops.linear_forward(a.fch, a.ln2, view(ops, p.fc_w, {4 * C, C}), w.fc_b);
   ops.gelu_forward(a.fch_gelu, a.fch);
-  ops.linear_forward(x_out, a.fch_gelu, w.fc_proj_w, w.fc_proj_b);
+  ops.linear_forward(x_out, a.fch_gelu, view(ops, p.fc_proj_w, {C, 4 * C}), w.fc_proj_b);
   ops.add(x_out, a.residual2, x_out);
 }
 
 template <typename Real>
-void block_backward(Ops& ops, const GPTConfig& config, const Real* weights, Real* grads, const Tensor& x_in,
+void block_backward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weights, const Tensor& x_in,
                     const BlockActivations& a, BlockScratch& s, const Tensor& dresidual,
                     const Dropout& dropout, int layer) {
   check_layer(config, dropout, layer);
-  const BlockTensors w = block_tensors(ops, weights, config.hidden);
-  const BlockTensors g = block_tensors(ops, static_cast<const Real*>(grads), config.hidden);
+  const int C = config.hidden;
+  const SmallTensors w = small_tensors(ops, weights.small(), C);
+  const SmallTensors g = small_tensors(ops, weights.small_gradients(), C);
   // dresidual = dL/d(out) = dL/d(r2) through the skip connection, and dL/d(dropped MLP output). The MLP
   // output's gradient, mask * dresidual / (1-p), borrows d_ln2, which is free until fc's backward below.
   const Tensor& d_mlp_out = hidden_gradient(ops, dropout, layer, DropoutSite::kMlpOutput, dresidual, s.d_ln2);
   ops.fill(s.d_fch_gelu, 0);
-  ops.linear_backward(s.d_fch_gelu, g.fc_proj_w, g.fc_proj_b, d_mlp_out, a.fch_gelu, w.fc_proj_w);
+  tiled_linear_backward(ops, weights, BlockLinear::kFcProj, C, s.d_fch_gelu, g.fc_proj_b, d_mlp_out,
+                        a.fch_gelu);
   ops.fill(s.d_fch, 0);
   ops.gelu_backward(s.d_fch, a.fch, s.d_fch_gelu);
   ops.fill(s.d_ln2, 0);
-  ops.linear_backward(s.d_ln2, g.fc_w, g.fc_b, s.d_fch, a.ln2, w.fc_w);
+  tiled_linear_backward(ops, weights, BlockLinear::kFc, C, s.d_ln2, g.fc_b, s.d_fch, a.ln2);
   // LayerNorm 2's input gradient joins the skip path: dresidual becomes dL/d(r2).
   ops.layernorm_backward(dresidual, g.ln2_w, g.ln2_b, s.d_ln2, a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd);
   // dL/d(r2) is also dL/d(dropped attention projection output); the projection's own gradient borrows d_ln1,
@@ -246,12 +327,12 @@ void block_backward(Ops& ops, const GPTConfig& config, const Real* weights, Real
   const Tensor& d_attn_out =
       hidden_gradient(ops, dropout, layer, DropoutSite::kAttentionOutput, dresidual, s.d_ln1);
   ops.fill(s.d_atty, 0);
-  ops.linear_backward(s.d_atty, g.attn_proj_w, g.attn_proj_b, d_attn_out, a.atty, w.attn_proj_w);
+  tiled_linear_backward(ops, weights, BlockLinear::kAttnProj, C, s.d_atty, g.attn_proj_b, d_attn_out, a.atty);
   const AttentionMasks attention_masks(dropout, layer, int(x_in.shape[0]));
   ops.fill(s.d_qkv, 0);
   ops.attention_backward(s.d_qkv, s.d_atty, a.qkv, a.att, attention_masks.get());
   ops.fill(s.d_ln1, 0);
-  ops.linear_backward(s.d_ln1, g.qkv_w, g.qkv_b, s.d_qkv, a.ln1, w.qkv_w);
+  tiled_linear_backward(ops, weights, BlockLinear::kQkv, C, s.d_ln1, g.qkv_b, s.d_qkv, a.ln1);
   // LayerNorm 1's input gradient joins the skip path: dresidual becomes dL/d(x_in).
   ops.layernorm_backward(dresidual, g.ln1_w, g.ln1_b, s.d_ln1, x_in, w.ln1_w, a.ln1_mean, a.ln1_rstd);
 }
@@ -289,9 +370,12 @@ void head_backward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const R
                                     const Tensor&, const Dropout&);                                         \
   template void embed_backward<Real>(Ops&, const GPTConfig&, Real*, Real*, const Tensor&, const Tensor&,    \
                                      const Tensor&, const Dropout&);                                        \
+  template class WholeBlock<Real>;                                                                          \
+  template void block_forward<Real>(Ops&, const GPTConfig&, BlockWeights<Real>&, const Tensor&,             \
+                                    const Tensor&, BlockActivations&, const Dropout&, int, bool);           \
   template void block_forward<Real>(Ops&, const GPTConfig&, const Real*, const Tensor&, const Tensor&,      \
                                     BlockActivations&, const Dropout&, int);                                \
-  template void block_backward<Real>(Ops&, const GPTConfig&, const Real*, Real*, const Tensor&,             \
+  template void block_backward<Real>(Ops&, const GPTConfig&, BlockWeights<Real>&, const Tensor&,            \
                                      const BlockActivations&, BlockScratch&, const Tensor&, const Dropout&, \
                                      int);                                                                  \
   template void block_decode<Real>(Ops&, const GPTConfig&, const Real*, const Tensor&, const Tensor&,       \

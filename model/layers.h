@@ -17,6 +17,7 @@
 
 #include "kernels/ops.h"
 #include "model/config.h"
+#include "model/params.h"
 #include "tensor/arena.h"
 #include "tensor/tensor.h"
 
@@ -110,17 +111,59 @@ template <typename Real>
 void embed_backward(Ops& ops, const GPTConfig& config, Real* dwte, Real* dwpe, const Tensor& tokens,
                     const Tensor& dx0, const Tensor& scratch, const Dropout& dropout = Dropout{});
 
-// weights: the block's unit (block_params layout). Writes x_out [B,T,C] and the activations. With active
-// dropout, layer (0 .. L-1) is part of the masks' key and must be given.
+// A block's parameters as the block functions see them: the LayerNorms and biases for the whole block, and
+// each of the four matrices in tiles of output rows (memory-centric tiling, params.h), asked for in turn and
+// handed back once used, so a tiled source holds one tile at a time. Untiled (tiles() == 1) tile 0 is the
+// whole matrix.
+template <typename Real>
+class BlockWeights {
+ public:
+  virtual ~BlockWeights() = default;
+  virtual int tiles() const = 0;
+  // The LayerNorm and bias members are valid until the block function returns; the matrix members are unused.
+  virtual BlockParams<const Real*> small() = 0;
+  virtual BlockParams<Real*> small_gradients() = 0;  // the backward's, accumulated into
+  // Tile k of a matrix: rows [k*OC/N, (k+1)*OC/N), valid until matrix_done(linear, k).
+  virtual const Real* matrix(BlockLinear linear, int k) = 0;
+  // Where tile k's gradient accumulates (backward); final once matrix_done(linear, k) is called.
+  virtual Real* matrix_gradient(BlockLinear linear, int k) = 0;
+  virtual void matrix_done(BlockLinear linear, int k) = 0;
+};
+
+// A whole block unit (block_params layout) and, for the backward, its gradient.
+template <typename Real>
+class WholeBlock final : public BlockWeights<Real> {
+ public:
+  WholeBlock(const Real* weights, Real* grads, int C);
+  int tiles() const override { return 1; }
+  BlockParams<const Real*> small() override { return w_; }
+  BlockParams<Real*> small_gradients() override { return g_; }
+  const Real* matrix(BlockLinear linear, int k) override;
+  Real* matrix_gradient(BlockLinear linear, int k) override;
+  void matrix_done(BlockLinear, int) override {}
+
+ private:
+  BlockParams<const Real*> w_;
+  BlockParams<Real*> g_{};
+};
+
+// Writes x_out [B,T,C] and the activations. With active dropout, layer (0 .. L-1) is part of the masks' key
+// and must be given. need_output = false (recomputation for the backward) stops after the MLP's GELU: the
+// backward reads the activations, never x_out, so the MLP projection is skipped.
+template <typename Real>
+void block_forward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weights, const Tensor& x_in,
+                   const Tensor& x_out, BlockActivations& acts, const Dropout& dropout = Dropout{},
+                   int layer = -1, bool need_output = true);
+// The same over the block's unit (block_params layout).
 template <typename Real>
 void block_forward(Ops& ops, const GPTConfig& config, const Real* weights, const Tensor& x_in,
                    const Tensor& x_out, BlockActivations& acts, const Dropout& dropout = Dropout{},
                    int layer = -1);
 
-// dresidual holds dL/d(x_out) on entry and dL/d(x_in) on return; grads (block_params layout) accumulate.
-// dropout and layer must be the forward's.
+// dresidual holds dL/d(x_out) on entry and dL/d(x_in) on return; the gradients accumulate. dropout and layer
+// must be the forward's.
 template <typename Real>
-void block_backward(Ops& ops, const GPTConfig& config, const Real* weights, Real* grads, const Tensor& x_in,
+void block_backward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weights, const Tensor& x_in,
                     const BlockActivations& acts, BlockScratch& scratch, const Tensor& dresidual,
                     const Dropout& dropout = Dropout{}, int layer = -1);
 

@@ -3,22 +3,142 @@
 
 namespace gpt {
 
-LoopSchedule loop_schedule(int num_units) {
-  const int U = num_units, L = U - 3;  // wte, wpe, the blocks, ln_f (params.h)
+namespace {
+
+constexpr BlockLinear kForwardOrder[] = {BlockLinear::kQkv, BlockLinear::kAttnProj, BlockLinear::kFc,
+                                         BlockLinear::kFcProj};
+constexpr BlockLinear kBackwardOrder[] = {BlockLinear::kFcProj, BlockLinear::kFc, BlockLinear::kAttnProj,
+                                          BlockLinear::kQkv};
+
+void append_tiles(std::vector<int>& out, const BlockUnits& b, BlockLinear linear) {
+  for (int k = 0; k < b.tiles; ++k) out.push_back(b.tile(linear, k));
+}
+
+void append_smalls(std::vector<int>& out, const BlockUnits& b) {
+  for (int i = 0; i < BlockUnits::kSmallUnits; ++i) out.push_back(b.small(i));
+}
+
+// A tiled block's units in one pass (see loop.h).
+void append_tiled_block(LoopSchedule& s, const BlockUnits& b, bool backward, bool checkpoint) {
+  if (!backward) {
+    append_smalls(s.forward, b);
+    for (BlockLinear linear : kForwardOrder) append_tiles(s.forward, b, linear);
+    return;
+  }
+  append_smalls(s.backward, b);
+  if (checkpoint) {  // the recomputation stops before the MLP projection
+    for (BlockLinear linear : {BlockLinear::kQkv, BlockLinear::kAttnProj, BlockLinear::kFc})
+      append_tiles(s.backward, b, linear);
+  }
+  for (BlockLinear linear : kBackwardOrder) {
+    append_tiles(s.backward, b, linear);
+    append_tiles(s.gradients, b, linear);
+  }
+  for (int i = BlockUnits::kSmallUnits - 1; i >= 0; --i) s.gradients.push_back(b.small(i));
+}
+
+}  // namespace
+
+LoopSchedule loop_schedule(int num_units, int tile_factor, bool checkpoint_activations) {
+  // wte, wpe, the blocks, ln_f (params.h)
+  const int layers = (num_units - 3) / BlockUnits::of(0, tile_factor).count(), ln_f = num_units - 1;
   LoopSchedule s;
-  for (int u = 0; u < U; ++u) s.forward.push_back(u);
-  s.backward = {U - 1, ParamTable::kWte};
-  for (int l = L - 1; l >= 0; --l) s.backward.push_back(ParamTable::block_unit(l));
-  for (int u = U - 1; u >= 0; --u) s.gradients.push_back(u);
+  s.forward = {ParamTable::kWte, ParamTable::kWpe};
+  for (int l = 0; l < layers; ++l) {
+    const BlockUnits b = BlockUnits::of(l, tile_factor);
+    if (b.tiles == 1) {
+      s.forward.push_back(b.first);
+    } else {
+      append_tiled_block(s, b, false, checkpoint_activations);
+    }
+  }
+  s.forward.push_back(ln_f);
+  s.backward = {ln_f, ParamTable::kWte};
+  s.gradients = {ln_f};
+  for (int l = layers - 1; l >= 0; --l) {
+    const BlockUnits b = BlockUnits::of(l, tile_factor);
+    if (b.tiles == 1) {
+      s.backward.push_back(b.first);
+      s.gradients.push_back(b.first);
+    } else {
+      append_tiled_block(s, b, true, checkpoint_activations);
+    }
+  }
+  s.gradients.push_back(ParamTable::kWpe);
+  s.gradients.push_back(ParamTable::kWte);
   return s;
 }
 
+namespace {
+
+// A tiled block's weights from the weight source, and in the backward its gradients into the sink: the small
+// units are acquired (and opened) for the whole block, each tile when the block function asks for it.
+template <typename Real>
+class SourcedTiles final : public BlockWeights<Real> {
+ public:
+  SourcedTiles(const BlockUnits& units, int C, WeightSource<Real>& weights)
+      : units_(units), C_(C), weights_(weights) {
+    const Real* small[BlockUnits::kSmallUnits];
+    for (int i = 0; i < BlockUnits::kSmallUnits; ++i) small[i] = weights_.acquire(units_.small(i));
+    small_ = arrange(small);
+  }
+  int tiles() const override { return units_.tiles; }
+  BlockParams<const Real*> small() override { return small_; }
+  BlockParams<Real*> small_gradients() override { return small_gradients_; }
+  // From here on the block runs its backward: gradients open, and each tile's is final when it is done.
+  void begin_backward(GradientSink<Real>& gradients) {
+    gradients_ = &gradients;
+    Real* small[BlockUnits::kSmallUnits];
+    for (int i = 0; i < BlockUnits::kSmallUnits; ++i) small[i] = gradients.open(units_.small(i));
+    small_gradients_ = arrange(small);
+  }
+  const Real* matrix(BlockLinear linear, int k) override { return weights_.acquire(units_.tile(linear, k)); }
+  Real* matrix_gradient(BlockLinear linear, int k) override {
+    return gradients_->open(units_.tile(linear, k));
+  }
+  void matrix_done(BlockLinear linear, int k) override {
+    weights_.release(units_.tile(linear, k));
+    if (gradients_) gradients_->ready(units_.tile(linear, k));
+  }
+  // The block is done: its small units are released (and their gradients final, in reverse unit order).
+  void finish() {
+    for (int i = 0; i < BlockUnits::kSmallUnits; ++i) weights_.release(units_.small(i));
+    if (!gradients_) return;
+    for (int i = BlockUnits::kSmallUnits - 1; i >= 0; --i) gradients_->ready(units_.small(i));
+  }
+
+ private:
+  // The LayerNorms and biases of the five small units (params.h, BlockUnits).
+  template <typename Ptr>
+  BlockParams<Ptr> arrange(Ptr const (&small)[BlockUnits::kSmallUnits]) const {
+    BlockParams<Ptr> p{};
+    p.ln1_w = small[0];
+    p.ln1_b = small[0] + C_;
+    p.qkv_b = small[1];
+    p.attn_proj_b = small[2];
+    p.ln2_w = small[2] + C_;
+    p.ln2_b = small[2] + 2 * C_;
+    p.fc_b = small[3];
+    p.fc_proj_b = small[4];
+    return p;
+  }
+
+  BlockUnits units_;
+  int C_;
+  WeightSource<Real>& weights_;
+  GradientSink<Real>* gradients_ = nullptr;
+  BlockParams<const Real*> small_{};
+  BlockParams<Real*> small_gradients_{};
+};
+
+}  // namespace
+
 template <typename Real>
 LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, bool checkpoint_activations, Ops& ops,
-                           Arena& arena)
+                           Arena& arena, int tile_factor)
     : config_(config),
-      table_(make_param_table(config)),
-      schedule_(loop_schedule(int(table_.units.size()))),
+      table_(make_param_table(config, tile_factor)),
+      schedule_(loop_schedule(int(table_.units.size()), tile_factor, checkpoint_activations)),
       B_(micro_batch),
       T_(config.seq_len),
       checkpoint_(checkpoint_activations),
@@ -75,13 +195,7 @@ Real LayerLoop<Real>::forward(WeightSource<Real>& weights, const int32_t* inputs
   const Real* wpe = weights.acquire(ParamTable::kWpe);
   embed_forward(ops_, config_, wte, wpe, inputs_, residual(0), drop);
   weights.release(ParamTable::kWpe);
-  for (int l = 0; l < L; ++l) {
-    const int unit = ParamTable::block_unit(l);
-    const Real* w = weights.acquire(unit);
-    BlockActivations& acts = blocks_[checkpoint_ || !keep_for_backward ? 0 : l];
-    block_forward(ops_, config_, w, residual(l), residual(l + 1), acts, drop, l);
-    weights.release(unit);
-  }
+  for (int l = 0; l < L; ++l) forward_block(weights, l, keep_for_backward, drop);
   const int lnf_unit = table_.final_norm_unit();
   const Real* lnf = weights.acquire(lnf_unit);
   const Real loss =
@@ -109,19 +223,52 @@ Real* LayerLoop<Real>::backward_head(WeightSource<Real>& weights, GradientSink<R
 }
 
 template <typename Real>
+void LayerLoop<Real>::forward_block(WeightSource<Real>& weights, int layer, bool keep_for_backward,
+                                    const Dropout& drop) {
+  BlockActivations& acts = blocks_[checkpoint_ || !keep_for_backward ? 0 : layer];
+  const BlockUnits units = table_.block_units(layer);
+  if (units.tiles == 1) {
+    WholeBlock<Real> whole(weights.acquire(units.first), nullptr, config_.hidden);
+    block_forward(ops_, config_, whole, residual(layer), residual(layer + 1), acts, drop, layer);
+    weights.release(units.first);
+    return;
+  }
+  SourcedTiles<Real> tiles(units, config_.hidden, weights);
+  block_forward(ops_, config_, tiles, residual(layer), residual(layer + 1), acts, drop, layer);
+  tiles.finish();
+}
+
+template <typename Real>
 void LayerLoop<Real>::backward_block(WeightSource<Real>& weights, GradientSink<Real>& gradients, int layer) {
-  const int unit = ParamTable::block_unit(layer);
+  const int unit = table_.block_unit(layer);
+  if (table_.tile_factor > 1) return backward_tiled_block(weights, gradients, layer);
   const Dropout drop = dropout();
   const Real* w = weights.acquire(unit);
   BlockActivations& acts = blocks_[checkpoint_ ? 0 : layer];
   if (checkpoint_) {
     // Recompute this block's forward from its saved input, with the weights of this same acquisition.
-    block_forward(ops_, config_, w, residual(layer), recompute_out_, acts, drop, layer);
+    WholeBlock<Real> whole(w, nullptr, config_.hidden);
+    block_forward(ops_, config_, whole, residual(layer), recompute_out_, acts, drop, layer, false);
   }
-  block_backward(ops_, config_, w, gradients.open(unit), residual(layer), acts, scratch_, dresidual_, drop,
-                 layer);
+  WholeBlock<Real> whole(w, gradients.open(unit), config_.hidden);
+  block_backward(ops_, config_, whole, residual(layer), acts, scratch_, dresidual_, drop, layer);
   weights.release(unit);
   gradients.ready(unit);
+}
+
+// The tiled block: the small units for the whole block, each tile gathered for its own linear (twice with
+// checkpointing: recomputation, then backward), so at most one tile of a matrix is held at a time.
+template <typename Real>
+void LayerLoop<Real>::backward_tiled_block(WeightSource<Real>& weights, GradientSink<Real>& gradients,
+                                           int layer) {
+  const Dropout drop = dropout();
+  BlockActivations& acts = blocks_[checkpoint_ ? 0 : layer];
+  SourcedTiles<Real> tiles(table_.block_units(layer), config_.hidden, weights);
+  if (checkpoint_)
+    block_forward(ops_, config_, tiles, residual(layer), recompute_out_, acts, drop, layer, false);
+  tiles.begin_backward(gradients);
+  block_backward(ops_, config_, tiles, residual(layer), acts, scratch_, dresidual_, drop, layer);
+  tiles.finish();
 }
 
 template <typename Real>

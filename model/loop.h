@@ -45,21 +45,33 @@ class GradientSink {
 };
 
 // The order of units in each pass, and the order in which gradients become final.
+//   forward:   wte, wpe, h.0 .. h.{L-1}, ln_f
+//   backward:  ln_f and wte (the head), then h.{L-1} .. h.0; the embedding needs no weights
+//   gradients: ln_f, h.{L-1} .. h.0, wpe, wte: the reverse of the forward order
+// A tiled block (params.h, BlockUnits) is acquired as its five small units, held for the whole block, then
+// each matrix's tiles in turn: qkv, attention projection, fc, MLP projection in the forward; in the backward
+// the same walk without the MLP projection when activation checkpointing recomputes the block, then the
+// matrices in reverse order (MLP projection .. qkv). Each tile's gradient is final right after its tile's
+// backward; the small units' follow at the block's end, in reverse unit order.
 struct LoopSchedule {
-  std::vector<int> forward;    // wte, wpe, h.0 .. h.{L-1}, ln_f
-  std::vector<int> backward;   // ln_f and wte (the head), then h.{L-1} .. h.0; the embedding needs no weights
-  std::vector<int> gradients;  // ln_f, h.{L-1} .. h.0, wpe, wte: the reverse of the forward order
+  std::vector<int> forward;
+  std::vector<int> backward;
+  std::vector<int> gradients;
 };
-// For a model of num_units gather units (the table of params.h).
-LoopSchedule loop_schedule(int num_units);
+// For a model of num_units gather units (the table of params.h at this tile factor).
+LoopSchedule loop_schedule(int num_units, int tile_factor, bool checkpoint_activations);
 
 template <typename Real>
 class LayerLoop {
  public:
   // Activations for micro-batches of B sequences of config.seq_len tokens, allocated from `arena` (over the
   // memory of `ops`' device) and computed through `ops`. With checkpoint_activations only the block inputs
-  // are kept between forward and backward.
-  LayerLoop(const GPTConfig& config, int micro_batch, bool checkpoint_activations, Ops& ops, Arena& arena);
+  // are kept between forward and backward. tile_factor > 1: memory-centric tiling (params.h), the weight
+  // source hands out tiles.
+  LayerLoop(const GPTConfig& config, int micro_batch, bool checkpoint_activations, Ops& ops, Arena& arena,
+            int tile_factor = 1);
+
+  const ParamTable& table() const { return table_; }
 
   const LoopSchedule& schedule() const { return schedule_; }
 
@@ -81,7 +93,9 @@ class LayerLoop {
  private:
   // Returns wte's gradient buffer, left open for the embedding.
   Real* backward_head(WeightSource<Real>& weights, GradientSink<Real>& gradients, Real dloss_per_token);
+  void forward_block(WeightSource<Real>& weights, int layer, bool keep_for_backward, const Dropout& drop);
   void backward_block(WeightSource<Real>& weights, GradientSink<Real>& gradients, int layer);
+  void backward_tiled_block(WeightSource<Real>& weights, GradientSink<Real>& gradients, int layer);
   Tensor residual(int layer) const;  // [B,T,C]: block `layer`'s input (layer L: the final output)
   Dropout dropout() const;
 

@@ -18,8 +18,9 @@ namespace gpt {
 template <typename Real>
 class GPT2 {
  public:
-  // Activations are sized for micro-batches of B sequences of config.seq_len tokens.
-  GPT2(const GPTConfig& config, int micro_batch);
+  // Activations are sized for micro-batches of B sequences of config.seq_len tokens. tile_factor > 1 computes
+  // the blocks' matrices tile by tile, as memory-centric tiling does (params.h); the flat layout is the same.
+  GPT2(const GPTConfig& config, int micro_batch, int tile_factor = 1);
 
   const GPTConfig& config() const { return config_; }
   const ParamTable& table() const { return table_; }

@@ -2,6 +2,8 @@
 #include "model/params.h"
 
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace gpt {
 
@@ -16,53 +18,120 @@ const ParamInfo& ParamTable::find(const std::string& name) const {
   throw std::out_of_range("no parameter named '" + name + "' in the GPT-2 parameter table");
 }
 
-ParamTable make_param_table(const GPTConfig& config) {
-  const int64_t C = config.hidden;
-  ParamTable table;
-  auto open_unit = [&](const std::string& name) {
-    table.units.push_back({name, table.total, 0, static_cast<int>(table.params.size()), 0});
-  };
-  auto add = [&](const std::string& name, std::vector<int64_t> shape, int layer, bool decay) {
+std::string tile_factor_problem(const GPTConfig& config, int tile_factor) {
+  if (tile_factor < 1) return "the tile factor must be at least 1, got " + std::to_string(tile_factor);
+  if (tile_factor == 1) return "";
+  // The narrowest matrix has C output rows; 3C and 4C follow from C.
+  if (config.hidden % (16 * tile_factor) != 0) {
+    return "tile factor " + std::to_string(tile_factor) + " needs the hidden size to be a multiple of 16 x " +
+           std::to_string(tile_factor) + " = " + std::to_string(16 * tile_factor) +
+           " (tiles of whole 16-row " + "groups), but it is " + std::to_string(config.hidden);
+  }
+  return "";
+}
+
+namespace {
+
+// Builds the table's params and units; `open_unit` starts a unit at the current end of the flat layout.
+class TableBuilder {
+ public:
+  explicit TableBuilder(ParamTable& table) : table_(table) {}
+
+  void open_unit(const std::string& name) { table_.units.push_back({name, table_.total, 0}); }
+  void add(const std::string& name, std::vector<int64_t> shape, int layer, bool decay) {
     ParamInfo p;
     p.name = name;
     p.numel = 1;
     for (int64_t d : shape) p.numel *= d;
     p.shape = std::move(shape);
-    p.unit = static_cast<int>(table.units.size()) - 1;
+    p.unit = static_cast<int>(table_.units.size()) - 1;
     p.layer = layer;
-    p.offset = table.total;
+    p.offset = table_.total;
     p.weight_decay = decay;
-    table.total += p.numel;
-    UnitInfo& unit = table.units.back();
-    unit.numel += p.numel;
-    unit.num_params += 1;
-    table.params.push_back(std::move(p));
-  };
-
-  open_unit("wte");
-  add("wte", {config.padded_vocab(), C}, -1, true);
-  open_unit("wpe");
-  add("wpe", {config.max_positions, C}, -1, true);
-  for (int l = 0; l < config.num_layers; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    open_unit("h." + std::to_string(l));
-    // The order here must match block_params() in params.h.
-    add(h + "ln_1.weight", {C}, l, false);
-    add(h + "ln_1.bias", {C}, l, false);
-    add(h + "attn.c_attn.weight", {3 * C, C}, l, true);
-    add(h + "attn.c_attn.bias", {3 * C}, l, false);
-    add(h + "attn.c_proj.weight", {C, C}, l, true);
-    add(h + "attn.c_proj.bias", {C}, l, false);
-    add(h + "ln_2.weight", {C}, l, false);
-    add(h + "ln_2.bias", {C}, l, false);
-    add(h + "mlp.c_fc.weight", {4 * C, C}, l, true);
-    add(h + "mlp.c_fc.bias", {4 * C}, l, false);
-    add(h + "mlp.c_proj.weight", {C, 4 * C}, l, true);
-    add(h + "mlp.c_proj.bias", {C}, l, false);
+    grow(p.numel);
+    table_.params.push_back(std::move(p));
   }
-  open_unit("ln_f");
-  add("ln_f.weight", {C}, -1, false);
-  add("ln_f.bias", {C}, -1, false);
+  // A matrix of `rows` x `cols` whose rows are cut into tile units of rows / tiles each.
+  void add_tiled(const std::string& name, int64_t rows, int64_t cols, int layer, int tiles) {
+    ParamInfo p;
+    p.name = name;
+    p.shape = {rows, cols};
+    p.numel = rows * cols;
+    p.unit = static_cast<int>(table_.units.size());
+    p.layer = layer;
+    p.offset = table_.total;
+    p.weight_decay = true;
+    table_.params.push_back(std::move(p));
+    for (int k = 0; k < tiles; ++k) {
+      open_unit(name + ".tile" + std::to_string(k));
+      grow(rows / tiles * cols);
+    }
+  }
+
+ private:
+  void grow(int64_t n) {
+    table_.total += n;
+    table_.units.back().numel += n;
+  }
+  ParamTable& table_;
+};
+
+void add_block(TableBuilder& b, int64_t C, int l, int tiles) {
+  const std::string h = "h." + std::to_string(l) + ".";
+  // The order here must match block_params() in params.h.
+  if (tiles == 1) {
+    b.open_unit("h." + std::to_string(l));
+    b.add(h + "ln_1.weight", {C}, l, false);
+    b.add(h + "ln_1.bias", {C}, l, false);
+    b.add(h + "attn.c_attn.weight", {3 * C, C}, l, true);
+    b.add(h + "attn.c_attn.bias", {3 * C}, l, false);
+    b.add(h + "attn.c_proj.weight", {C, C}, l, true);
+    b.add(h + "attn.c_proj.bias", {C}, l, false);
+    b.add(h + "ln_2.weight", {C}, l, false);
+    b.add(h + "ln_2.bias", {C}, l, false);
+    b.add(h + "mlp.c_fc.weight", {4 * C, C}, l, true);
+    b.add(h + "mlp.c_fc.bias", {4 * C}, l, false);
+    b.add(h + "mlp.c_proj.weight", {C, 4 * C}, l, true);
+    b.add(h + "mlp.c_proj.bias", {C}, l, false);
+    return;
+  }
+  // Tiled: the units of BlockUnits (params.h), in the same flat layout.
+  b.open_unit(h + "ln_1");
+  b.add(h + "ln_1.weight", {C}, l, false);
+  b.add(h + "ln_1.bias", {C}, l, false);
+  b.add_tiled(h + "attn.c_attn.weight", 3 * C, C, l, tiles);
+  b.open_unit(h + "attn.c_attn.bias");
+  b.add(h + "attn.c_attn.bias", {3 * C}, l, false);
+  b.add_tiled(h + "attn.c_proj.weight", C, C, l, tiles);
+  b.open_unit(h + "attn.c_proj.bias+ln_2");
+  b.add(h + "attn.c_proj.bias", {C}, l, false);
+  b.add(h + "ln_2.weight", {C}, l, false);
+  b.add(h + "ln_2.bias", {C}, l, false);
+  b.add_tiled(h + "mlp.c_fc.weight", 4 * C, C, l, tiles);
+  b.open_unit(h + "mlp.c_fc.bias");
+  b.add(h + "mlp.c_fc.bias", {4 * C}, l, false);
+  b.add_tiled(h + "mlp.c_proj.weight", C, 4 * C, l, tiles);
+  b.open_unit(h + "mlp.c_proj.bias");
+  b.add(h + "mlp.c_proj.bias", {C}, l, false);
+}
+
+}  // namespace
+
+ParamTable make_param_table(const GPTConfig& config, int tile_factor) {
+  if (std::string problem = tile_factor_problem(config, tile_factor); !problem.empty())
+    throw std::invalid_argument(problem);
+  const int64_t C = config.hidden;
+  ParamTable table;
+  table.tile_factor = tile_factor;
+  TableBuilder b(table);
+  b.open_unit("wte");
+  b.add("wte", {config.padded_vocab(), C}, -1, true);
+  b.open_unit("wpe");
+  b.add("wpe", {config.max_positions, C}, -1, true);
+  for (int l = 0; l < config.num_layers; ++l) add_block(b, C, l, tile_factor);
+  b.open_unit("ln_f");
+  b.add("ln_f.weight", {C}, -1, false);
+  b.add("ln_f.bias", {C}, -1, false);
   return table;
 }
 

@@ -124,7 +124,7 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
   const auto [path, manifest] = read_manifest(dir);
   CheckpointWeights out;
   out.model = manifest.model;
-  const ParamTable table = make_param_table(out.model);
+  const ParamTable table = make_param_table(out.model, manifest.tile_factor);
   const Partition saved(table, manifest.world_size, manifest.num_shards());  // the manifest's, as it checked
   out.params.assign(table.total, 0.0f);
   std::vector<float> shard(manifest.shard_total);
@@ -159,6 +159,7 @@ CheckpointManifest make_manifest(const ZeroEngine& engine, int world_size, const
   manifest.world_size = world_size;
   manifest.stage = engine.config().stage;
   manifest.precision = precision_name(engine.config().precision);
+  manifest.tile_factor = engine.config().tile_factor;
   for (size_t u = 0; u < partition.units().size(); ++u) {
     const UnitPartition& p = partition.unit(int(u));
     manifest.units.push_back({engine.table().units[u].name, p.numel, p.shard, p.shard_offset});
@@ -367,8 +368,10 @@ void agree_shards_intact(comm::Communicator& world, const fs::path& path,
 }
 
 // Reads this rank's ranges of every unit (master, and Adam's moments unless weights_only) that fall in flat
-// shard elements [begin, begin + n) from the old shards that hold them, into the chunk's arrays: unit u's
-// element x sits in old shard x / old_shard, at its shard_offset + x % old_shard.
+// shard elements [begin, begin + n) from the old shards that hold them, into the chunk's arrays. Elements
+// are matched through the model layout, which no partition changes: model element y sits in the saved unit
+// u that covers it, at x = y - (u's model offset), in old shard x / old_shard at its shard_offset +
+// x % old_shard. So the world size and the tile factor may differ from the run that saved.
 class OwnedRangeReader {
  public:
   OwnedRangeReader(const fs::path& path, const CheckpointManifest& manifest, const Partition& partition,
@@ -378,7 +381,13 @@ class OwnedRangeReader {
         partition_(partition),
         me_(me),
         weights_only_(weights_only),
-        fds_(manifest.num_shards(), -1) {}
+        fds_(manifest.num_shards(), -1) {
+    int64_t offset = 0;
+    for (const CheckpointManifest::Unit& u : manifest.units) {
+      saved_offsets_.push_back(offset);
+      offset += u.numel;
+    }
+  }
   ~OwnedRangeReader() {
     for (int fd : fds_) {
       if (fd >= 0) ::close(fd);
@@ -394,20 +403,27 @@ class OwnedRangeReader {
       const int64_t lo = std::max(first, first + begin - now.shard_offset);
       const int64_t hi = std::min(last, first + begin + n - now.shard_offset);
       float* targets[3] = {master, m, v};
-      for (int64_t x = lo; x < hi;) x += read_run(u, x, hi, targets, now.shard_offset + (x - first) - begin);
+      for (int64_t x = lo; x < hi;) {
+        x += read_run(now.model_offset + x, now.model_offset + hi, targets,
+                      now.shard_offset + (x - first) - begin);
+      }
     }
   }
 
  private:
-  // Reads elements [x, hi) of unit u that one old shard holds; returns how many.
-  int64_t read_run(size_t u, int64_t x, int64_t hi, float* targets[3], int64_t at) {
-    const int64_t old_shard = manifest_.units[u].shard, old_offset = manifest_.units[u].shard_offset;
-    const int p = int(x / old_shard);
-    const int64_t run = std::min(hi, int64_t(p + 1) * old_shard) - x;
+  // Reads model elements [y, end) as far as one old shard of one saved unit holds them; returns how many.
+  int64_t read_run(int64_t y, int64_t end, float* targets[3], int64_t at) {
+    const size_t u =
+        size_t(std::upper_bound(saved_offsets_.begin(), saved_offsets_.end(), y) - saved_offsets_.begin()) -
+        1;
+    const CheckpointManifest::Unit& saved = manifest_.units[u];
+    const int64_t x = y - saved_offsets_[u];
+    const int p = int(x / saved.shard);
+    const int64_t run = std::min({end - y, int64_t(p + 1) * saved.shard - x, saved.numel - x});
     const int fd = open_shard(p);
     for (int array = 0; array < (weights_only_ ? 1 : 3); ++array) {
-      const off_t offset =
-          off_t((array * manifest_.shard_total + old_offset + x % old_shard) * int64_t(sizeof(float)));
+      const off_t offset = off_t((array * manifest_.shard_total + saved.shard_offset + x % saved.shard) *
+                                 int64_t(sizeof(float)));
       const size_t bytes = size_t(run) * sizeof(float);
       if (::pread(fd, targets[array] + at, bytes, offset) != ssize_t(bytes)) {
         throw CheckpointError(manifest_.files[p].name + ": short read");
@@ -429,6 +445,7 @@ class OwnedRangeReader {
   int me_;
   bool weights_only_;
   std::vector<int> fds_;
+  std::vector<int64_t> saved_offsets_;  // each saved unit's start in the model layout
 };
 
 // Every rank learns the first non-empty problem of any rank and throws it, so all ranks stop together.

@@ -115,6 +115,11 @@ void read_model(const FieldReader& r, const json& root, CheckpointManifest& m) {
   if (std::find(std::begin(kPrecisions), std::end(kPrecisions), m.precision) == std::end(kPrecisions)) {
     r.fail("zero.precision \"" + m.precision + "\" is not fp32, fp16, bf16 or fp64");
   }
+  if (zero.contains("tile_factor")) {
+    m.tile_factor = int(r.integer(zero, "zero.", "tile_factor", 1, 1 << 16));
+    if (std::string problem = tile_factor_problem(m.model, m.tile_factor); !problem.empty())
+      r.fail("zero.tile_factor: " + problem);
+  }
 }
 
 // One file entry: its name as expected, its size within [min_bytes, max_bytes], a well-formed digest.
@@ -156,12 +161,11 @@ void read_partition(const FieldReader& r, const json& root, CheckpointManifest& 
   const int expected_shards = m.stage == 0 ? 1 : m.world_size;
   const int shards = int(r.integer(root, "", "num_shards", expected_shards, expected_shards));
   const json& units = r.array(root, "", "units");
-  const size_t expected_units = size_t(ParamTable::block_unit(m.model.num_layers - 1) + 2);  // + ln_f
-  if (units.size() != expected_units) {
+  const ParamTable table = make_param_table(m.model, m.tile_factor);
+  if (units.size() != table.units.size()) {
     r.fail("units has " + std::to_string(units.size()) + " entries; the model has " +
-           std::to_string(expected_units) + " gather units");
+           std::to_string(table.units.size()) + " gather units");
   }
-  const ParamTable table = make_param_table(m.model);
   const Partition partition(table, m.world_size, shards);
   m.shard_total = r.integer(root, "", "shard_total", partition.shard_total(), partition.shard_total());
   for (size_t u = 0; u < units.size(); ++u) {
@@ -223,6 +227,7 @@ std::string manifest_text(const CheckpointManifest& m) {
   root["model"] = model_json(m.model);
   root["world_size"] = m.world_size;
   root["zero"] = {{"stage", m.stage}, {"precision", m.precision}};
+  if (m.tile_factor > 1) root["zero"]["tile_factor"] = m.tile_factor;
   root["num_shards"] = m.num_shards();
   root["shard_total"] = m.shard_total;
   json units = json::array();

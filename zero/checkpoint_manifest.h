@@ -39,8 +39,10 @@ struct CheckpointManifest {
   int world_size = 0;
   int stage = 0;
   std::string precision;  // precision_name(): "fp32", "fp16", "bf16", "fp64"
+  int tile_factor = 1;    // memory-centric tiling's ("zero.tile_factor", written when above 1)
 
-  // Partition(make_param_table(model), world_size, num_shards) of the run that saved, unit by unit.
+  // Partition(make_param_table(model, tile_factor), world_size, num_shards) of the run that saved, unit by
+  // unit.
   struct Unit {
     std::string name;
     int64_t numel = 0, shard = 0, shard_offset = 0;

@@ -65,9 +65,12 @@ struct ZeroConfig {
   double gradient_clipping = 0;         // global L2 norm; 0 = off
   AdamWHyper adam;                      // lr is set per step by the schedule
   bool checkpoint_activations = false;  // keep only block inputs; recompute in backward
-  double hidden_dropout = 0;            // Megatron's --hidden-dropout (embedding and residual branches)
-  double attention_dropout = 0;         // Megatron's --attention-dropout (attention probabilities)
-  bool record_events = false;           // keep an event log of posts and computes (tests)
+  // Memory-centric tiling (zero_optimization.memory_centric_tiling_factor, --tile-factor): each block matrix
+  // is this many gather units of output rows (model/params.h); 1 is off.
+  int tile_factor = 1;
+  double hidden_dropout = 0;     // Megatron's --hidden-dropout (embedding and residual branches)
+  double attention_dropout = 0;  // Megatron's --attention-dropout (attention probabilities)
+  bool record_events = false;    // keep an event log of posts and computes (tests)
 
   // ZeRO++ (stage 3 only), with DeepSpeed's key names.
   bool quantized_weights = false;  // zero_quantized_weights (qwZ): int8 blocks on every weight gather

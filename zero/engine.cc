@@ -33,14 +33,14 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
       config_(config),
       dp_(dp),
       seed_(seed),
-      table_(make_param_table(model)),
+      table_(make_param_table(model, config.tile_factor)),
       partition_(table_, dp.size(), config.stage == 0 ? 1 : dp.size()),
       ops_(ops ? *ops : cpu_ops()),
       arena_("device", Arena::kUnlimited, &ops_.device_memory()),
       wire_arena_("wire", Arena::kUnlimited, &ops_.wire_memory()),
       events_(config.record_events),
       scaler_(config.loss_scaler, config.precision == DType::kF16 && config.loss_scaler.loss_scale == 0),
-      loop_(model, micro_batch, config.checkpoint_activations, ops_, arena_) {
+      loop_(model, micro_batch, config.checkpoint_activations, ops_, arena_, config.tile_factor) {
   if (config.stage < 0 || config.stage > 3) throw std::invalid_argument("ZeRO stage must be 0, 1, 2 or 3");
   if (std::string problem = check_zeropp(config, dp.topology()); !problem.empty()) {
     throw std::invalid_argument(problem);
@@ -151,7 +151,7 @@ std::string ZeroEngine::check_offload(const ZeroConfig& config, const GPTConfig&
     return "zero_optimization.offload_param.buffer_count is " + std::to_string(f.param_buffer_count) +
            "; it must be at least 2 (one unit's shard is sent while the next one is read)";
   }
-  const ParamTable table = make_param_table(model);
+  const ParamTable table = make_param_table(model, config.tile_factor);
   const Partition partition(table, world_size, world_size);
   for (int u = 0; u < int(partition.units().size()); ++u) {
     if (partition.unit(u).shard > f.param_buffer_size) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -42,6 +43,29 @@ T* ptr(const Tensor& t) {
 
 int64_t last_dim(const Tensor& t) {
   return t.shape.back();
+}
+
+// The shapes of one tile of a linear layer (see Ops::linear_forward_columns): whole [N, OC] (out or dout)
+// against x [N, IC], the tile's w [W, IC], its optional bias or bias gradient [W], and the optional [N, IC].
+// Returns N.
+int64_t check_tile(const char* op, const Tensor& whole, int64_t first, const Tensor& x, const Tensor& w,
+                   const Tensor& bias, const Tensor& dx) {
+  const bool w_ok = w.shape.size() == 2 && w.shape[1] > 0 && !whole.shape.empty();
+  const int64_t W = w_ok ? w.shape[0] : 0, IC = w_ok ? w.shape[1] : 1,
+                OC = whole.shape.empty() ? 0 : last_dim(whole);
+  const int64_t N = x.numel() / IC;
+  const bool ok = w_ok && x.numel() == N * IC && OC > 0 && whole.numel() == N * OC && first >= 0 &&
+                  first + W <= OC && (bias.empty() || bias.numel() == W) &&
+                  (dx.empty() || dx.numel() == N * IC) && N <= INT32_MAX && OC <= INT32_MAX &&
+                  IC <= INT32_MAX;
+  if (!ok)
+    throw std::invalid_argument(
+        std::string("CpuOps::") + op + ": columns from " + std::to_string(first) + " of " + whole.describe() +
+        " with x " + x.describe() + ", w " + w.describe() +
+        (bias.empty() ? "" : ", bias " + bias.describe()) + (dx.empty() ? "" : ", dx " + dx.describe()) +
+        " (want w [W, IC], x [N, IC], the whole layer [N, OC], first + W <= OC, [W] and "
+        "[N, IC] for the optional ones)");
+  return N;
 }
 
 }  // namespace
@@ -117,6 +141,29 @@ void CpuOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& d
   on_float(x, [&]<typename Real>() {
     cpu::linear_backward(ptr<Real>(dx), ptr<Real>(dw), ptr<Real>(db), ptr<Real>(dout), ptr<Real>(x),
                          ptr<Real>(w), int(x.numel() / IC), int(IC), int(OC));
+  });
+}
+
+void CpuOps::linear_forward_columns(const Tensor& out, int64_t first, const Tensor& x, const Tensor& w,
+                                    const Tensor& b) {
+  const int64_t N = check_tile("linear_forward_columns", out, first, x, w, b, Tensor());
+  const int64_t W = w.shape[0], IC = w.shape[1], OC = last_dim(out);
+  on_float(x, [&]<typename Real>() {
+    cpu::linear_forward_columns(ptr<Real>(out), ptr<Real>(x), ptr<Real>(w), ptr<Real>(b), int(N), int(IC),
+                                int(OC), int(first), int(W));
+  });
+}
+
+void CpuOps::linear_backward_columns(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                                     int64_t first, const Tensor& x, const Tensor& w) {
+  const int64_t N = check_tile("linear_backward_columns", dout, first, x, w, db, dx);
+  const int64_t W = w.shape[0], IC = w.shape[1], OC = last_dim(dout);
+  if (dw.numel() != W * IC)
+    throw std::invalid_argument("CpuOps::linear_backward_columns: dw " + dw.describe() + " for w " +
+                                w.describe());
+  on_float(x, [&]<typename Real>() {
+    cpu::linear_backward_columns(ptr<Real>(dx), ptr<Real>(dw), ptr<Real>(db), ptr<Real>(dout), ptr<Real>(x),
+                                 ptr<Real>(w), int(N), int(IC), int(OC), int(first), int(W));
   });
 }
 

@@ -41,11 +41,14 @@ ConstMatMap<Real> mat(const Real* p, int64_t rows, int64_t cols, int64_t stride)
 struct Range {
   int64_t begin, end;
 };
-inline Range thread_range(int64_t n) {
-  const int64_t threads = omp_get_num_threads(), id = omp_get_thread_num();
+// The same split for thread `id` of `threads`, outside a region (linear_forward_columns retraces the cuts).
+inline Range thread_range(int64_t n, int64_t threads, int64_t id) {
   const int64_t blocks = (n + 15) / 16;
   const int64_t per = (blocks + threads - 1) / threads;
   return {std::min(n, id * per * 16), std::min(n, (id + 1) * per * 16)};
+}
+inline Range thread_range(int64_t n) {
+  return thread_range(n, omp_get_num_threads(), omp_get_thread_num());
 }
 
 // sum_{i<n} term(i), with element i always added into lane i % 16 and the lanes combined in a fixed order:

@@ -4,7 +4,9 @@
 // Row-major to column-major: cuBLASLt sees a row-major [R, K] matrix as a column-major [K, R] one with the
 // same pointer and leading dimension K. So out^T[OC,N] = W[OC,C] * inp^T[C,N] is GEMM(op(A) = transpose of
 // the column-major [C,OC] view of W, B = inp as is), and likewise for the two backward products below. The
-// bias epilogue adds a vector over D's rows, which here are the OC output features: exactly bias[oc].
+// bias epilogue adds a vector over D's rows, which here are the OC output features: exactly bias[oc]. A tile
+// of the layer (memory-centric tiling, *_columns) is the same GEMMs on its columns of out and dout: W rows of
+// D with the whole layer's OC as leading dimension.
 //
 // cuBLASLt picks an algorithm per problem through a heuristic query that costs far more than the GEMM for
 // small shapes, so the answer is cached per problem (shape, types, epilogue, pointer alignments, device).
@@ -24,26 +26,27 @@
 namespace gpt::cuda {
 namespace {
 
-// out[n, oc] = bias[oc] for every row, so the GEMM can add its product with beta = 1: used only where the
-// bias epilogue is unavailable (bias pointer not 16-byte aligned, or no algorithm with the epilogue).
+// out[n, oc] = bias[oc] for every row (rows ld elements apart), so the GEMM can add its product with beta =
+// 1: used only where the bias epilogue is unavailable (bias pointer not 16-byte aligned, or no algorithm with
+// the epilogue).
 template <typename T>
-__global__ void broadcast_rows_kernel(T* out, const T* bias, int64_t rows, int cols) {
+__global__ void broadcast_rows_kernel(T* out, const T* bias, int64_t rows, int cols, int64_t ld) {
   const int64_t total = rows * cols;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    out[i] = bias[i % cols];
+    out[(i / cols) * ld + i % cols] = bias[i % cols];
   }
 }
 
-// Bias gradient, pass 1: partial[chunk, oc] = sum of dout[n, oc] over the chunk's rows. A block covers 32
-// columns of one chunk: threadIdx.x picks the column (coalesced reads along a row), threadIdx.y strides over
-// the chunk's rows, then a fixed-order tree sum in shared memory. Chunks spread the work over the GPU where
-// OC / 32 blocks alone would leave most SMs idle (768 features: 24 blocks).
+// Bias gradient, pass 1: partial[chunk, oc] = sum of dout[n, oc] over the chunk's rows (rows ld apart). A
+// block covers 32 columns of one chunk: threadIdx.x picks the column (coalesced reads along a row),
+// threadIdx.y strides over the chunk's rows, then a fixed-order tree sum in shared memory. Chunks spread the
+// work over the GPU where OC / 32 blocks alone would leave most SMs idle (768 features: 24 blocks).
 constexpr int kBiasColumns = 32;
 constexpr int kBiasRowThreads = 16;
 
 template <typename T>
-__global__ void bias_gradient_partial_kernel(float* partial, const T* dout, int N, int OC,
+__global__ void bias_gradient_partial_kernel(float* partial, const T* dout, int N, int OC, int64_t ld,
                                              int rows_per_chunk) {
   __shared__ float sums[kBiasRowThreads][kBiasColumns];
   const int column = blockIdx.x * kBiasColumns + threadIdx.x;
@@ -52,7 +55,7 @@ __global__ void bias_gradient_partial_kernel(float* partial, const T* dout, int 
   float sum = 0.0f;
   if (column < OC) {
     for (int row = begin + threadIdx.y; row < end; row += kBiasRowThreads) {
-      sum += to_float(dout[static_cast<int64_t>(row) * OC + column]);
+      sum += to_float(dout[static_cast<int64_t>(row) * ld + column]);
     }
   }
   sums[threadIdx.y][threadIdx.x] = sum;
@@ -262,15 +265,16 @@ bool bias_fusable(const void* bias) {
   return alignment_of(bias) >= 16;
 }
 
-// out^T[OC,N] = (W viewed [C,OC])^T * (inp viewed [C,N]), overwriting out.
+// out^T[OC,N] = (W viewed [C,OC])^T * (inp viewed [C,N]), overwriting out, whose rows are ld apart (OC, or
+// the whole layer's width for a tile).
 template <typename T>
-Gemm forward_gemm(T* out, const T* inp, const T* weight, int N, int C, int OC) {
+Gemm forward_gemm(T* out, const T* inp, const T* weight, int N, int C, int OC, int64_t ld) {
   Gemm g;
   g.op_a = CUBLAS_OP_T;
   g.m = OC, g.n = N, g.k = C;
   g.a = weight, g.lda = C;
   g.b = inp, g.ldb = C;
-  g.d = out, g.ldd = OC;
+  g.d = out, g.ldd = static_cast<int>(ld);
   g.input_type = g.output_type = cuda_data_type<T>();
   return g;
 }
@@ -284,16 +288,17 @@ void unfused_forward(const Context& ctx, Gemm g, const T* bias, int N, int OC) {
     constexpr int kThreads = 256;
     const int64_t total = static_cast<int64_t>(N) * OC;
     broadcast_rows_kernel<<<elementwise_blocks(total, kThreads), kThreads, 0, ctx.stream()>>>(
-        static_cast<T*>(g.d), bias, N, OC);
+        static_cast<T*>(g.d), bias, N, OC, g.ldd);
     GPT_CUDA_CHECK(cudaGetLastError());
     g.beta = 1.0f;
   }
   run(ctx, g);
 }
 
-// dbias[OC] += column sums of dout[N,OC], in two fixed-order passes through the context's workspace.
+// dbias[OC] += column sums of dout[N,OC] (rows ld apart), in two fixed-order passes through the context's
+// workspace.
 template <typename T>
-void bias_gradient(const Context& ctx, float* dbias, const T* dout, int N, int OC) {
+void bias_gradient(const Context& ctx, float* dbias, const T* dout, int N, int OC, int64_t ld) {
   constexpr int kRowsPerChunk = 256, kMaxChunks = 64;
   const int64_t fit = static_cast<int64_t>(ctx.workspace_bytes() / (sizeof(float) * static_cast<size_t>(OC)));
   int64_t chunks = (N + kRowsPerChunk - 1) / kRowsPerChunk;
@@ -303,7 +308,8 @@ void bias_gradient(const Context& ctx, float* dbias, const T* dout, int N, int O
   const dim3 threads(kBiasColumns, kBiasRowThreads);
   const dim3 blocks(static_cast<unsigned>((OC + kBiasColumns - 1) / kBiasColumns),
                     static_cast<unsigned>(chunks));
-  bias_gradient_partial_kernel<<<blocks, threads, 0, ctx.stream()>>>(partial, dout, N, OC, rows_per_chunk);
+  bias_gradient_partial_kernel<<<blocks, threads, 0, ctx.stream()>>>(partial, dout, N, OC, ld,
+                                                                     rows_per_chunk);
   GPT_CUDA_CHECK(cudaGetLastError());
   constexpr int kFinishThreads = 256;
   bias_gradient_finish_kernel<<<(OC + kFinishThreads - 1) / kFinishThreads, kFinishThreads, 0,
@@ -313,12 +319,11 @@ void bias_gradient(const Context& ctx, float* dbias, const T* dout, int N, int O
 
 }  // namespace
 
+// out[:, :OC] = inp * weight^T + bias with out's rows ld apart: the whole layer (ld = OC) or a tile.
 template <typename T>
-void linear_forward(const Context& ctx, T* out, const T* inp, const T* weight, const T* bias, int N, int C,
-                    int OC) {
-  check_shape("linear_forward", N, C, OC);
-  if (N == 0) return;
-  Gemm g = forward_gemm(out, inp, weight, N, C, OC);
+void forward_strided(const Context& ctx, T* out, int64_t ld, const T* inp, const T* weight, const T* bias,
+                     int N, int C, int OC) {
+  Gemm g = forward_gemm(out, inp, weight, N, C, OC, ld);
   if (bias && bias_fusable(bias)) {
     g.epilogue = CUBLASLT_EPILOGUE_BIAS;
     g.bias = bias;
@@ -327,12 +332,68 @@ void linear_forward(const Context& ctx, T* out, const T* inp, const T* weight, c
   unfused_forward(ctx, g, bias, N, OC);
 }
 
+// linear_backward over the first OC columns of dout, whose rows are ld apart.
+template <typename T>
+void backward_strided(const Context& ctx, T* dinp, float* dweight, float* dbias, const T* dout, int64_t ld,
+                      const T* inp, const T* weight, int N, int C, int OC) {
+  if (dinp) {
+    // dinp^T[C,N] += (W viewed [C,OC]) * (dout viewed [OC,N])
+    Gemm g;
+    g.m = C, g.n = N, g.k = OC;
+    g.a = weight, g.lda = C;
+    g.b = dout, g.ldb = static_cast<int>(ld);
+    g.d = dinp, g.ldd = C;
+    g.input_type = g.output_type = cuda_data_type<T>();
+    g.beta = 1.0f;
+    run(ctx, g);
+  }
+  // dweight^T[C,OC] += (inp viewed [C,N]) * (dout viewed [OC,N])^T, accumulated in fp32. The bias gradient
+  // is not fused (CUBLASLT_EPILOGUE_BGRADB): that epilogue overwrites its vector, while the seam accumulates
+  // into dbias, so it would need a scratch vector and an add kernel anyway; see bias_gradient().
+  Gemm g;
+  g.op_b = CUBLAS_OP_T;
+  g.m = C, g.n = OC, g.k = N;
+  g.a = inp, g.lda = C;
+  g.b = dout, g.ldb = static_cast<int>(ld);
+  g.d = dweight, g.ldd = C;
+  g.input_type = cuda_data_type<T>();
+  g.output_type = CUDA_R_32F;
+  g.beta = 1.0f;
+  run(ctx, g);
+  if (dbias) bias_gradient(ctx, dbias, dout, N, OC, ld);
+}
+
+void check_columns(const char* op, int N, int C, int OC, int first, int W) {
+  check_shape(op, N, C, OC);
+  if (first < 0 || W <= 0 || static_cast<int64_t>(first) + W > OC) {
+    throw CudaError(std::string(op) + ": columns [" + std::to_string(first) + ", " +
+                    std::to_string(static_cast<int64_t>(first) + W) + ") outside the layer's " +
+                    std::to_string(OC) + " outputs");
+  }
+}
+
+template <typename T>
+void linear_forward(const Context& ctx, T* out, const T* inp, const T* weight, const T* bias, int N, int C,
+                    int OC) {
+  check_shape("linear_forward", N, C, OC);
+  if (N == 0) return;
+  forward_strided(ctx, out, OC, inp, weight, bias, N, C, OC);
+}
+
+template <typename T>
+void linear_forward_columns(const Context& ctx, T* out, const T* inp, const T* weight, const T* bias, int N,
+                            int C, int OC, int first, int W) {
+  check_columns("linear_forward_columns", N, C, OC, first, W);
+  if (N == 0) return;
+  forward_strided(ctx, out + first, OC, inp, weight, bias, N, C, W);
+}
+
 template <typename T>
 void linear_gelu_forward(const Context& ctx, T* out, T* pre_gelu, const T* inp, const T* weight,
                          const T* bias, int N, int C, int OC) {
   check_shape("linear_gelu_forward", N, C, OC);
   if (N == 0) return;
-  Gemm g = forward_gemm(out, inp, weight, N, C, OC);
+  Gemm g = forward_gemm(out, inp, weight, N, C, OC, OC);
   g.bias = bias;
   g.aux = pre_gelu;
   g.epilogue = pre_gelu ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
@@ -352,38 +413,26 @@ void linear_backward(const Context& ctx, T* dinp, float* dweight, float* dbias, 
                      const T* weight, int N, int C, int OC) {
   check_shape("linear_backward", N, C, OC);
   if (N == 0) return;
-  if (dinp) {
-    // dinp^T[C,N] += (W viewed [C,OC]) * (dout viewed [OC,N])
-    Gemm g;
-    g.m = C, g.n = N, g.k = OC;
-    g.a = weight, g.lda = C;
-    g.b = dout, g.ldb = OC;
-    g.d = dinp, g.ldd = C;
-    g.input_type = g.output_type = cuda_data_type<T>();
-    g.beta = 1.0f;
-    run(ctx, g);
-  }
-  // dweight^T[C,OC] += (inp viewed [C,N]) * (dout viewed [OC,N])^T, accumulated in fp32. The bias gradient
-  // is not fused (CUBLASLT_EPILOGUE_BGRADB): that epilogue overwrites its vector, while the seam accumulates
-  // into dbias, so it would need a scratch vector and an add kernel anyway; see bias_gradient().
-  Gemm g;
-  g.op_b = CUBLAS_OP_T;
-  g.m = C, g.n = OC, g.k = N;
-  g.a = inp, g.lda = C;
-  g.b = dout, g.ldb = OC;
-  g.d = dweight, g.ldd = C;
-  g.input_type = cuda_data_type<T>();
-  g.output_type = CUDA_R_32F;
-  g.beta = 1.0f;
-  run(ctx, g);
-  if (dbias) bias_gradient(ctx, dbias, dout, N, OC);
+  backward_strided(ctx, dinp, dweight, dbias, dout, OC, inp, weight, N, C, OC);
+}
+
+template <typename T>
+void linear_backward_columns(const Context& ctx, T* dinp, float* dweight, float* dbias, const T* dout,
+                             const T* inp, const T* weight, int N, int C, int OC, int first, int W) {
+  check_columns("linear_backward_columns", N, C, OC, first, W);
+  if (N == 0) return;
+  backward_strided(ctx, dinp, dweight, dbias, dout + first, OC, inp, weight, N, C, W);
 }
 
 #define GPT_INSTANTIATE_LINEAR(T)                                                                            \
   template void linear_forward<T>(const Context&, T*, const T*, const T*, const T*, int, int, int);          \
   template void linear_gelu_forward<T>(const Context&, T*, T*, const T*, const T*, const T*, int, int, int); \
   template void linear_backward<T>(const Context&, T*, float*, float*, const T*, const T*, const T*, int,    \
-                                   int, int);
+                                   int, int);                                                                \
+  template void linear_forward_columns<T>(const Context&, T*, const T*, const T*, const T*, int, int, int,   \
+                                          int, int);                                                         \
+  template void linear_backward_columns<T>(const Context&, T*, float*, float*, const T*, const T*, const T*, \
+                                           int, int, int, int, int);
 GPT_INSTANTIATE_LINEAR(float)
 GPT_INSTANTIATE_LINEAR(__half)
 GPT_INSTANTIATE_LINEAR(__nv_bfloat16)

@@ -36,4 +36,20 @@ template <typename T>
 void linear_backward(const Context& ctx, T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
                      const T* weight, int N, int C, int OC);
 
+// Memory-centric tiling, as kernels/cpu/linear.h: the tile of output features [first, first + W) of OC, from
+// its weight rows weight[W,C] and bias[W] (may be null); out and dout are the whole layer's [N,OC], read and
+// written only in the tile's columns (the GEMMs' leading dimension is OC). Same math as linear_forward and
+// linear_backward on those columns, but not bit for bit: cuBLASLt picks its algorithm (and with it the order
+// of the sums) by the GEMM's shape, which the tile changes.
+template <typename T>
+void linear_forward_columns(const Context& ctx, T* out, const T* inp, const T* weight, const T* bias, int N,
+                            int C, int OC, int first, int W);
+
+// Accumulates dweight[W,C] += dout[:, first:first+W]^T * inp and dbias[W] += its column sums (fp32), and
+// dinp[N,C] += dout[:, first:first+W] * weight, the tile's part of the input gradient. dinp and dbias may be
+// null.
+template <typename T>
+void linear_backward_columns(const Context& ctx, T* dinp, float* dweight, float* dbias, const T* dout,
+                             const T* inp, const T* weight, int N, int C, int OC, int first, int W);
+
 }  // namespace gpt::cuda

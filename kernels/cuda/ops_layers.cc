@@ -1,5 +1,6 @@
-// CudaOps' token and position embedding, LayerNorm and dropout (see cuda_ops.h): fp32 only, shapes read as
-// CpuOps reads them (kernels/cpu/cpu_ops.cc), the kernels in embedding.cu, layernorm.cu and dropout.cu.
+// CudaOps' token and position embedding, LayerNorm, dropout and the tiles of a linear layer (see cuda_ops.h):
+// fp32 only, shapes read as CpuOps reads them (kernels/cpu/cpu_ops.cc), the kernels in embedding.cu,
+// layernorm.cu, dropout.cu and linear.cu.
 #include <cstdint>
 #include <string>
 
@@ -7,6 +8,7 @@
 #include "kernels/cuda/dropout.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/layernorm.h"
+#include "kernels/cuda/linear.h"
 #include "kernels/cuda/ops_internal.h"
 
 namespace gpt::cuda {
@@ -66,6 +68,41 @@ void CudaOps::layernorm_backward(const Tensor& dx, const Tensor& dw, const Tenso
   const int64_t C = w.numel();
   cuda::layernorm_backward(context_, f32(dx, op), f32(dw, op), f32(db, op), f32(dout, op), f32(x, op),
                            f32(w, op), f32(mean, op), f32(rstd, op), int(numel_over(x, C)), int(C));
+}
+
+namespace {
+
+// A tile's shapes (see Ops::linear_forward_columns): the tile's w [W, IC], the whole layer's [N, OC].
+void check_tile(const char* op, const Tensor& whole, int64_t first, const Tensor& x, const Tensor& w) {
+  const bool ok = w.shape.size() == 2 && w.shape[1] > 0 && !whole.shape.empty() && first >= 0 &&
+                  first + w.shape[0] <= whole.shape.back() &&
+                  numel_over(x, w.shape[1]) * whole.shape.back() == whole.numel();
+  if (!ok)
+    throw CudaError(std::string("CudaOps::") + op + ": columns from " + std::to_string(first) + " of " +
+                    whole.describe() + " with x " + x.describe() + " and w " + w.describe() +
+                    " (want w [W, IC], x [N, IC], the whole layer [N, OC], first + W <= OC)");
+}
+
+}  // namespace
+
+void CudaOps::linear_forward_columns(const Tensor& out, int64_t first, const Tensor& x, const Tensor& w,
+                                     const Tensor& b) {
+  const char* op = "linear_forward_columns";
+  check_tile(op, out, first, x, w);
+  const int64_t W = w.shape[0], IC = w.shape[1];
+  cuda::linear_forward_columns<float>(context_, f32(out, op), f32(x, op), f32(w, op), optional_f32(b, op),
+                                      int(numel_over(x, IC)), int(IC), int(out.shape.back()), int(first),
+                                      int(W));
+}
+
+void CudaOps::linear_backward_columns(const Tensor& dx, const Tensor& dw, const Tensor& db,
+                                      const Tensor& dout, int64_t first, const Tensor& x, const Tensor& w) {
+  const char* op = "linear_backward_columns";
+  check_tile(op, dout, first, x, w);
+  const int64_t W = w.shape[0], IC = w.shape[1];
+  cuda::linear_backward_columns<float>(context_, optional_f32(dx, op), f32(dw, op), optional_f32(db, op),
+                                       f32(dout, op), f32(x, op), f32(w, op), int(numel_over(x, IC)), int(IC),
+                                       int(dout.shape.back()), int(first), int(W));
 }
 
 void CudaOps::dropout_forward(const Tensor& out, const Tensor& x, const DropoutMask& mask) {

@@ -152,6 +152,37 @@ void check_linear_shape(Table& table, Backends& backends, const std::string& nam
                                         w.on(g));
                   }});
 }
+
+// Memory-centric tiling's ops: the second of two tiles of fc (4C output rows), writing and reading the tile's
+// columns of the whole layer's [N, 4C] tensors (a leading dimension of 4C on the GPU).
+void check_linear_columns(Table& table, Backends& backends, int64_t N, int64_t C) {
+  Scratch x(backends);
+  const int64_t OC = 4 * C, W = OC / 2, first = OC - W;
+  const Twin& in = x.random({N, C}, 41);
+  const Twin& w = x.random({W, C}, 42, 0.02f);
+  const Twin& b = x.random({W}, 43, 0.02f);
+  const Twin& out = x.random({N, OC}, 44);
+  const std::string shape = shape_string({N, C}) + "x" + std::to_string(OC) + " tile 2/2";
+  check_float_op(
+      table, x,
+      {"linear_forward_columns fc", shape, {&in, &w, &b}, {{"out", &out}}, {}, [&](Ops& ops, bool g) {
+         ops.linear_forward_columns(out.on(g), first, in.on(g), w.on(g), b.on(g));
+       }});
+  const Twin& dout = x.random({N, OC}, 45, 0.1f);
+  const Twin& dx = x.random({N, C}, 46);
+  const Twin& dw = x.random({W, C}, 47);
+  const Twin& db = x.random({W}, 48);
+  check_float_op(table, x,
+                 {"linear_backward_columns fc",
+                  shape,
+                  {&dout, &in, &w},
+                  {{"dx", &dx}, {"dw", &dw}, {"db", &db}},
+                  {},
+                  [&](Ops& ops, bool g) {
+                    ops.linear_backward_columns(dx.on(g), dw.on(g), db.on(g), dout.on(g), first, in.on(g),
+                                                w.on(g));
+                  }});
+}
 }  // namespace
 
 void check_linear(Table& table, Backends& backends, const Shapes& s) {
@@ -161,6 +192,7 @@ void check_linear(Table& table, Backends& backends, const Shapes& s) {
   check_linear_shape(table, backends, "fc", N, C, 4 * C, true);
   check_linear_shape(table, backends, "fc_proj", N, 4 * C, C, true);
   check_linear_shape(table, backends, "lm_head", N, C, s.Vp, false);
+  check_linear_columns(table, backends, N, C);
 }
 
 namespace {

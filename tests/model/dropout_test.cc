@@ -77,7 +77,7 @@ TEST_CASE("a block's forward with the same dropout replays the same masks (check
   const int B = 2, T = config.seq_len, C = config.hidden;
   GPT2<float> model(config, B);
   model.init(2);
-  const float* weights = model.params.data() + model.table().units[ParamTable::block_unit(1)].offset;
+  const float* weights = model.params.data() + model.table().units[model.table().block_unit(1)].offset;
   std::vector<float> x(size_t(B) * T * C);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * float(i));
   const int64_t windows[] = {11, 12};

@@ -91,6 +91,17 @@ void CheckedOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tenso
   later([=, this] { cpu_.linear_backward(dx, dw, db, dout, x, w); });
 }
 
+void CheckedOps::linear_forward_columns(const Tensor& out, int64_t first, const Tensor& x, const Tensor& w,
+                                        const Tensor& b) {
+  later([=, this] { cpu_.linear_forward_columns(out, first, x, w, b); });
+}
+
+void CheckedOps::linear_backward_columns(const Tensor& dx, const Tensor& dw, const Tensor& db,
+                                         const Tensor& dout, int64_t first, const Tensor& x,
+                                         const Tensor& w) {
+  later([=, this] { cpu_.linear_backward_columns(dx, dw, db, dout, first, x, w); });
+}
+
 void CheckedOps::attention_decode(const Tensor& out, const Tensor& att, const Tensor& qkv) {
   later([=, this] { cpu_.attention_decode(out, att, qkv); });
 }

@@ -76,6 +76,10 @@ class CheckedOps final : public Ops {
   void linear_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b) override;
   void linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                        const Tensor& x, const Tensor& w) override;
+  void linear_forward_columns(const Tensor& out, int64_t first, const Tensor& x, const Tensor& w,
+                              const Tensor& b) override;
+  void linear_backward_columns(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
+                               int64_t first, const Tensor& x, const Tensor& w) override;
   void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
                          const DropoutMask* dropout) override;
   void attention_decode(const Tensor& out, const Tensor& att, const Tensor& qkv) override;

@@ -66,6 +66,7 @@ RunResult run(comm::Communicator& group, const GPTConfig& model, const RunSpec& 
   result.events = engine.events().events();
   for (const auto& line : engine.memory()) {
     if (line.state == "activations") result.activation_bytes = line.bytes;
+    if (line.state == "buffers") result.buffer_bytes = line.bytes;
   }
   result.hpz_secondary_peak_bytes = engine.hpz_secondary_peak_bytes();
   result.master = engine.gather_master();

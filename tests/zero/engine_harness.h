@@ -30,6 +30,7 @@ struct RunResult {
   std::vector<ZeroEngine::StepResult> steps;
   std::vector<comm::TrafficCounts> traffic;  // this rank's counts per step
   size_t activation_bytes = 0;
+  size_t buffer_bytes = 0;              // the peak of the engine's "buffers" (gathers, buckets, staging)
   size_t hpz_secondary_peak_bytes = 0;  // the most hpZ secondary bytes held at once
   std::vector<float> master;            // full model after the run (model layout)
   std::vector<EngineEvent> events;      // of the last step

@@ -141,7 +141,7 @@ TEST_CASE("an inf in one rank's gradient makes every rank skip the step; the sca
     int backward_count = 0;
     const bool poisoner = world().rank() == world().size() - 1;
     spec.hook = [&](int unit, float* grad, int64_t) {
-      if (unit != gpt::ParamTable::block_unit(0)) return;
+      if (unit != gpt::BlockUnits::of(0, 1).first) return;
       ++backward_count;
       if (poisoner && (backward_count == 3 || backward_count == 4))
         grad[5] = std::numeric_limits<float>::infinity();
