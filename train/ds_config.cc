@@ -178,6 +178,8 @@ void add_zero_keys(const Reader& r, DeepSpeedConfig& c, KeyTable& keys) {
       {z + "stage3_param_persistence_threshold",
        r.number_into(c.stage3_param_persistence_threshold, 0, 1e15)},
       {z + "stage3_max_live_parameters", r.number_into(c.stage3_max_live_parameters, 0, 1e15)},
+      // Whether the factor can tile the model is checked once the model is known (train/options.cc).
+      {z + "memory_centric_tiling_factor", r.integer_into(c.memory_centric_tiling_factor, 1, 1 << 16)},
   });
 }
 

@@ -60,6 +60,9 @@ struct DeepSpeedConfig {
   std::optional<bool> offload_param_pin_memory;
   std::optional<int64_t> offload_param_buffer_count, offload_param_buffer_size, offload_param_max_in_cpu;
   std::optional<int64_t> sub_group_size;
+  // zero_optimization.memory_centric_tiling_factor: ours (DeepSpeed offers tiling as the TiledLinear API,
+  // not a key): each block matrix in this many tiles of output rows; 1 is off.
+  std::optional<int64_t> memory_centric_tiling_factor;
   std::optional<int64_t> aio_block_size, aio_queue_depth, aio_thread_count;
   std::optional<bool> aio_single_submit, aio_overlap_events, aio_use_gds;
   // optimizer{type: Adam | AdamW, params{lr, betas, eps, weight_decay, adam_w_mode}}

@@ -95,6 +95,10 @@ void print_banner(const TrainOptions& o, const comm::Communicator& world, const 
   std::printf("  dropout hidden %g, attention %g; activation checkpointing %s; %d threads per rank\n",
               o.zero.hidden_dropout, o.zero.attention_dropout, o.zero.checkpoint_activations ? "on" : "off",
               cpu::num_threads());
+  if (o.zero.tile_factor > 1) {
+    std::printf("  memory-centric tiling: %d tiles per block matrix, %d gather units per block\n",
+                o.zero.tile_factor, engine.table().block_units(0).count());
+  }
   if (o.zero.stage == 3) {
     const ZeroConfig& z = o.zero;
     std::printf(

@@ -35,7 +35,7 @@ std::string gib(double bytes) {
 // buffers when the optimizer is on NVMe), and --init-from reads the whole model in fp32 first.
 double checkpoint_copy_bytes(const TrainOptions& o, int world) {
   if (o.save.empty() && o.load.empty() && o.init_from.empty()) return 0;
-  const ParamTable table = make_param_table(o.model);
+  const ParamTable table = make_param_table(o.model, o.zero.tile_factor);
   const Partition p(table, world, o.zero.stage == 0 ? 1 : world);
   double bytes = o.zero.offload.optimizer_on_nvme()
                      ? 0
@@ -144,9 +144,37 @@ std::vector<Alternative> alternatives(const TrainOptions& o) {
   return list;
 }
 
-// "would fit: ..." for the worst rank: each alternative alone; more ranks (at stage 3 when the stage is 0,
-// where more ranks share nothing); and when none of these does, all of them together, on more ranks if need
-// be.
+// The tile factors the guard suggests, above the one given, that tile this model (model/params.h).
+std::vector<int> tile_factors_to_try(const TrainOptions& o) {
+  std::vector<int> factors;
+  for (int n : {2, 4, 8}) {
+    if (n > o.zero.tile_factor && tile_factor_problem(o.model, n).empty()) factors.push_back(n);
+  }
+  return factors;
+}
+
+// Memory-centric tiling at stage 3 (the stage where the gathered units are what it shrinks): the smallest
+// factor that fits, named with the stage when the given one is lower; nothing when stage 3 fits untiled
+// (that alternative is named already) or no factor does.
+void add_tiling_that_fits(const TrainOptions& o, int nodes, int ranks_per_node, double baseline,
+                          double budget, std::vector<std::string>& fitting) {
+  TrainOptions at_stage3 = o;
+  at_stage3.zero.stage = 3;
+  if (rank_memory_need(at_stage3, nodes, ranks_per_node, baseline).total <= budget) return;
+  for (int n : tile_factors_to_try(o)) {
+    TrainOptions tiled = at_stage3;
+    tiled.zero.tile_factor = n;
+    const double need = rank_memory_need(tiled, nodes, ranks_per_node, baseline).total;
+    if (need > budget) continue;
+    fitting.push_back(std::string(o.zero.stage < 3 ? "--zero-stage 3 " : "") + "--tile-factor " +
+                      std::to_string(n) + " (" + gib(need) + ")");
+    return;
+  }
+}
+
+// "would fit: ..." for the worst rank: each alternative alone; tiling; more ranks (at stage 3 when the stage
+// is 0, where more ranks share nothing); and when none of these does, all of them together, on more ranks if
+// need be.
 std::string what_would_fit(const TrainOptions& o, int nodes, int ranks_per_node, double baseline,
                            double budget) {
   std::vector<std::string> fitting;
@@ -154,6 +182,7 @@ std::string what_would_fit(const TrainOptions& o, int nodes, int ranks_per_node,
     const double need = rank_memory_need(a.options, nodes, ranks_per_node, baseline).total;
     if (need <= budget) fitting.push_back(a.name + " (" + gib(need) + ")");
   }
+  add_tiling_that_fits(o, nodes, ranks_per_node, baseline, budget, fitting);
   auto on_more_ranks = [&](const TrainOptions& config, const std::string& prefix) {
     const int n = machines_that_fit(config, nodes, ranks_per_node, baseline, budget);
     if (n > 0) {
@@ -168,16 +197,21 @@ std::string what_would_fit(const TrainOptions& o, int nodes, int ranks_per_node,
   all.zero.stage = 3;
   all.zero.offload.optimizer = all.zero.offload.param = OffloadDevice::kNvme;
   all.zero.checkpoint_activations = true;
+  const std::vector<int> factors = tile_factors_to_try(o);
+  if (!factors.empty()) all.zero.tile_factor = factors.back();
   const std::string all_name =
-      "stage 3 with offload_optimizer and offload_param nvme and --checkpoint-activations";
+      factors.empty() ? "stage 3 with offload_optimizer and offload_param nvme and --checkpoint-activations"
+                      : "stage 3 with offload_optimizer and offload_param nvme, --checkpoint-activations and "
+                        "--tile-factor " +
+                            std::to_string(all.zero.tile_factor);
   const double all_need = rank_memory_need(all, nodes, ranks_per_node, baseline).total;
   if (fitting.empty() && all_need <= budget) fitting.push_back(all_name + " (" + gib(all_need) + ")");
   if (fitting.empty()) on_more_ranks(all, all_name + " on ");
   std::string text;
   for (size_t i = 0; i < fitting.size(); ++i) text += (i ? ", or " : "") + fitting[i];
   if (text.empty()) {
-    return "none of more ranks, a higher stage, NVMe offload or activation checkpointing would fit (all of "
-           "them: " +
+    return "none of more ranks, a higher stage, NVMe offload, activation checkpointing or tiling would fit "
+           "(all of them: " +
            gib(all_need) + "); use a smaller model or micro-batch, or a machine with more memory";
   }
   return "would fit: " + text;

@@ -4,9 +4,9 @@
 // is MemAvailable from /proc/meminfo, or --memory-limit, divided among the ranks that share the machine:
 // ranks whose /proc/sys/kernel/random/boot_id hash is the same run on one kernel and so share one RAM, as
 // local ranks and the emulated nodes of scripts/cluster do. A run that would not fit stops on every rank with
-// one line: what the worst rank needs, what it has, and which of more ranks, a higher stage, NVMe offload or
-// activation checkpointing would fit, each counted with the same formulas; a std::bad_alloc halfway through
-// the allocations is what this replaces.
+// one line: what the worst rank needs, what it has, and which of more ranks, a higher stage, NVMe offload,
+// activation checkpointing or memory-centric tiling (--tile-factor 2, 4 or 8 at stage 3) would fit, each
+// counted with the same formulas; a std::bad_alloc halfway through the allocations is what this replaces.
 #pragma once
 
 #include <cstdint>

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "model/params.h"
 #include "train/ds_config.h"
 #include "train/model_flags.h"
 #include "train/units.h"
@@ -162,6 +163,10 @@ void add_precision_and_cluster_groups(FlagParser& flags, TrainOptions& o, Values
                    "keep only block inputs; recompute in backward");
   flags.add_switch("--deepspeed-activation-checkpointing", &v.ds_checkpointing,
                    "accepted (the tutorial's); checkpointing is the engine's own");
+  flags.add_int("--tile-factor", &v.tile_factor,
+                "memory-centric tiling: each block matrix in N tiles of output rows, gathered and computed "
+                "one at a time (stage 3's peak drops about N-fold; hidden a multiple of 16 x N)",
+                1, 1 << 16);
   flags.group("ZeRO and the cluster");
   flags.add_int("--zero-stage", &v.stage, "0 data parallel, 1 +optimizer states, 2 +gradients, 3 +weights",
                 -1000, 1000);
@@ -446,6 +451,33 @@ void resolve_offload_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
   note_offload(ds, f, o.notes);
 }
 
+// Memory-centric tiling: --tile-factor or zero_optimization.memory_centric_tiling_factor, checked against
+// the model (which check_whole has validated). Below stage 3 the weights are whole on every rank, so tiling
+// only splits the compute: said at start-up.
+void resolve_tiling(const FlagParser& flags, const FlagOrJson& pick, const DeepSpeedConfig& ds,
+                    const Values& v, TrainOptions& o) {
+  const char* key = "zero_optimization.memory_centric_tiling_factor";
+  o.zero.tile_factor =
+      int(pick("--tile-factor", int64_t(v.tile_factor), key, ds.memory_centric_tiling_factor).value_or(1));
+  const std::string source = flags.given("--tile-factor")
+                                 ? "--tile-factor " + str(o.zero.tile_factor)
+                                 : ds.path + ": " + key + " " + str(o.zero.tile_factor);
+  if (std::string problem = tile_factor_problem(o.model, o.zero.tile_factor); !problem.empty()) {
+    const int groups = o.model.hidden / 16;  // the factors that tile: the divisors of hidden/16
+    std::string divisors;
+    for (int d = 1; d <= groups && d <= 64; ++d) {
+      if (groups % d == 0) divisors += (divisors.empty() ? "" : ", ") + str(d);
+    }
+    throw UsageError(source + ": " + problem + "; choose a factor that divides hidden/16 = " + str(groups) +
+                     (divisors.empty() ? std::string(" (none: use 1, no tiling)") : " (" + divisors + ")"));
+  }
+  if (o.zero.tile_factor > 1 && o.zero.stage < 3) {
+    o.notes.push_back(source + ": at stage " + str(o.zero.stage) +
+                      " the weights are whole on every rank, so tiling only splits the compute; its memory "
+                      "saving needs --zero-stage 3");
+  }
+}
+
 // Optimizer: DeepSpeed's "Adam" is AdamW unless adam_w_mode is false.
 void resolve_adam(const FlagOrJson& pick, const DeepSpeedConfig& ds, const Values& v, TrainOptions& o) {
   AdamWHyper& adam = o.zero.adam;
@@ -548,6 +580,7 @@ void TrainFlags::finish(int world_size) {
   resolve_adam(pick, ds, v_, o_);
   resolve_schedule(flags_, pick, ds, v_, o_);
   check_whole(world_size, o_);
+  resolve_tiling(flags_, pick, ds, v_, o_);
   if (std::string problem = ZeroEngine::check_offload(o_.zero, o_.model, world_size); !problem.empty()) {
     throw UsageError(ds.path.empty() ? problem : ds.path + ": " + problem);
   }

@@ -89,7 +89,8 @@ class TrainFlags {
 
   // The flags merged with JSON keys or converted after parsing; the rest go straight into TrainOptions.
   struct Values {
-    int micro = 4, stage = 0, tensor_parallel = 1, pipeline_parallel = 1, timeout_minutes = 0;
+    int micro = 4, stage = 0, tensor_parallel = 1, pipeline_parallel = 1, timeout_minutes = 0,
+        tile_factor = 1;
     int64_t global = 0, warmup = 0, decay_iters = 0;
     double lr = 6e-4, min_lr = 0, clip = 1.0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
     std::string decay_style = "constant", gpu_memory = "32GB", intra_bw = "150GB/s", inter_bw = "100Gb/s";

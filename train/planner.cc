@@ -12,9 +12,12 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <numeric>
 
 #include "base/user_error.h"
 #include "kernels/quant/quantize.h"
+#include "model/loop.h"
 #include "model/params.h"
 #include "zero/engine.h"
 #include "zero/memory_model.h"
@@ -51,6 +54,178 @@ double sum_of_largest(const std::vector<T>& items, size_t count, const std::func
   return sum;
 }
 
+// The order in which the units' gradients become final, which is the order the reducer fills its buckets in
+// (model/loop.h): the reverse of the forward, each tile's right after its backward when tiled.
+std::vector<int> gradient_order(const Partition& p, const ZeroConfig& z) {
+  return loop_schedule(int(p.units().size()), z.tile_factor, z.checkpoint_activations).gradients;
+}
+
+// The engine's buffer pools (zero/gather.cc take_buffer, zero/gradient_sinks.cc buffer_for) keep every buffer
+// they allocate and hand out the smallest free one that fits, by its full size; a request that none fits
+// allocates another.
+// Untiled they settle at the closed forms below (wte, wpe and one or two blocks). Tiled, the requests come in
+// many sizes (tiles of 3C, C and 4C rows of C or 4C columns, five small units between them), and a best fit
+// can leave buffers that a later, larger tile cannot use: what the pool ends up holding is counted by
+// replaying the layer loop's requests (replay_gather_pool, replay_gradient_pool).
+class BestFitPool {
+ public:
+  int take(double bytes) {
+    int best = -1;
+    for (int i = 0; i < int(sizes_.size()); ++i) {
+      if (free_[i] && sizes_[i] >= bytes && (best < 0 || sizes_[i] < sizes_[best])) best = i;
+    }
+    if (best < 0) {
+      sizes_.push_back(bytes);
+      free_.push_back(true);
+      best = int(sizes_.size()) - 1;
+    }
+    free_[best] = false;
+    return best;
+  }
+  void give(int buffer) { free_[buffer] = true; }
+  double allocated() const { return std::accumulate(sizes_.begin(), sizes_.end(), 0.0); }
+
+ private:
+  std::vector<double> sizes_;
+  std::vector<bool> free_;
+};
+
+// A tiled model's blocks as the loop walks them: each unit's block (-1 outside the blocks) and whether it is
+// one of a block's five small units (model/params.h, BlockUnits).
+struct TiledBlocks {
+  int layers = 0;
+  std::vector<int> block_of;
+  std::vector<bool> small;
+  TiledBlocks(int num_units, int tile_factor)
+      : layers((num_units - 3) / BlockUnits::of(0, tile_factor).count()),
+        block_of(size_t(num_units), -1),
+        small(size_t(num_units), false) {
+    for (int l = 0; l < layers; ++l) {
+      const BlockUnits b = BlockUnits::of(l, tile_factor);
+      for (int u = b.first; u < b.first + b.count(); ++u) block_of[size_t(u)] = l;
+      for (int i = 0; tile_factor > 1 && i < BlockUnits::kSmallUnits; ++i) small[size_t(b.small(i))] = true;
+    }
+  }
+};
+
+// For each position of a pass, the position after whose acquisition the loop releases that unit
+// (model/loop.cc): before the next acquisition, except wte in the forward (held for the tied head at the
+// end), ln_f in the backward (held with wte for the head) and a tiled block's small units (held while the
+// block's tiles pass).
+std::vector<size_t> release_positions(const std::vector<int>& order, const TiledBlocks& blocks,
+                                      bool forward) {
+  const size_t n = order.size();
+  const int ln_f = int(blocks.block_of.size()) - 1;
+  std::vector<size_t> at(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int u = order[i];
+    size_t last = i;
+    if (forward && u == ParamTable::kWte) {
+      last = n - 1;
+    } else if (!forward && u == ln_f) {
+      last = std::min(i + 1, n - 1);
+    } else if (blocks.small[size_t(u)]) {
+      while (last + 1 < n && blocks.block_of[size_t(order[last + 1])] == blocks.block_of[size_t(u)]) ++last;
+    }
+    at[i] = last;
+  }
+  return at;
+}
+
+// Stage 3's gather pool (the wire's, or the loop's copies'), bytes(u) per gathered unit: the forward and
+// backward passes replayed, with overlap_comm's prefetch of the next unit, until the pool stops growing.
+double replay_gather_pool(const Partition& p, const ZeroConfig& z, const std::function<double(int)>& bytes) {
+  const int U = int(p.units().size());
+  const LoopSchedule s = loop_schedule(U, z.tile_factor, z.checkpoint_activations);
+  const TiledBlocks blocks(U, z.tile_factor);
+  BestFitPool pool;
+  for (int round = 0; round < 8; ++round) {
+    const double before = pool.allocated();
+    for (const bool forward : {true, false}) {
+      const std::vector<int>& order = forward ? s.forward : s.backward;
+      const std::vector<size_t> release = release_positions(order, blocks, forward);
+      std::vector<std::vector<int>> released_after(order.size());
+      for (size_t i = 0; i < order.size(); ++i) released_after[release[i]].push_back(order[i]);
+      std::map<int, int> held;  // unit -> its buffer, from posted to released
+      auto post = [&](size_t i) {
+        if (!held.count(order[i])) held[order[i]] = pool.take(bytes(order[i]));
+      };
+      for (size_t i = 0; i < order.size(); ++i) {
+        post(i);
+        if (z.overlap_comm && i + 1 < order.size()) post(i + 1);
+        for (int u : released_after[i]) pool.give(held.at(u)), held.erase(u);
+      }
+    }
+    if (round > 0 && pool.allocated() == before) break;
+  }
+  return pool.allocated();
+}
+
+// The unit-gradient pool of stages 2-3 (fp32, numel per unit), over backward passes: each gradient from open
+// to ready as the loop walks (model/loop.cc): ln_f's and wte's at the head, wte's open until the embedding;
+// a tiled block's small units open for the whole block and one tile at a time, in reverse matrix order.
+double replay_gradient_pool(const Partition& p, const ZeroConfig& z) {
+  const int U = int(p.units().size()), N = z.tile_factor, ln_f = U - 1;
+  const TiledBlocks blocks(U, N);
+  std::vector<std::pair<int, bool>> steps;  // (unit, opened: else ready)
+  auto open_ready = [&](int u) { steps.push_back({u, true}), steps.push_back({u, false}); };
+  steps.push_back({ln_f, true});
+  steps.push_back({ParamTable::kWte, true});
+  steps.push_back({ln_f, false});
+  for (int l = blocks.layers - 1; l >= 0; --l) {
+    const BlockUnits b = BlockUnits::of(l, N);
+    if (N == 1) {
+      open_ready(b.first);
+      continue;
+    }
+    for (int i = 0; i < BlockUnits::kSmallUnits; ++i) steps.push_back({b.small(i), true});
+    for (BlockLinear m : {BlockLinear::kFcProj, BlockLinear::kFc, BlockLinear::kAttnProj, BlockLinear::kQkv})
+      for (int k = 0; k < N; ++k) open_ready(b.tile(m, k));
+    for (int i = BlockUnits::kSmallUnits - 1; i >= 0; --i) steps.push_back({b.small(i), false});
+  }
+  open_ready(ParamTable::kWpe);
+  steps.push_back({ParamTable::kWte, false});
+  BestFitPool pool;
+  for (int round = 0; round < 8; ++round) {
+    const double before = pool.allocated();
+    std::map<int, int> open;
+    for (const auto& [u, opened] : steps) {
+      if (opened) {
+        open[u] = pool.take(4.0 * double(p.unit(u).numel));
+      } else {
+        pool.give(open.at(u));
+        open.erase(u);
+      }
+    }
+    if (round > 0 && pool.allocated() == before) break;
+  }
+  return pool.allocated();
+}
+
+// The gradient buckets of stages 2 and 3 as the reducer allocates them: this rank's chunk of each bucket
+// (elements), in the order gradients become final.
+std::vector<int64_t> bucket_chunks(const Partition& p, const ZeroConfig& z) {
+  std::vector<int64_t> chunks;
+  for (const std::vector<int>& bucket : plan_buckets(p, gradient_order(p, z), z.reduce_bucket_size)) {
+    int64_t chunk = 0;
+    for (int u : bucket) chunk += p.unit(u).shard;
+    chunks.push_back(chunk);
+  }
+  return chunks;
+}
+
+// Stages 2-3: the pooled fp32 unit gradients besides wte's (which stays open from the head to the
+// embedding): untiled the largest other unit's, tiled the pool as the backward's requests leave it.
+double other_unit_gradients(const Partition& p, const ZeroConfig& z) {
+  const std::vector<UnitPartition>& units = p.units();
+  if (z.tile_factor > 1) return replay_gradient_pool(p, z) - 4.0 * double(units[ParamTable::kWte].numel);
+  int64_t largest = 0;
+  for (size_t u = 0; u < units.size(); ++u) {
+    if (int(u) != ParamTable::kWte) largest = std::max(largest, units[u].numel);
+  }
+  return 4.0 * double(largest);
+}
+
 // What the GPU holds beyond the state shards while a micro-step runs (stages 2 and 3).
 std::vector<PlanMemoryLine> buffer_lines(const Partition& p, const ZeroConfig& z, int nodes) {
   std::vector<PlanMemoryLine> lines;
@@ -65,13 +240,20 @@ std::vector<PlanMemoryLine> buffer_lines(const Partition& p, const ZeroConfig& z
     auto quantized_shard = [&](const UnitPartition& u) {
       return double(quant::quantized_bytes(u.shard, kQuantizedWeightBits, z.weight_block));
     };
-    const double bytes = sum_of_largest<UnitPartition>(units, in_flight, [&](const UnitPartition& u) {
+    auto slot = [&](const UnitPartition& u) {
       return cb * double(u.padded) + (z.quantized_weights ? quantized_shard(u) * W : 0.0);
-    });
-    lines.push_back({"gathered units", bytes,
-                     std::to_string(in_flight) + " x the largest unit in " + dtype +
-                         (z.quantized_weights ? " + int8 wire copy" : "") +
-                         (z.overlap_comm ? " (computing, prefetched)" : "")});
+    };
+    const std::string wire = z.quantized_weights ? " + int8 wire copy" : "";
+    if (z.tile_factor > 1) {
+      lines.push_back({"gathered units", replay_gather_pool(p, z, [&](int u) { return slot(units[u]); }),
+                       "wte, wpe, a tiled block's small units and tiles" +
+                           std::string(z.overlap_comm ? " (one computing, one prefetched)" : "") + " in " +
+                           dtype + wire + ", as the pool allocates them"});
+    } else {
+      lines.push_back({"gathered units", sum_of_largest<UnitPartition>(units, in_flight, slot),
+                       std::to_string(in_flight) + " x the largest unit in " + dtype + wire +
+                           (z.overlap_comm ? " (computing, prefetched)" : "")});
+    }
     if (z.quantized_weights) {
       // qwZ quantizes each of this rank's shards once per step and keeps them until the weights change.
       double kept = 0;
@@ -79,25 +261,16 @@ std::vector<PlanMemoryLine> buffer_lines(const Partition& p, const ZeroConfig& z
       lines.push_back({"quantized shards", kept, "(1+4/B)P/W, this rank's shards in int8 for qwZ's gathers"});
     }
   }
-  int64_t largest = 0;
-  for (size_t u = 0; u < units.size(); ++u) {
-    if (int(u) != ParamTable::kWte) largest = std::max(largest, units[u].numel);
-  }
-  lines.push_back({"unit gradient", 4.0 * double(largest), "fp32, the largest unit but wte"});
+  lines.push_back({"unit gradient", other_unit_gradients(p, z),
+                   z.tile_factor > 1 ? "fp32, pooled: a tiled block's small units and one tile at a time"
+                                     : "fp32, the largest unit but wte"});
   lines.push_back({"wte gradient", 4.0 * double(units[ParamTable::kWte].numel),
                    "fp32, open from the head to the embedding"});
 
   // Buckets: the send buffer of all W chunks in the compute dtype, the fp32 result chunk, and with qgZ the
   // int4 send and receive buffers of its intra-node all-to-all. With overlap_comm two reductions are in
   // flight while the next bucket fills.
-  std::vector<int> backward;
-  for (int u = int(units.size()) - 1; u >= 0; --u) backward.push_back(u);
-  std::vector<int64_t> chunks;
-  for (const std::vector<int>& bucket : plan_buckets(p, backward, z.reduce_bucket_size)) {
-    int64_t chunk = 0;
-    for (int u : bucket) chunk += p.unit(u).shard;
-    chunks.push_back(chunk);
-  }
+  const std::vector<int64_t> chunks = bucket_chunks(p, z);
   const bool qgz = z.quantized_gradients && nodes >= 2;
   const size_t alive = z.overlap_comm ? 3 : 1;
   const double bytes = sum_of_largest<int64_t>(chunks, alive, [&](const int64_t& chunk) {
@@ -120,20 +293,6 @@ double ring_staging_bytes(int world, int64_t chunk_elements, double element_byte
   return buffers * double(chunk_elements) * element_bytes;
 }
 
-// The gradient buckets of stages 2 and 3 as the reducer allocates them: this rank's chunk of each bucket
-// (elements), in backward order.
-std::vector<int64_t> bucket_chunks(const Partition& p, int64_t bucket_size) {
-  std::vector<int> backward;
-  for (int u = int(p.units().size()) - 1; u >= 0; --u) backward.push_back(u);
-  std::vector<int64_t> chunks;
-  for (const std::vector<int>& bucket : plan_buckets(p, backward, bucket_size)) {
-    int64_t chunk = 0;
-    for (int u : bucket) chunk += p.unit(u).shard;
-    chunks.push_back(chunk);
-  }
-  return chunks;
-}
-
 // What the CPU backend holds beyond the state shards. persistent: allocated once and kept (the widened
 // replica, pooled gather and gradient buffers, the token buffers); transient: the largest set alive at once
 // during a step; staging: the MPI ring's buffers, beside the transient ones; startup: the engine
@@ -148,23 +307,33 @@ struct CpuBuffers {
 };
 
 // Stage 3's pooled gather slots: wte (held across the forward for the tied head), wpe and one block, or two
-// with overlap_comm's prefetch; each as it arrives on the wire and widened to fp32. With qwZ, also this
+// with overlap_comm's prefetch; each as it arrives on the wire and widened to fp32. Tiled: wte, wpe, a
+// block's five small units (held for the block) and its tiles one (or two) at a time, as the two pools (the
+// wire's and the fp32 copies', each with its own best fit) end up allocating them. With qwZ, also this
 // rank's shards quantized once per step.
 void add_gather_slots(const Partition& p, const ZeroConfig& z, size_t largest_block, CpuBuffers& b) {
   const std::vector<UnitPartition>& units = p.units();
   const double W = p.world_size(), cb = double(dtype_size(z.precision));
-  auto slot = [&](const UnitPartition& u) {
-    const double wire =
-        z.quantized_weights
-            ? W * double(quant::quantized_bytes(u.shard, kQuantizedWeightBits, z.weight_block))
-            : cb * double(u.padded);
-    return wire + 4.0 * double(u.padded);
+  auto wire = [&](const UnitPartition& u) {
+    return z.quantized_weights
+               ? W * double(quant::quantized_bytes(u.shard, kQuantizedWeightBits, z.weight_block))
+               : cb * double(u.padded);
   };
+  auto fp32 = [](const UnitPartition& u) { return 4.0 * double(u.padded); };
+  auto slot = [&](const UnitPartition& u) { return wire(u) + fp32(u); };
   const int blocks = z.overlap_comm ? 2 : 1;
-  b.add_persistent(
-      "gathered units",
-      slot(units[ParamTable::kWte]) + slot(units[ParamTable::kWpe]) + blocks * slot(units[largest_block]),
-      "wte, wpe and " + std::to_string(blocks) + " block(s), on the wire and in fp32");
+  if (z.tile_factor > 1) {
+    const double bytes = replay_gather_pool(p, z, [&](int u) { return wire(units[u]); }) +
+                         replay_gather_pool(p, z, [&](int u) { return fp32(units[u]); });
+    b.add_persistent("gathered units", bytes,
+                     "wte, wpe, a tiled block's small units and " + std::to_string(blocks) +
+                         " tile(s) at a time as the pools allocate them, on the wire and in fp32");
+  } else {
+    b.add_persistent(
+        "gathered units",
+        slot(units[ParamTable::kWte]) + slot(units[ParamTable::kWpe]) + blocks * slot(units[largest_block]),
+        "wte, wpe and " + std::to_string(blocks) + " block(s), on the wire and in fp32");
+  }
   if (z.quantized_weights) {
     double kept = 0;
     for (const UnitPartition& u : units)
@@ -209,15 +378,12 @@ CpuBuffers cpu_buffers(const Partition& p, const ZeroConfig& z, int nodes, int m
     return b;
   }
   // Stages 2-3: pooled unit gradients (wte's stays open from the head to the embedding).
-  int64_t largest = 0;
-  for (size_t u = 0; u < units.size(); ++u) {
-    if (int(u) != ParamTable::kWte) largest = std::max(largest, units[u].numel);
-  }
-  b.add_persistent("unit gradients", 4.0 * double(units[ParamTable::kWte].numel + largest),
-                   "fp32: wte's and the largest other unit's");
+  b.add_persistent("unit gradients", 4.0 * double(units[ParamTable::kWte].numel) + other_unit_gradients(p, z),
+                   z.tile_factor > 1 ? "fp32: wte's, a tiled block's small units' and its tiles' as pooled"
+                                     : "fp32: wte's and the largest other unit's");
   if (z.stage == 3) add_gather_slots(p, z, largest_block, b);
   const bool qgz = z.quantized_gradients && nodes >= 2;
-  const std::vector<int64_t> chunks = bucket_chunks(p, z.reduce_bucket_size);
+  const std::vector<int64_t> chunks = bucket_chunks(p, z);
   const size_t alive = z.overlap_comm ? 3 : 1;
   const double send_element = qgz ? 4.0 : cb;
   const double buckets = sum_of_largest<int64_t>(chunks, alive, [&](const int64_t& chunk) {
@@ -251,7 +417,18 @@ void add_offload(const Partition& p, const ZeroConfig& z, int accumulation_steps
     m.offload.nvme_written += 12 * S;
   }
   if (z.offload.param_on_nvme()) {
-    m.offload.nvme_read += 2.0 * accumulation_steps * cb * S;  // a forward and a backward gather pass
+    // A unit's shard is read for each gather: once per pass, and the tiles that a tiled block's
+    // recomputation gathers once more in the backward.
+    const LoopSchedule s = loop_schedule(int(p.units().size()), z.tile_factor, z.checkpoint_activations);
+    std::vector<bool> seen(p.units().size(), false);
+    double regathered = 0;
+    for (int u : s.backward) {
+      if (seen[size_t(u)]) regathered += double(p.unit(u).shard);
+      seen[size_t(u)] = true;
+    }
+    m.offload.param_read_forward = accumulation_steps * cb * S;
+    m.offload.param_read_backward = accumulation_steps * cb * (S + regathered);
+    m.offload.nvme_read += m.offload.param_read_forward + m.offload.param_read_backward;
     m.offload.nvme_written += cb * S;
   }
 }
@@ -291,16 +468,13 @@ PlanTiming predict_time(const Plan& plan, const PlanVariant& v) {
   const double share = c.gpus_per_node;
   t.nvme_read = io.nvme_read * share / c.nvme_read_bytes_per_s;
   t.nvme_write = io.nvme_written * share / c.nvme_write_bytes_per_s;
-  const double param_read = v.zero.offload.param_on_nvme()
-                                ? 2.0 * plan.accumulation_steps * double(dtype_size(v.zero.precision)) *
-                                      double(plan.padded_params) / plan.world * share /
-                                      c.nvme_read_bytes_per_s
-                                : 0;
-  const double read_pass = param_read / 2;  // per pass direction, over the micro-steps
-  const double hidden_read = v.zero.overlap_comm ? read_pass : 0;
-  const double disk_serial = t.nvme_read + t.nvme_write - 2 * hidden_read;
-  t.step = std::max({t.compute_forward, fwd, hidden_read}) +
-           std::max({t.compute_backward, bwd + reduce, hidden_read}) + serial + disk_serial;
+  const double hidden_fwd_read =
+      v.zero.overlap_comm ? io.param_read_forward * share / c.nvme_read_bytes_per_s : 0;
+  const double hidden_bwd_read =
+      v.zero.overlap_comm ? io.param_read_backward * share / c.nvme_read_bytes_per_s : 0;
+  const double disk_serial = t.nvme_read + t.nvme_write - hidden_fwd_read - hidden_bwd_read;
+  t.step = std::max({t.compute_forward, fwd, hidden_fwd_read}) +
+           std::max({t.compute_backward, bwd + reduce, hidden_bwd_read}) + serial + disk_serial;
   t.tokens_per_s = t.step > 0 ? double(plan.global_batch) * plan.model.seq_len / t.step : 0;
   return t;
 }
@@ -316,7 +490,7 @@ double PlanMemory::of(const std::string& state) const {
 
 comm::TrafficCounts plan_step_traffic(const GPTConfig& model, const ZeroConfig& zero, int nodes,
                                       int ranks_per_node, int accumulation_steps) {
-  const ParamTable table = make_param_table(model);
+  const ParamTable table = make_param_table(model, zero.tile_factor);
   const Partition partition = make_partition(table, zero, nodes * ranks_per_node);
   return expected_step_traffic(TrafficModelInput{&partition, zero, ranks_per_node, accumulation_steps});
 }
@@ -338,7 +512,7 @@ int64_t activation_elements(const GPTConfig& model, int micro_batch, bool checkp
 PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, int ranks_per_node,
                        int micro_batch, int accumulation_steps, MemoryTarget target) {
   const int world = nodes * ranks_per_node;
-  const ParamTable table = make_param_table(model);
+  const ParamTable table = make_param_table(model, z.tile_factor);
   const Partition p = make_partition(table, z, world);
   const bool cpu = target == MemoryTarget::kCpu;
   // The CPU backend's loop computes in fp32 whatever the compute dtype.
@@ -408,7 +582,7 @@ Plan make_plan(const TrainOptions& o) {
     plan.notes.push_back("the global batch " + std::to_string(o.global_batch) + " is not micro-batch x " +
                          "accumulation x GPUs; planned with " + std::to_string(batch));
   }
-  const ParamTable table = make_param_table(o.model);
+  const ParamTable table = make_param_table(o.model, o.zero.tile_factor);
   plan.params = table.total;
   plan.params_for_flops = o.model.params_without_positions();
   plan.padded_params = Partition(table, plan.world, plan.world).padded_total();

@@ -48,9 +48,14 @@ struct PlanTiers {
 
 // Bytes one rank reads from and writes to its NVMe swap files in one optimizer step: the optimizer's
 // master, m and v (12P/W) once each way; the compute-weight shard (cP/W) read once per gather pass (forward
-// and backward of each micro-step) and written once after the step.
+// and backward of each micro-step; twice for the tiles a tiled backward gathers twice) and written once after
+// the step.
 struct PlanOffloadTraffic {
   double nvme_read = 0, nvme_written = 0;
+  // Of nvme_read: the compute-weight shards read ahead of the forward's and of the backward's gathers, over
+  // the micro-steps; with tiling and activation checkpointing the backward reads the tiles its
+  // recomputation gathers a second time.
+  double param_read_forward = 0, param_read_backward = 0;
 };
 
 struct PlanMemory {

@@ -75,7 +75,8 @@ void configuration(std::ostream& out, const Plan& plan, const PlanVariant& v) {
       << " sequences = " << grouped(plan.global_batch * m.seq_len) << " tokens per step\n";
   out << "  ZeRO        stage " << z.stage << ", " << precision_name(z.precision) << ", overlap_comm "
       << on_off(z.overlap_comm) << ", reduce_bucket_size " << grouped(z.reduce_bucket_size)
-      << ", activation checkpointing " << on_off(z.checkpoint_activations) << "\n";
+      << ", activation checkpointing " << on_off(z.checkpoint_activations) << ", memory-centric tiling "
+      << (z.tile_factor > 1 ? std::to_string(z.tile_factor) + " tiles per block matrix" : "off") << "\n";
   out << "  ZeRO++      qwZ " << on_off(z.quantized_weights);
   if (z.quantized_weights) out << " (int8, block " << z.weight_block << ")";
   out << ", hpZ "
@@ -290,7 +291,8 @@ std::string plan_json(const Plan& plan) {
     jv["zero"] = {{"stage", v.zero.stage},
                   {"qwz", v.zero.quantized_weights},
                   {"hpz", v.zero.hpz_partition_size},
-                  {"qgz", v.zero.quantized_gradients}};
+                  {"qgz", v.zero.quantized_gradients},
+                  {"tile_factor", v.zero.tile_factor}};
     if (!v.problem.empty()) jv["problem"] = v.problem;
     for (Phase p : kPhases) {
       jv["bytes"][comm::phase_name(p)] = {{"intra", v.traffic.at(p, Link::kIntraNode)},

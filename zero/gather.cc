@@ -104,14 +104,18 @@ void WeightGatherer::begin_pass(std::vector<int> schedule, comm::Phase phase, co
   }
 }
 
-void* WeightGatherer::take_buffer(Arena& arena, size_t bytes, const char* name) {
+void* WeightGatherer::take_buffer(Arena& arena, size_t bytes, const char* name, size_t* capacity) {
   auto best = free_buffers_.end();
   for (auto it = free_buffers_.begin(); it != free_buffers_.end(); ++it) {
     if (it->arena == &arena && it->bytes >= bytes && (best == free_buffers_.end() || it->bytes < best->bytes))
       best = it;
   }
-  if (best == free_buffers_.end()) return arena.allocate(name, "buffers", bytes);
+  if (best == free_buffers_.end()) {
+    *capacity = bytes;
+    return arena.allocate(name, "buffers", bytes);
+  }
   void* buffer = best->data;
+  *capacity = best->bytes;
   free_buffers_.erase(best);
   return buffer;
 }
@@ -134,9 +138,10 @@ void WeightGatherer::post(size_t index) {
   Slot slot;
   slot.unit = unit;
   slot.wire_bytes = per_rank * size_t(dp_.size());
-  slot.wire = take_buffer(context_.wire, slot.wire_bytes, "gathered unit");
+  slot.wire = take_buffer(context_.wire, slot.wire_bytes, "gathered unit", &slot.wire_capacity);
   slot.weight_bytes = dtype_bytes(loop_dtype_, u.padded);
-  slot.weights = take_buffer(context_.device, slot.weight_bytes, "gathered unit in the loop dtype");
+  slot.weights = take_buffer(context_.device, slot.weight_bytes, "gathered unit in the loop dtype",
+                             &slot.weight_capacity);
   slot.from_secondary = secondaries_[unit] != nullptr;
   const comm::OperationLabel serving("gather of " + names_[unit]);  // for the watchdog's message
   if (slot.from_secondary) {
@@ -197,8 +202,8 @@ void WeightGatherer::release(int unit) {
       std::memcpy(secondaries_[unit], static_cast<uint8_t*>(it->wire) + size_t(hpz_->rank()) * bytes, bytes);
       secondary_peak_ = std::max(secondary_peak_, secondary_bytes_held());
     }
-    give_buffer(context_.wire, it->wire, it->wire_bytes);
-    give_buffer(context_.device, it->weights, it->weight_bytes);
+    give_buffer(context_.wire, it->wire, it->wire_capacity);
+    give_buffer(context_.device, it->weights, it->weight_capacity);
     slots_.erase(it);
     return;
   }

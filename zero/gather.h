@@ -74,6 +74,7 @@ class WeightGatherer {
     void* wire = nullptr;     // what arrives: W shards, raw or quantized, rank-major (wire)
     void* weights = nullptr;  // P_u in the loop dtype (device)
     size_t wire_bytes = 0, weight_bytes = 0;
+    size_t wire_capacity = 0, weight_capacity = 0;  // of the pooled buffers, which may be larger
     bool acquired = false;
     bool holds_swapped_shard = false;  // the send buffer is a ParamSwap buffer, released once gathered
   };
@@ -85,8 +86,9 @@ class WeightGatherer {
   // This rank's shard of the unit as it would be sent raw: in the shard, or read from the swap.
   const void* own_shard(int unit);
   bool needs_own_shard(int unit) const;  // neither an hpZ secondary nor a kept quantized shard serves it
-  // Pooled buffers of one arena (wire or device), reused best-fit.
-  void* take_buffer(Arena& arena, size_t bytes, const char* name);
+  // Pooled buffers of one arena (wire or device), reused best-fit; *capacity is the buffer's own size, which
+  // is what give_buffer must be told, or the pool forgets a large buffer's size once a small unit used it.
+  void* take_buffer(Arena& arena, size_t bytes, const char* name, size_t* capacity);
   void give_buffer(Arena& arena, void* buffer, size_t bytes);
 
   const Partition& partition_;

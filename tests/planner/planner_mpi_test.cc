@@ -161,3 +161,29 @@ TEST_CASE("planned bytes by phase and link equal the meter's, for stages 0-2 and
   }
   if (world().rank() == 0) std::printf("compared %d configurations with the meter\n", compared);
 }
+
+// Memory-centric tiling: the tiled schedule's bytes (a tiled backward with checkpointing gathers most tiles
+// twice) equal the meter's, and the pools' replayed count (planner.cc: the gathered tiles and small units,
+// the unit gradients) is what the engine's arena allocates.
+TEST_CASE("tiled blocks (factors 2 and 4): planned bytes equal the meter's, pooled buffers the engine's") {
+  const gpt::comm::Topology& t = world().topology();
+  if (t.num_nodes() < 2 || t.ranks_per_node < 2) {
+    MESSAGE("needs 2 or more simulated nodes of 2 or more ranks (--ranks-per-node)");
+    return;
+  }
+  for (int factor : {2, 4}) {
+    for (int stage : {2, 3}) {
+      for (bool checkpoint : {true, false}) {
+        gpt::TrainOptions o = tiny_options(stage, 1);
+        o.model.hidden = 64;  // tiles of whole 16-row groups: hidden a multiple of 16 x 4
+        o.model.heads = 4;
+        o.zero.tile_factor = factor;
+        o.zero.checkpoint_activations = checkpoint;
+        const gpt::Plan plan = gpt::make_plan(o);
+        const gpt::PlanVariant& v = plan.variants[plan.configured];
+        INFO("tile factor " << factor << ", stage " << stage << ", checkpointing " << checkpoint);
+        compare(o, v);
+      }
+    }
+  }
+}

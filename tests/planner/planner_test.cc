@@ -325,3 +325,78 @@ TEST_CASE(
   CHECK(s3.total == doctest::Approx(states + s3.of("buffers") + s3.of("communication staging") +
                                     s3.of("activations") + s3.of("start-up copy")));
 }
+
+// Memory-centric tiling at stage 3 on the CPU backend, GPT-2 124M at sequence 64 on 4 ranks with
+// overlap_comm, worked out by hand from the pools' best fit (zero/gather.cc, zero/gradient_sinks.cc): the
+// gather pool holds wte, wpe, one buffer of each small unit's size (2C, 3C, 4C, C: the second 3C unit takes
+// wpe's buffer, free once the embedding is done) and, for the tiles, two of the qkv tile's size (the
+// attention projection's smaller tiles reuse them) and two of the MLP's (4C^2/N, the fc and projection
+// tiles), where untiled it holds two whole blocks; the unit-gradient pool wte's, the small units' and one
+// tile's. Untiled counts are those of the test above.
+TEST_CASE("tiling factors 2 and 4: stage 3's gathered units and unit gradients drop with the tile size") {
+  gpt::GPTConfig model;
+  model.num_layers = 12;
+  model.hidden = 768;
+  model.heads = 12;
+  model.seq_len = 64;
+  model.max_positions = 1024;
+  model.vocab = 50257;
+  gpt::ZeroConfig z;
+  z.precision = gpt::DType::kF16;
+  z.stage = 3;
+  z.overlap_comm = true;
+  auto part = [](const gpt::PlanMemory& m, const std::string& name) {
+    for (const gpt::PlanMemoryLine& line : m.buffers) {
+      if (line.state == name) return line.bytes;
+    }
+    return -1.0;
+  };
+  const double C = 768, wte = 50304.0 * 768, wpe = 1024.0 * 768, block = 12 * C * C + 13 * C;
+  // ln_1; the qkv bias; the projection's bias and ln_2; the fc bias; the MLP projection's bias
+  const double smalls = 2 * C + 3 * C + 3 * C + 4 * C + C, small_sizes = 2 * C + 3 * C + 4 * C + C;
+  const gpt::PlanMemory whole = gpt::plan_memory(model, z, 1, 4, 1, 1, gpt::MemoryTarget::kCpu);
+  CHECK(part(whole, "gathered units") == 6 * (wte + wpe + 2 * block));  // fp16 on the wire + fp32
+  CHECK(part(whole, "unit gradients") == 4 * (wte + block));
+  double previous = part(whole, "gathered units");
+  for (int N : {2, 4}) {
+    INFO("tile factor " << N);
+    z.tile_factor = N;
+    const gpt::PlanMemory tiled = gpt::plan_memory(model, z, 1, 4, 1, 1, gpt::MemoryTarget::kCpu);
+    const double qkv_tile = 3 * C * C / N, mlp_tile = 4 * C * C / N;
+    const double gathered = part(tiled, "gathered units");
+    CHECK(gathered == 6 * (wte + wpe + small_sizes + 2 * qkv_tile + 2 * mlp_tile));
+    CHECK(gathered < previous);
+    previous = gathered;
+    // ln_f's buffer serves ln_1's; the embedding's wpe gradient reuses the tile's buffer where a tile is
+    // the larger (N = 2), else it takes a buffer of its own.
+    const double wpe_own = wpe > mlp_tile ? wpe : 0;
+    CHECK(part(tiled, "unit gradients") == 4 * (wte + smalls + mlp_tile + wpe_own));
+    // The other states are those of the untiled model with each unit padded to 8W: the same P here.
+    CHECK(tiled.of("master") == whole.of("master"));
+  }
+}
+
+TEST_CASE("tiling with activation checkpointing: the backward reads the recomputed tiles' shards again") {
+  gpt::TrainOptions o = tutorial();
+  o.zero.quantized_weights = o.zero.quantized_gradients = false;
+  o.zero.hpz_partition_size = 1;
+  o.zero.offload.optimizer = gpt::OffloadDevice::kNvme;
+  o.zero.offload.param = gpt::OffloadDevice::kNvme;
+  const gpt::Plan untiled = gpt::make_plan(o);
+  CHECK(gpt::plan_report(o).find("memory-centric tiling off") != std::string::npos);
+  o.zero.tile_factor = 4;
+  const gpt::Plan plan = gpt::make_plan(o);
+  const gpt::PlanVariant& v = plan.variants[plan.configured];
+  REQUIRE(v.name == "zero3");
+  const double W = 64, C = 6144, S = double(plan.padded_params) / W, L = 40;
+  // qkv, attention projection and fc (8 C^2 of each block's 12 C^2) are gathered for the recomputation and
+  // again for the backward; the MLP projection once.
+  const double regathered = L * 8 * C * C / W;
+  CHECK(v.memory.offload.param_read_forward == 2 * S);
+  CHECK(v.memory.offload.param_read_backward == doctest::Approx(2 * (S + regathered)).epsilon(1e-12));
+  CHECK(v.memory.offload.nvme_read == doctest::Approx(12 * S + 2 * (2 * S + regathered)).epsilon(1e-12));
+  // The report shows the factor.
+  CHECK(gpt::plan_report(o).find("memory-centric tiling 4 tiles per block matrix") != std::string::npos);
+  CHECK(last_json_line(gpt::plan_report(o)).at("plan").at("variants")[0].at("zero").at("tile_factor") == 4);
+  CHECK(untiled.padded_params <= plan.padded_params);
+}

@@ -16,6 +16,8 @@ echo '{"optimizer": {"type": "SGD"}}' >"$TMP/opt.json"
 echo '{"optimizer": {"type": "AdamW", "params": {"betas": [0.9]}}}' >"$TMP/betas.json"
 echo '{"zero_optimization": {"stage": 5}}' >"$TMP/stage.json"
 echo '[1, 2]' >"$TMP/array.json"
+echo '{"zero_optimization": {"stage": 3, "memory_centric_tiling_factor": 0}}' >"$TMP/tile0.json"
+echo '{"zero_optimization": {"stage": 3, "memory_centric_tiling_factor": 4}}' >"$TMP/tile4.json"
 
 M=(--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --vocab-size 1000 --threads 1)
 D=(--data-path "$TMP/data.bin")
@@ -45,6 +47,9 @@ CASES=(
   "missing init-from file|$TMP/missing.bin|--init-from $TMP/missing.bin"
   "missing checkpoint|$TMP/nockpt: no checkpoint here|--load $TMP/nockpt"
   "plan memory unit|--gpu-memory|--plan --gpu-memory lots"
+  "tile factor does not tile the model|--tile-factor 3: tile factor 3 needs the hidden size to be a multiple of 16 x 3 = 48|--tile-factor 3"
+  "tile factor in JSON out of range|zero_optimization.memory_centric_tiling_factor must be an integer in [1, 65536], got 0|--deepspeed_config $TMP/tile0.json"
+  "tile factor in JSON too large for the model|$TMP/tile4.json: zero_optimization.memory_centric_tiling_factor 4: tile factor 4 needs|--deepspeed_config $TMP/tile4.json"
 )
 for entry in "${CASES[@]}"; do
   IFS='|' read -r name fragment arguments <<<"$entry"

@@ -45,7 +45,7 @@ grep -q "^step     2/2" <<<"$out" || fail "80% of --memory-limit did not train: 
 
 limit=$(awk -v p="$predicted" 'BEGIN { printf "%.0f", 2 * p * 0.5 }')
 expect_guard_stop "half the prediction" "${MODEL[@]}" --memory-limit "$limit"
-grep -q "; would fit: \|; none of more ranks, a higher stage, NVMe offload or activation checkpointing" \
+grep -q "; would fit: \|; none of more ranks, a higher stage, NVMe offload, activation checkpointing or tiling" \
   "$TMP/err" || fail "the line does not say what would fit: $(cat "$TMP/err")"
 
 start=$(date +%s)

@@ -67,3 +67,83 @@ TEST_CASE("the need: the planner's CPU count, the checkpoint copy and the baseli
   CHECK(offloaded.of("master") == 0);
   CHECK(offloaded.of("swap buffers") > 0);
 }
+
+namespace {
+
+// A model whose blocks dominate (2 layers of hidden 1024, a 512-token vocabulary) on 8 ranks of one machine
+// at stage 3: what stage 3 holds beside its shards (two gathered blocks, a block's gradient) does not shrink
+// with more ranks, offload or checkpointing, only with smaller gather units.
+gpt::TrainOptions block_heavy(int stage) {
+  gpt::TrainOptions o;
+  o.model.num_layers = 2;
+  o.model.hidden = 1024;
+  o.model.heads = 16;
+  o.model.seq_len = 32;
+  o.model.max_positions = 32;
+  o.model.vocab = 500;
+  o.micro_batch = 1;
+  o.zero.stage = stage;
+  o.zero.overlap_comm = true;
+  o.zero.precision = gpt::DType::kF16;
+  return o;
+}
+
+double need_of(gpt::TrainOptions o, int stage, int tile_factor, int machines = 1) {
+  o.zero.stage = stage;
+  o.zero.tile_factor = tile_factor;
+  return gpt::rank_memory_need(o, machines, 8, 0).total;
+}
+
+// The guard's line for a machine of 8 ranks that may each use `budget`.
+std::string guard_line(const gpt::TrainOptions& o, double budget) {
+  const double need = gpt::rank_memory_need(o, 1, 8, 0).total;
+  const std::vector<gpt::RankMemory> ranks(8, gpt::RankMemory{1, need, 100 * kGiB, 0});
+  return gpt::judge_memory(o, ranks, 0, 1, 8, 8 * budget).problem;
+}
+
+}  // namespace
+
+TEST_CASE("the guard names the smallest tile factor that fits when only tiling does") {
+  const gpt::TrainOptions o = block_heavy(3);
+  const double untiled = need_of(o, 3, 1), tiled2 = need_of(o, 3, 2), tiled4 = need_of(o, 3, 4);
+  INFO("stage 3 needs " << untiled << " untiled, " << tiled2 << " at tile factor 2, " << tiled4 << " at 4");
+  // A real case: tiling saves much, and nothing else comes close.
+  REQUIRE(tiled4 < tiled2);
+  REQUIRE(tiled2 < 0.75 * untiled);
+  gpt::TrainOptions offloaded = o;
+  offloaded.zero.offload.optimizer = offloaded.zero.offload.param = gpt::OffloadDevice::kNvme;
+  offloaded.zero.checkpoint_activations = true;
+  REQUIRE(gpt::rank_memory_need(offloaded, 1, 8, 0).total > tiled2);
+  REQUIRE(need_of(o, 3, 1, 1 << 16) > tiled2);  // 2^16 machines of 8 ranks
+
+  std::string line = guard_line(o, tiled2);
+  CHECK(line.find("; would fit: --tile-factor 2 (") != std::string::npos);
+  CHECK(line.find("ranks") == line.find("ranks on its machine"));  // no "more ranks" alternative
+  // Between the needs at 4 and at 2: factor 4 is the smallest that fits.
+  line = guard_line(o, (tiled2 + tiled4) / 2);
+  CHECK(line.find("; would fit: --tile-factor 4 (") != std::string::npos);
+  CHECK(line.find("--tile-factor 2") == std::string::npos);
+  // At stage 2 the suggestion carries the stage with it.
+  line = guard_line(block_heavy(2), tiled2);
+  CHECK(line.find("--zero-stage 3 --tile-factor 2 (") != std::string::npos);
+  // Already tiled at 2: the next factor up.
+  gpt::TrainOptions tiled = o;
+  tiled.zero.tile_factor = 2;
+  line = guard_line(tiled, (tiled2 + tiled4) / 2);
+  CHECK(line.find("; would fit: --tile-factor 4 (") != std::string::npos);
+  // Nothing fits: the sentence names tiling among what was tried, and "all of them" includes it.
+  line = guard_line(o, 0.01 * tiled4);
+  CHECK(
+      line.find("none of more ranks, a higher stage, NVMe offload, activation checkpointing or tiling would "
+                "fit (all of them: ") != std::string::npos);
+}
+
+TEST_CASE("a model that tiles by no factor of 2, 4 or 8 gets no tiling suggestion") {
+  gpt::TrainOptions o = block_heavy(3);
+  o.model.hidden = 1000;  // not a multiple of 32
+  o.model.heads = 8;
+  const double need = gpt::rank_memory_need(o, 1, 8, 0).total;
+  const std::string line = guard_line(o, 0.9 * need);
+  CHECK(!line.empty());
+  CHECK(line.find("--tile-factor") == std::string::npos);
+}
