@@ -44,32 +44,8 @@ void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* 
 template <typename Real>
 void linear_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp,
                      const Real* weight, int N, int C, int OC) {
-  const auto dy = mat(dout, N, OC, OC);
-  const auto x = mat(inp, N, C, C);
-#pragma omp parallel
-  {
-    if (dinp) {  // thread i: dX[:, c0:c1] += dY W[:, c0:c1]
-      const detail::Range r = detail::thread_range(C);
-      if (r.end > r.begin) {
-        auto dx = mat(dinp + r.begin, N, r.end - r.begin, C);
-        dx.noalias() += dy * mat(weight + r.begin, OC, r.end - r.begin, C);
-      }
-    }
-    // thread i: dW[o0:o1, :] += dY[:, o0:o1]^T X and db[o0:o1] += column sums of dY[:, o0:o1]
-    const detail::Range r = detail::thread_range(OC);
-    if (r.end > r.begin) {
-      const int64_t rows = r.end - r.begin;
-      auto dw = mat(dweight + r.begin * C, rows, C, C);
-      dw.noalias() += mat(dout + r.begin, N, rows, OC).transpose() * x;
-      if (dbias) {
-        for (int n = 0; n < N; ++n) {
-          const Real* row = dout + int64_t(n) * OC;
-#pragma omp simd
-          for (int64_t o = r.begin; o < r.end; ++o) dbias[o] += row[o];
-        }
-      }
-    }
-  }
+  // The whole layer is its one tile: the same loops, with dout's row stride equal to the width.
+  linear_backward_columns(dinp, dweight, dbias, dout, inp, weight, N, C, OC, 0, OC);
 }
 
 // ---- Memory-centric tiling: one tile of output columns, bit for bit as linear_forward computes them ----
@@ -253,7 +229,7 @@ void linear_backward_columns(Real* dinp, Real* dweight, Real* dbias, const Real*
     throw std::invalid_argument("linear_backward_columns: columns [" + std::to_string(first) + ", " +
                                 std::to_string(first + int64_t(W)) + ") outside the layer's " +
                                 std::to_string(OC) + " outputs");
-  // linear_backward over the tile's strided columns of dout: W outputs instead of OC, rows OC apart.
+  // The layer's backward over the tile's strided columns of dout: W outputs instead of OC, rows OC apart.
   const auto dy = mat(dout + first, N, W, OC);
   const auto x = mat(inp, N, C, C);
 #pragma omp parallel
