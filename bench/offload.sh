@@ -9,21 +9,29 @@
 #      parameter, more than this machine's 24 GiB) for 3 steps on one rank with the optimizer and the weights
 #      on NVMe, seq 512, micro-batch 1, full activation checkpointing, the default sub_group_size and
 #      buffer_count, reporting the peak RSS (VmHWM);
-#  (4) where the disk has room, a 2.7B model (32 layers, 2560 hidden, 20 heads) the same way.
-#   bench/offload.sh [--nvme-path DIR] [--size 4GiB] [--parts "1 2 3 4"] [--out FILE]
-# Takes about an hour on 2 cores (most of it parts 3 and 4).
+#  (4) where the disk has room, a 2.7B model (32 layers, 2560 hidden, 20 heads) the same way;
+#  (5) memory-centric tiling: 2 ranks (mpiexec -n 2), stage 3, everything in RAM, a model whose two blocks
+#      dwarf the rest (hidden 4096, vocabulary 1000, 64 positions), --tile-factor 1, 2, 4 and 8: the engine's
+#      "buffers" peak (the gathered working memory), its memory table's total, each rank's peak RSS, the
+#      bytes gathered per step and the step time, with ratios against factor 1 (a table on stderr). About 10 minutes; it needs about 20 GiB
+#      of RAM for the two ranks at factor 1 and is skipped when MemAvailable is lower.
+#   bench/offload.sh [--nvme-path DIR] [--size 4GiB] [--parts "1 2 3 4"] [--out FILE] [--append]
+# --append adds the lines to FILE (e.g. --parts 5 --append beside an earlier full run); otherwise FILE starts
+# empty. Takes about an hour on 2 cores (most of it parts 3 and 4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 nvme_path=${TMPDIR:-/tmp}/gpt_offload_bench
 size=4GiB
 parts="1 2 3 4"
 out=bench/results/offload.jsonl
+append=0
 while (($#)); do
   case $1 in
     --nvme-path) nvme_path=$2; shift 2 ;;
     --size) size=$2; shift 2 ;;
     --parts) parts=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --append) append=1; shift ;;
     *) echo "bench/offload.sh: unknown option $1 (see the header of this file)" >&2; exit 2 ;;
   esac
 done
@@ -31,18 +39,37 @@ source scripts/env.sh
 command -v fio >/dev/null || { echo "bench/offload.sh: fio is missing; run scripts/setup" >&2; exit 2; }
 bazel build //bench:offload_swapper //bench:offload_train >/dev/null 2>&1
 mkdir -p "$nvme_path"
-: >"$out"
+((append)) || : >"$out"
 free_bytes() { df --output=avail -B1 "$nvme_path" | tail -1; }
-train() {  # $1: label, then offload_train's flags
+train() {  # $1: label, then offload_train's flags; $launch (e.g. mpiexec -n 2) runs it when set
   local label=$1
   shift
   echo "bench/offload: $label" >&2
-  bazel-bin/bench/offload_train --nvme-path "$nvme_path" "$@" 2>"$nvme_path/train.err" |
+  ${launch:-} bazel-bin/bench/offload_train --nvme-path "$nvme_path" "$@" 2>"$nvme_path/train.err" |
     sed "s/^{/{\"part\":\"$label\",/" >>"$out" || { cat "$nvme_path/train.err" >&2; return 1; }
   grep -E "^step|^note" "$nvme_path/train.err" >&2 || true
 }
 # A model needs its swap files (18 bytes per parameter in fp16) plus room to spare.
 has_room() { (($(free_bytes) > $1 * 18 * 11 / 10)); }
+mem_available() { echo $(($(awk '/^MemAvailable:/ {print $2}' /proc/meminfo) * 1024)); }
+# Part 5's table from its lines in $out: per tile factor the buffers peak, the memory table's total, the
+# largest peak RSS of the ranks, the median step time, and the ratios of buffers and time to factor 1.
+tiling_table() {
+  grep '"part":"tiling"' "$out" | grep -v skipped | python3 -c '
+import json, statistics, sys
+runs = [json.loads(l) for l in sys.stdin]
+base = next((r for r in runs if r["tile_factor"] == 1), runs[0])
+med = lambda r: statistics.median(s["step_s"] for s in r["steps"])
+gib = lambda b: b / 2**30
+gathered = lambda r: r["steps"][-1]["gather_bytes"]
+print("tile factor | largest unit | buffers peak | memory table total | peak RSS (max rank) | gathered per step"
+      " | median step | buffers / f1 | time / f1")
+for r in runs:
+    print("%d | %.1fM | %.2f GiB | %.2f GiB | %.2f GiB | %.2f GB | %.1f s | %.3f | %.2f" % (r["tile_factor"],
+          r["largest_unit_elements"] / 1e6, gib(r["buffers_peak_bytes"]), gib(r["memory_table_total_bytes"]),
+          gib(r["peak_rss_max_bytes"]), gathered(r) / 1e9, med(r),
+          r["buffers_peak_bytes"] / base["buffers_peak_bytes"], med(r) / med(base)))' >&2
+}
 
 for part in $parts; do
   case $part in
@@ -65,6 +92,19 @@ for part in $parts; do
         --checkpoint-activations --offload-optimizer nvme --offload-param nvme --param-buffer-size 130000000)
       if has_room 2700000000; then train gpt_2.7b "${b27[@]}"; else
         echo "{\"part\":\"gpt_2.7b\",\"skipped\":\"$(free_bytes) bytes free in $nvme_path\"}" >>"$out"; fi
+      ;;
+    5)
+      # Two blocks of 12 x 4096^2 = 201M parameters each against 4M in wte and 0.3M in wpe; 2 ranks on the 2
+      # cores, one thread each. Factor 1 measured 9.1 GiB in the memory table and 9.8 GB of peak RSS per
+      # rank: about 20 GiB for the two ranks.
+      tiling=(--num-layers 2 --hidden-size 4096 --num-attention-heads 32 --vocab-size 1000 --seq 64
+        --max-position-embeddings 64 --batch 1 --fp16 --checkpoint-activations --steps 3 --threads 1)
+      if (($(mem_available) > 20 * 2**30)); then
+        for factor in 1 2 4 8; do launch="mpiexec -n 2" train tiling "${tiling[@]}" --tile-factor "$factor"; done
+        tiling_table
+      else
+        echo "{\"part\":\"tiling\",\"skipped\":\"$(mem_available) bytes of MemAvailable, 20 GiB needed\"}" >>"$out"
+      fi
       ;;
   esac
 done
