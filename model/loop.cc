@@ -240,8 +240,11 @@ void LayerLoop<Real>::forward_block(WeightSource<Real>& weights, int layer, bool
 
 template <typename Real>
 void LayerLoop<Real>::backward_block(WeightSource<Real>& weights, GradientSink<Real>& gradients, int layer) {
+  if (table_.tile_factor > 1) {
+    backward_tiled_block(weights, gradients, layer);
+    return;
+  }
   const int unit = table_.block_unit(layer);
-  if (table_.tile_factor > 1) return backward_tiled_block(weights, gradients, layer);
   const Dropout drop = dropout();
   const Real* w = weights.acquire(unit);
   BlockActivations& acts = blocks_[checkpoint_ ? 0 : layer];

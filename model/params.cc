@@ -1,6 +1,7 @@
 // Builds the parameter table in the unit-major flat layout described in params.h.
 #include "model/params.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -20,14 +21,21 @@ const ParamInfo& ParamTable::find(const std::string& name) const {
 
 std::string tile_factor_problem(const GPTConfig& config, int tile_factor) {
   if (tile_factor < 1) return "the tile factor must be at least 1, got " + std::to_string(tile_factor);
-  if (tile_factor == 1) return "";
-  // The narrowest matrix has C output rows; 3C and 4C follow from C.
-  if (config.hidden % (16 * tile_factor) != 0) {
-    return "tile factor " + std::to_string(tile_factor) + " needs the hidden size to be a multiple of 16 x " +
-           std::to_string(tile_factor) + " = " + std::to_string(16 * tile_factor) +
-           " (tiles of whole 16-row " + "groups), but it is " + std::to_string(config.hidden);
+  // The narrowest matrix has C output rows (3C and 4C follow), so the factors that tile are the divisors of
+  // the C/16 groups of 16 rows.
+  const int groups = config.hidden % 16 == 0 ? config.hidden / 16 : 0;
+  if (tile_factor == 1 || (groups > 0 && groups % tile_factor == 0)) return "";
+  std::string divisors;
+  for (int d = 1; d <= std::min(groups, 64); ++d) {
+    if (groups % d == 0) divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
   }
-  return "";
+  const std::string fix =
+      groups > 0
+          ? "; choose a factor that divides hidden/16 = " + std::to_string(groups) + " (" + divisors + ")"
+          : "; the hidden size is no multiple of 16: use 1 (no tiling)";
+  return "tile factor " + std::to_string(tile_factor) + " needs the hidden size to be a multiple of 16 x " +
+         std::to_string(tile_factor) + " = " + std::to_string(16 * tile_factor) +
+         " (tiles of whole 16-row groups), but it is " + std::to_string(config.hidden) + fix;
 }
 
 namespace {

@@ -462,15 +462,8 @@ void resolve_tiling(const FlagParser& flags, const FlagOrJson& pick, const DeepS
   const std::string source = flags.given("--tile-factor")
                                  ? "--tile-factor " + str(o.zero.tile_factor)
                                  : ds.path + ": " + key + " " + str(o.zero.tile_factor);
-  if (std::string problem = tile_factor_problem(o.model, o.zero.tile_factor); !problem.empty()) {
-    const int groups = o.model.hidden / 16;  // the factors that tile: the divisors of hidden/16
-    std::string divisors;
-    for (int d = 1; d <= groups && d <= 64; ++d) {
-      if (groups % d == 0) divisors += (divisors.empty() ? "" : ", ") + str(d);
-    }
-    throw UsageError(source + ": " + problem + "; choose a factor that divides hidden/16 = " + str(groups) +
-                     (divisors.empty() ? std::string(" (none: use 1, no tiling)") : " (" + divisors + ")"));
-  }
+  if (std::string problem = tile_factor_problem(o.model, o.zero.tile_factor); !problem.empty())
+    throw UsageError(source + ": " + problem);
   if (o.zero.tile_factor > 1 && o.zero.stage < 3) {
     o.notes.push_back(source + ": at stage " + str(o.zero.stage) +
                       " the weights are whole on every rank, so tiling only splits the compute; its memory "

@@ -69,6 +69,14 @@ void linear_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, c
 // exactly the tail.
 namespace {
 
+// The tile [first, first + W) must lie inside the layer's OC outputs.
+void check_columns(const char* op, int OC, int first, int W) {
+  if (first < 0 || W < 0 || first + int64_t(W) > OC)
+    throw std::invalid_argument(std::string(op) + ": columns [" + std::to_string(first) + ", " +
+                                std::to_string(first + int64_t(W)) + ") outside the layer's " +
+                                std::to_string(OC) + " outputs");
+}
+
 // The number of threads the next parallel region will have, as linear_forward's region sees it.
 int team_size() {
   int threads = 1;
@@ -195,10 +203,7 @@ void run_column_call(const ColumnCall& call, Real* out, const Real* inp, const R
 template <typename Real>
 void linear_forward_columns(Real* out, const Real* inp, const Real* weight, const Real* bias, int N, int C,
                             int OC, int first, int W) {
-  if (first < 0 || W < 0 || first + int64_t(W) > OC)
-    throw std::invalid_argument("linear_forward_columns: columns [" + std::to_string(first) + ", " +
-                                std::to_string(first + int64_t(W)) + ") outside the layer's " +
-                                std::to_string(OC) + " outputs");
+  check_columns("linear_forward_columns", OC, first, W);
   if (W == 0 || N == 0) return;
   const int threads = team_size();
   constexpr int64_t P = detail::kPacket<Real>;
@@ -225,10 +230,7 @@ void linear_forward_columns(Real* out, const Real* inp, const Real* weight, cons
 template <typename Real>
 void linear_backward_columns(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp,
                              const Real* weight, int N, int C, int OC, int first, int W) {
-  if (first < 0 || W < 0 || first + int64_t(W) > OC)
-    throw std::invalid_argument("linear_backward_columns: columns [" + std::to_string(first) + ", " +
-                                std::to_string(first + int64_t(W)) + ") outside the layer's " +
-                                std::to_string(OC) + " outputs");
+  check_columns("linear_backward_columns", OC, first, W);
   // The layer's backward over the tile's strided columns of dout: W outputs instead of OC, rows OC apart.
   const auto dy = mat(dout + first, N, W, OC);
   const auto x = mat(inp, N, C, C);
