@@ -85,7 +85,7 @@ gpt::ZeroConfig zero_config(const Options& o) {
   gpt::ZeroConfig zero;
   zero.stage = 3;
   zero.precision = o.fp16 ? gpt::DType::kF16 : gpt::DType::kF32;
-  zero.checkpoint_activations = o.checkpoint;
+  zero.recompute = o.checkpoint ? gpt::Recompute::full() : gpt::Recompute{};
   zero.tile_factor = o.tile_factor;
   zero.overlap_comm = true;
   zero.reduce_bucket_size = o.reduce_bucket_size;

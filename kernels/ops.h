@@ -38,9 +38,13 @@ struct AdamWHyper {
 };
 
 // Dropout masks of one op: probability p and one key per sequence (host memory, [B]); see model/layers.h.
+// The mask bit of element e of sequence b is drawn at counter element_offset + e under keys[b], so a rank
+// that holds a slice of each sequence (a tensor-parallel rank's heads, a sequence-parallel rank's positions)
+// passes the global index of its first element and draws the bits the whole tensor would draw there.
 struct DropoutMask {
   double p = 0;
   const uint64_t* keys = nullptr;
+  int64_t element_offset = 0;
 };
 
 class Ops {
@@ -65,6 +69,17 @@ class Ops {
   // Accumulates into dwte and dwpe (either may be empty).
   virtual void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                                   const Tensor& tokens) = 0;
+  // The vocabulary-parallel embedding: wte [R, C] holds rows [first, first + R) of the whole table.
+  // Overwrites out [B, T, C] with (first <= token < first + R ? wte[token - first] : 0) + wpe[t] (wpe [maxT,
+  // C] may be empty: no position term). Summed over the slices (wpe on one of them) it is embedding_forward's
+  // output; with first = 0, the whole table and wpe, bit for bit.
+  virtual void embedding_forward_rows(const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                      int64_t first, const Tensor& wpe) = 0;
+  // Its backward: accumulates dout [B, T, C] into the rows of dwte [R, C] of the tokens in [first, first + R)
+  // (others are skipped) and into dwpe (may be empty), in embedding_backward's order, so each row of dwte
+  // gets the bits embedding_backward adds to row first + r.
+  virtual void embedding_backward_rows(const Tensor& dwte, int64_t first, const Tensor& dwpe,
+                                       const Tensor& dout, const Tensor& tokens) = 0;
   virtual void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
                                  const Tensor& w, const Tensor& b) = 0;
   // Accumulates into dx as well (LayerNorm's input gradient joins a residual stream).
@@ -108,7 +123,8 @@ class Ops {
   virtual void gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dout) = 0;
   // out = a + b (out may alias either).
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
-  // x [B, n]: out = x * mask / (1 - p), the mask of element e of row b keyed by keys[b]; may work in place.
+  // x [B, n]: out = x * mask / (1 - p), the mask of element e of row b drawn at counter mask.element_offset
+  // + e of keys[b]; may work in place. In attention, probability (h, i, j) is element h*T*T + i*T + j.
   virtual void dropout_forward(const Tensor& out, const Tensor& x, const DropoutMask& mask) = 0;
   virtual void dropout_backward(const Tensor& dx, const Tensor& dout, const DropoutMask& mask) = 0;
   // Over logits [N, Vp] of which the first V are real: probs = softmax, losses [N] = -log probs[target].
@@ -117,6 +133,26 @@ class Ops {
   // dlogits = (probs - onehot) * dlosses, per row.
   virtual void cross_entropy_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
                                       const Tensor& dlosses, int vocab) = 0;
+  // The vocabulary-parallel cross-entropy, for ranks that each hold the columns [first, first + W) of the
+  // logits: column j of logits [N, W] is vocabulary entry first + j, real when first + j < vocab (the
+  // padding is ignored). Three ops; the caller all-gathers the stats between the first and the second.
+  // Overwrites stats [N, 3] with, per row, the maximum m over the real columns (-inf if none), the sum s of
+  // exp(z - m) over them (0 if none), and the target's logit when first <= targets[n] < min(first + W, vocab)
+  // (else 0). targets [N] i32.
+  virtual void cross_entropy_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets,
+                                   int64_t first, int vocab) = 0;
+  // From stats [G, N, 3] (the G ranks' stats in rank order): M = max_g m_g, S = sum_g s_g exp(m_g - M) (ranks
+  // with s_g = 0 skipped) and the target's logit z_y = sum_g of the third entries. Overwrites losses [N] =
+  // log S - (z_y - M) and probs [N, W] = exp(z - M) * (1 / S) in the real columns, 0 in the padding; probs
+  // may alias logits. With G = 1, first = 0 and W = Vp this is cross_entropy_forward (within rounding).
+  virtual void cross_entropy_merge(const Tensor& losses, const Tensor& probs, const Tensor& logits,
+                                   const Tensor& stats, int64_t first, int vocab) = 0;
+  // Overwrites dlogits [N, W] = (probs - onehot(targets[n] - first)) * dlosses[n] in the real columns (the
+  // one-hot term only on the rank whose columns hold the target), 0 in the padding; dlogits may alias probs.
+  // With first = 0 and W = Vp, cross_entropy_backward bit for bit.
+  virtual void cross_entropy_backward_columns(const Tensor& dlogits, const Tensor& probs,
+                                              const Tensor& targets, const Tensor& dlosses, int64_t first,
+                                              int vocab) = 0;
   // Sum of the elements, accumulated in double in index order.
   virtual double sum(const Tensor& x) = 0;
 

@@ -28,30 +28,39 @@ Tensor view(const Ops& ops, const Real* p, std::vector<int64_t> shape) {
   return Tensor{const_cast<Real*>(p), std::move(shape), dtype_of<Real>(), ops.device()};
 }
 
-// Hidden dropout of x [B, ...] in place at (layer, site), when it is on.
-void drop_hidden(Ops& ops, const Dropout& dropout, int layer, DropoutSite site, const Tensor& x) {
+// Where this rank's part of each sequence of a residual-stream tensor x [B, T', C] begins among the
+// sequence's elements: with sequence parallelism rank r holds positions [r T', (r+1) T').
+int64_t sequence_offset(const TensorParallel& tp, const Tensor& x) {
+  return tp.sequence_parallel ? int64_t(tp.rank()) * x.shape[1] * x.shape[2] : 0;
+}
+
+// Hidden dropout of x [B, T', C] in place at (layer, site), when it is on; masks keyed by global positions.
+void drop_hidden(Ops& ops, const Dropout& dropout, int layer, DropoutSite site, const Tensor& x,
+                 const TensorParallel& tp) {
   if (!hidden_on(dropout)) return;
   const std::vector<uint64_t> keys = dropout.keys(layer, site, int(x.shape[0]));
-  ops.dropout_forward(x, x, DropoutMask{dropout.hidden, keys.data()});
+  ops.dropout_forward(x, x, DropoutMask{dropout.hidden, keys.data(), sequence_offset(tp, x)});
 }
 
 // The gradient into a hidden-dropout site's input given dout [B, ...]: dout itself when dropout is off, else
 // mask * dout / (1-p) written to `buffer`.
 const Tensor& hidden_gradient(Ops& ops, const Dropout& dropout, int layer, DropoutSite site,
-                              const Tensor& dout, const Tensor& buffer) {
+                              const Tensor& dout, const Tensor& buffer, const TensorParallel& tp) {
   if (!hidden_on(dropout)) return dout;
   const std::vector<uint64_t> keys = dropout.keys(layer, site, int(dout.shape[0]));
-  ops.dropout_backward(buffer, dout, DropoutMask{dropout.hidden, keys.data()});
+  ops.dropout_backward(buffer, dout, DropoutMask{dropout.hidden, keys.data(), sequence_offset(tp, dout)});
   return buffer;
 }
 
 // The attention op's dropout at a layer, owning the per-sequence keys: null when attention dropout is off.
+// att [B, NH', T, T] is this rank's heads: with tensor parallelism rank r's begin at head r NH'.
 class AttentionMasks {
  public:
-  AttentionMasks(const Dropout& dropout, int layer, int B) {
+  AttentionMasks(const Dropout& dropout, int layer, const Tensor& att, const TensorParallel& tp) {
     if (dropout.active() && dropout.attention > 0)
-      keys_ = dropout.keys(layer, DropoutSite::kAttentionProbs, B);
-    mask_ = {dropout.attention, keys_.data()};
+      keys_ = dropout.keys(layer, DropoutSite::kAttentionProbs, int(att.shape[0]));
+    const int64_t first_head = int64_t(tp.rank()) * att.shape[1];
+    mask_ = {dropout.attention, keys_.data(), first_head * att.shape[2] * att.shape[3]};
   }
   AttentionMasks(const AttentionMasks&) = delete;
   AttentionMasks& operator=(const AttentionMasks&) = delete;
@@ -66,37 +75,28 @@ class AttentionMasks {
 struct SmallTensors {
   Tensor ln1_w, ln1_b, qkv_b, attn_proj_b, ln2_w, ln2_b, fc_b, fc_proj_b;
 };
+// On one of t tensor-parallel ranks (the column-parallel layers' biases are split).
 template <typename Real>
-SmallTensors small_tensors(const Ops& ops, const BlockParams<Real>& p, int C) {
-  const int64_t c = C;
-  return {view(ops, p.ln1_w, {c}),       view(ops, p.ln1_b, {c}),    view(ops, p.qkv_b, {3 * c}),
+SmallTensors small_tensors(const Ops& ops, const BlockParams<Real>& p, int C, int t) {
+  const int64_t c = C, s = C / t;
+  return {view(ops, p.ln1_w, {c}),       view(ops, p.ln1_b, {c}),    view(ops, p.qkv_b, {3 * s}),
           view(ops, p.attn_proj_b, {c}), view(ops, p.ln2_w, {c}),    view(ops, p.ln2_b, {c}),
-          view(ops, p.fc_b, {4 * c}),    view(ops, p.fc_proj_b, {c})};
+          view(ops, p.fc_b, {4 * s}),    view(ops, p.fc_proj_b, {c})};
 }
 
-// A matrix's output and input widths.
+// A matrix's output and input widths: the last dimensions of a layer's output and input.
 struct MatrixShape {
   int64_t out, in;
 };
-MatrixShape matrix_shape(BlockLinear linear, int64_t C) {
-  switch (linear) {
-    case BlockLinear::kQkv:
-      return {3 * C, C};
-    case BlockLinear::kAttnProj:
-      return {C, C};
-    case BlockLinear::kFc:
-      return {4 * C, C};
-    case BlockLinear::kFcProj:
-      return {C, 4 * C};
-  }
-  return {0, 0};
+MatrixShape matrix_shape(const Tensor& out, const Tensor& x) {
+  return {out.shape.back(), x.shape.back()};
 }
 
 // out = x W^T + b over the matrix's tiles in turn (untiled: the one linear op of the whole layer).
 template <typename Real>
-void tiled_linear_forward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, int C, const Tensor& out,
+void tiled_linear_forward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, const Tensor& out,
                           const Tensor& x, const Tensor& bias) {
-  const MatrixShape m = matrix_shape(linear, C);
+  const MatrixShape m = matrix_shape(out, x);
   const int N = w.tiles();
   if (N == 1) {
     ops.linear_forward(out, x, view(ops, w.matrix(linear, 0), {m.out, m.in}), bias);
@@ -115,9 +115,9 @@ void tiled_linear_forward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, i
 // The backward over the tiles in turn: each tile's weight and bias gradients equal the untiled layer's rows;
 // dx, a sum over the tiles, is added tile by tile.
 template <typename Real>
-void tiled_linear_backward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, int C, const Tensor& dx,
+void tiled_linear_backward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, const Tensor& dx,
                            const Tensor& dbias, const Tensor& dout, const Tensor& x) {
-  const MatrixShape m = matrix_shape(linear, C);
+  const MatrixShape m = matrix_shape(dout, x);
   const int N = w.tiles();
   if (N == 1) {
     ops.linear_backward(dx, view(ops, w.matrix_gradient(linear, 0), {m.out, m.in}), dbias, dout, x,
@@ -133,6 +133,88 @@ void tiled_linear_backward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, 
                                 view(ops, w.matrix(linear, k), {rows, m.in}));
     w.matrix_done(linear, k);
   }
+}
+
+// Part b of x's leading dimension, flattened: a sequence of a [B, ...] tensor.
+Tensor sequence(const Tensor& x, int64_t b) {
+  const int64_t n = x.numel() / x.shape[0];
+  return Tensor{static_cast<char*>(x.data) + b * int64_t(dtype_bytes(x.dtype, n)), {n}, x.dtype, x.device};
+}
+
+// Sequence parallelism: out [B,T,C] = each sequence's parts x [B,T/t,C] from the group, in rank order.
+void gather_sequence(const TensorParallel& tp, const Tensor& out, const Tensor& x) {
+  for (int64_t b = 0; b < x.shape[0]; ++b) tp.group->all_gather(sequence(out, b), sequence(x, b), tp.traffic);
+}
+// out [B,T/t,C] = this rank's part of each sequence of x [B,T,C] summed over the group.
+void scatter_sequence(const TensorParallel& tp, const Tensor& out, const Tensor& x) {
+  for (int64_t b = 0; b < x.shape[0]; ++b)
+    tp.group->reduce_scatter(sequence(out, b), sequence(x, b), tp.traffic);
+}
+
+// A column-parallel layer's input: x, or with sequence parallelism x's positions gathered from the group
+// (into tp.gathered).
+const Tensor& full_sequence(const TensorParallel& tp, const Tensor& x) {
+  if (!tp.sequence_parallel) return x;
+  gather_sequence(tp, tp.gathered, x);
+  return tp.gathered;
+}
+
+// A row-parallel layer: out = x W^T + b, the sum over the group of each rank's x (its features) times its
+// columns of W; with sequence parallelism out is this rank's positions of the sum.
+template <typename Real>
+void row_parallel_forward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, const Tensor& out,
+                          const Tensor& x, const Tensor& bias, const TensorParallel& tp) {
+  if (tp.size() == 1) {
+    tiled_linear_forward(ops, w, linear, out, x, bias);
+    return;
+  }
+  const Tensor& partial = tp.sequence_parallel ? tp.partial : out;
+  tiled_linear_forward(ops, w, linear, partial, x, tp.rank() == 0 ? bias : Tensor{});  // the bias once
+  if (tp.sequence_parallel) {
+    scatter_sequence(tp, out, partial);
+  } else {
+    tp.group->all_reduce(out, tp.traffic);
+  }
+}
+
+// A column-parallel layer's backward: dx = the group's sum of dout times each rank's rows of W (overwritten;
+// this rank's positions with sequence parallelism, where x, the layer's input, is gathered again).
+template <typename Real>
+void column_parallel_backward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, const Tensor& dx,
+                              const Tensor& dbias, const Tensor& dout, const Tensor& x,
+                              const TensorParallel& tp) {
+  if (!tp.sequence_parallel) {
+    ops.fill(dx, 0);
+    tiled_linear_backward(ops, w, linear, dx, dbias, dout, x);
+    if (tp.size() > 1) tp.group->all_reduce(dx, tp.traffic);
+    return;
+  }
+  const Tensor& x_full = full_sequence(tp, x);
+  ops.fill(tp.partial, 0);
+  tiled_linear_backward(ops, w, linear, tp.partial, dbias, dout, x_full);
+  scatter_sequence(tp, dx, tp.partial);
+}
+
+// LayerNorm's backward. With sequence parallelism the parameter gradients of this rank's positions are
+// summed over the group before they join the unit's gradient (every rank then holds the same).
+void norm_backward(Ops& ops, const TensorParallel& tp, const Tensor& dx, const Tensor& dw, const Tensor& db,
+                   const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
+                   const Tensor& rstd) {
+  if (!tp.sequence_parallel) {
+    ops.layernorm_backward(dx, dw, db, dout, x, w, mean, rstd);
+    return;
+  }
+  const Tensor dw_part = sequence(tp.norm_grads, 0), db_part = sequence(tp.norm_grads, 1);
+  ops.fill(tp.norm_grads, 0);
+  ops.layernorm_backward(dx, dw_part, db_part, dout, x, w, mean, rstd);
+  tp.group->all_reduce(tp.norm_grads, tp.traffic);
+  ops.add_into(dw, dw_part);
+  ops.add_into(db, db_part);
+}
+
+// x's memory seen with another shape of as many elements.
+Tensor reshaped(const Tensor& x, std::vector<int64_t> shape) {
+  return Tensor{x.data, std::move(shape), x.dtype, x.device};
 }
 
 size_t bytes_of(std::initializer_list<const Tensor*> tensors) {
@@ -161,70 +243,106 @@ std::vector<uint64_t> Dropout::keys(int layer, DropoutSite site, int B) const {
   return out;
 }
 
-void BlockActivations::allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T) {
-  const int64_t C = config.hidden, BT = int64_t(B) * T;
-  for (Tensor* t : {&ln1, &atty, &residual2, &ln2}) *t = gpt::allocate(arena, dtype, {B, T, C});
-  for (Tensor* t : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) *t = gpt::allocate(arena, dtype, {BT});
-  qkv = gpt::allocate(arena, dtype, {B, T, 3 * C});
-  att = gpt::allocate(arena, dtype, {B, config.heads, T, T});
-  fch = gpt::allocate(arena, dtype, {B, T, 4 * C});
-  fch_gelu = gpt::allocate(arena, dtype, {B, T, 4 * C});
+void BlockActivations::allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T,
+                                bool own_probs, const TensorParallel& tp) {
+  const int64_t C = config.hidden, t = tp.size(), Tl = tp.local_positions(T), BTl = int64_t(B) * Tl;
+  for (Tensor* x : {&ln1, &residual2, &ln2}) *x = gpt::allocate(arena, dtype, {B, Tl, C});
+  for (Tensor* x : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) *x = gpt::allocate(arena, dtype, {BTl});
+  atty = gpt::allocate(arena, dtype, {B, T, C / t});
+  qkv = gpt::allocate(arena, dtype, {B, T, 3 * C / t});
+  owns_probs = own_probs;
+  if (own_probs) att = gpt::allocate(arena, dtype, {B, config.heads / t, T, T});
+  fch = gpt::allocate(arena, dtype, {B, T, 4 * C / t});
+  fch_gelu = gpt::allocate(arena, dtype, {B, T, 4 * C / t});
 }
 
 size_t BlockActivations::bytes() const {
-  return bytes_of({&ln1, &ln1_mean, &ln1_rstd, &qkv, &att, &atty, &residual2, &ln2, &ln2_mean, &ln2_rstd,
-                   &fch, &fch_gelu});
+  return bytes_of({&ln1, &ln1_mean, &ln1_rstd, &qkv, &atty, &residual2, &ln2, &ln2_mean, &ln2_rstd, &fch,
+                   &fch_gelu}) +
+         (owns_probs ? att.nbytes() : 0);
 }
 
-void BlockScratch::allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T) {
-  const int64_t C = config.hidden;
-  d_fch_gelu = gpt::allocate(arena, dtype, {B, T, 4 * C});
-  d_fch = gpt::allocate(arena, dtype, {B, T, 4 * C});
-  for (Tensor* t : {&d_ln2, &d_atty, &d_ln1}) *t = gpt::allocate(arena, dtype, {B, T, C});
-  d_qkv = gpt::allocate(arena, dtype, {B, T, 3 * C});
+void BlockScratch::allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T,
+                            const TensorParallel& tp) {
+  const int64_t C = config.hidden, t = tp.size(), Tl = tp.local_positions(T);
+  d_fch_gelu = gpt::allocate(arena, dtype, {B, T, 4 * C / t});
+  d_fch = gpt::allocate(arena, dtype, {B, T, 4 * C / t});
+  for (Tensor* x : {&d_ln2, &d_ln1}) *x = gpt::allocate(arena, dtype, {B, Tl, C});
+  d_atty = gpt::allocate(arena, dtype, {B, T, C / t});
+  d_qkv = gpt::allocate(arena, dtype, {B, T, 3 * C / t});
 }
 
 size_t BlockScratch::bytes() const {
   return bytes_of({&d_fch_gelu, &d_fch, &d_ln2, &d_atty, &d_ln1, &d_qkv});
 }
 
-void HeadActivations::allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T) {
-  const int64_t BT = int64_t(B) * T;
-  lnf = gpt::allocate(arena, dtype, {B, T, config.hidden});
-  dlnf = gpt::allocate(arena, dtype, {B, T, config.hidden});
-  lnf_mean = gpt::allocate(arena, dtype, {BT});
-  lnf_rstd = gpt::allocate(arena, dtype, {BT});
-  probs = gpt::allocate(arena, dtype, {BT, config.padded_vocab()});
+void HeadActivations::allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T,
+                               const TensorParallel& tp) {
+  const int64_t t = tp.size(), C = config.hidden, BT = int64_t(B) * T,
+                BTl = int64_t(B) * tp.local_positions(T);
+  lnf = gpt::allocate(arena, dtype, {B, BTl / B, C});
+  dlnf = gpt::allocate(arena, dtype, {B, BTl / B, C});
+  lnf_mean = gpt::allocate(arena, dtype, {BTl});
+  lnf_rstd = gpt::allocate(arena, dtype, {BTl});
+  probs = gpt::allocate(arena, dtype, {BT, config.padded_vocab() / t});
   losses = gpt::allocate(arena, dtype, {BT});
   dlosses = gpt::allocate(arena, dtype, {BT});
+  if (t > 1) {
+    stats = gpt::allocate(arena, dtype, {BT, 3});
+    stats_all = gpt::allocate(arena, dtype, {t, BT, 3});
+  }
+  if (tp.sequence_parallel) lnf_full = gpt::allocate(arena, dtype, {B, T, C});
 }
 
 size_t HeadActivations::bytes() const {
-  return bytes_of({&lnf, &dlnf, &lnf_mean, &lnf_rstd, &probs, &losses, &dlosses});
+  size_t total = bytes_of({&lnf, &dlnf, &lnf_mean, &lnf_rstd, &probs, &losses, &dlosses});
+  for (const Tensor* x : {&stats, &stats_all, &lnf_full}) total += x->data ? x->nbytes() : 0;
+  return total;
 }
 
 template <typename Real>
 void embed_forward(Ops& ops, const GPTConfig& config, const Real* wte, const Real* wpe, const Tensor& tokens,
-                   const Tensor& x0, const Dropout& dropout) {
-  const int64_t C = config.hidden;
-  ops.embedding_forward(x0, tokens, view(ops, wte, {config.padded_vocab(), C}),
-                        view(ops, wpe, {config.max_positions, C}));
-  drop_hidden(ops, dropout, kEmbeddingLayer, DropoutSite::kEmbedding, x0);
+                   const Tensor& x0, const Dropout& dropout, const TensorParallel& tp) {
+  const int64_t C = config.hidden, rows = config.padded_vocab() / tp.size();
+  const Tensor positions = view(ops, wpe, {config.max_positions, C});
+  if (tp.size() == 1) {
+    ops.embedding_forward(x0, tokens, view(ops, wte, {rows, C}), positions);
+  } else {
+    // The vocabulary-parallel embedding: each rank looks up the tokens of its rows (the positions on rank 0
+    // only), and the group sums.
+    const Tensor& sum = tp.sequence_parallel ? tp.partial : x0;
+    ops.embedding_forward_rows(sum, tokens, view(ops, wte, {rows, C}), tp.rank() * rows,
+                               tp.rank() == 0 ? positions : Tensor{});
+    if (tp.sequence_parallel) {
+      scatter_sequence(tp, x0, sum);
+    } else {
+      tp.group->all_reduce(x0, tp.traffic);
+    }
+  }
+  drop_hidden(ops, dropout, kEmbeddingLayer, DropoutSite::kEmbedding, x0, tp);
 }
 
 template <typename Real>
 void embed_backward(Ops& ops, const GPTConfig& config, Real* dwte, Real* dwpe, const Tensor& tokens,
-                    const Tensor& dx0, const Tensor& scratch, const Dropout& dropout) {
-  const int64_t C = config.hidden;
+                    const Tensor& dx0, const Tensor& scratch, const Dropout& dropout,
+                    const TensorParallel& tp) {
+  const int64_t C = config.hidden, rows = config.padded_vocab() / tp.size();
   const Tensor& d_embedding =
-      hidden_gradient(ops, dropout, kEmbeddingLayer, DropoutSite::kEmbedding, dx0, scratch);
-  ops.embedding_backward(view(ops, dwte, {config.padded_vocab(), C}),
-                         view(ops, dwpe, {config.max_positions, C}), d_embedding, tokens);
+      hidden_gradient(ops, dropout, kEmbeddingLayer, DropoutSite::kEmbedding, dx0, scratch, tp);
+  const Tensor dpositions = dwpe ? view(ops, dwpe, {config.max_positions, C}) : Tensor{};
+  if (tp.size() == 1) {
+    ops.embedding_backward(view(ops, dwte, {rows, C}), dpositions, d_embedding, tokens);
+    return;
+  }
+  // Every rank sees the whole gradient: its rows of wte take their tokens', and wpe's is the same on all.
+  ops.embedding_backward_rows(view(ops, dwte, {rows, C}), tp.rank() * rows, dpositions,
+                              full_sequence(tp, d_embedding), tokens);
 }
 
 template <typename Real>
-WholeBlock<Real>::WholeBlock(const Real* weights, Real* grads, int C) : w_(block_params(weights, C)) {
-  if (grads) g_ = block_params(grads, C);  // a forward has none
+WholeBlock<Real>::WholeBlock(const Real* weights, Real* grads, int C, int t)
+    : w_(block_params(weights, C, t)) {
+  if (grads) g_ = block_params(grads, C, t);  // a forward has none
 }
 
 template <typename Real>
@@ -242,25 +360,24 @@ Real* WholeBlock<Real>::matrix_gradient(BlockLinear linear, int) {
 template <typename Real>
 void block_forward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weights, const Tensor& x_in,
                    const Tensor& x_out, BlockActivations& a, const Dropout& dropout, int layer,
-                   bool need_output) {
+                   bool need_output, const TensorParallel& tp) {
   check_layer(config, dropout, layer);
-  const int C = config.hidden;
-  const SmallTensors w = small_tensors(ops, weights.small(), C);
+  const SmallTensors w = small_tensors(ops, weights.small(), config.hidden, tp.size());
   ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, w.ln1_w, w.ln1_b);
-  tiled_linear_forward(ops, weights, BlockLinear::kQkv, C, a.qkv, a.ln1, w.qkv_b);
-  const AttentionMasks attention_masks(dropout, layer, int(x_in.shape[0]));
+  tiled_linear_forward(ops, weights, BlockLinear::kQkv, a.qkv, full_sequence(tp, a.ln1), w.qkv_b);
+  const AttentionMasks attention_masks(dropout, layer, a.att, tp);
   ops.attention_forward(a.atty, a.att, a.qkv, attention_masks.get());
   // The attention projection lands in x_out first (dropped there), then becomes the residual sum
   // r2 = x + drop(proj).
-  tiled_linear_forward(ops, weights, BlockLinear::kAttnProj, C, x_out, a.atty, w.attn_proj_b);
-  drop_hidden(ops, dropout, layer, DropoutSite::kAttentionOutput, x_out);
+  row_parallel_forward(ops, weights, BlockLinear::kAttnProj, x_out, a.atty, w.attn_proj_b, tp);
+  drop_hidden(ops, dropout, layer, DropoutSite::kAttentionOutput, x_out, tp);
   ops.add(a.residual2, x_in, x_out);
   ops.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b);
-  tiled_linear_forward(ops, weights, BlockLinear::kFc, C, a.fch, a.ln2, w.fc_b);
+  tiled_linear_forward(ops, weights, BlockLinear::kFc, a.fch, full_sequence(tp, a.ln2), w.fc_b);
   ops.gelu_forward(a.fch_gelu, a.fch);
   if (!need_output) return;
-  tiled_linear_forward(ops, weights, BlockLinear::kFcProj, C, x_out, a.fch_gelu, w.fc_proj_b);
-  drop_hidden(ops, dropout, layer, DropoutSite::kMlpOutput, x_out);
+  row_parallel_forward(ops, weights, BlockLinear::kFcProj, x_out, a.fch_gelu, w.fc_proj_b, tp);
+  drop_hidden(ops, dropout, layer, DropoutSite::kMlpOutput, x_out, tp);
   ops.add(x_out, a.residual2, x_out);
 }
 
@@ -284,7 +401,7 @@ template <typename Real>
 void block_decode(Ops& ops, const GPTConfig& config, const Real* weights, const Tensor& x_in,
                   const Tensor& x_out, DecodeActivations& a, const Tensor& qkv_cache, int pos) {
   const BlockParams<const Real*> p = block_params(weights, config.hidden);
-  const SmallTensors w = small_tensors(ops, p, config.hidden);
+  const SmallTensors w = small_tensors(ops, p, config.hidden, 1);
   const int64_t C = config.hidden, C3 = 3 * C;
   const Real* cache = static_cast<const Real*>(qkv_cache.data);
   const Tensor rows = view(ops, cache, {pos + 1, C3});  // this token's row and the earlier ones
@@ -305,46 +422,62 @@ void block_decode(Ops& ops, const GPTConfig& config, const Real* weights, const 
 template <typename Real>
 void block_backward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weights, const Tensor& x_in,
                     const BlockActivations& a, BlockScratch& s, const Tensor& dresidual,
-                    const Dropout& dropout, int layer) {
+                    const Dropout& dropout, int layer, bool recompute_attention, const TensorParallel& tp) {
   check_layer(config, dropout, layer);
   const int C = config.hidden;
-  const SmallTensors w = small_tensors(ops, weights.small(), C);
-  const SmallTensors g = small_tensors(ops, weights.small_gradients(), C);
+  const SmallTensors w = small_tensors(ops, weights.small(), C, tp.size());
+  const SmallTensors g = small_tensors(ops, weights.small_gradients(), C, tp.size());
   // dresidual = dL/d(out) = dL/d(r2) through the skip connection, and dL/d(dropped MLP output). The MLP
   // output's gradient, mask * dresidual / (1-p), borrows d_ln2, which is free until fc's backward below.
-  const Tensor& d_mlp_out = hidden_gradient(ops, dropout, layer, DropoutSite::kMlpOutput, dresidual, s.d_ln2);
+  const Tensor& d_mlp_out =
+      hidden_gradient(ops, dropout, layer, DropoutSite::kMlpOutput, dresidual, s.d_ln2, tp);
   ops.fill(s.d_fch_gelu, 0);
-  tiled_linear_backward(ops, weights, BlockLinear::kFcProj, C, s.d_fch_gelu, g.fc_proj_b, d_mlp_out,
-                        a.fch_gelu);
+  tiled_linear_backward(ops, weights, BlockLinear::kFcProj, s.d_fch_gelu, g.fc_proj_b,
+                        full_sequence(tp, d_mlp_out), a.fch_gelu);
   ops.fill(s.d_fch, 0);
   ops.gelu_backward(s.d_fch, a.fch, s.d_fch_gelu);
-  ops.fill(s.d_ln2, 0);
-  tiled_linear_backward(ops, weights, BlockLinear::kFc, C, s.d_ln2, g.fc_b, s.d_fch, a.ln2);
+  column_parallel_backward(ops, weights, BlockLinear::kFc, s.d_ln2, g.fc_b, s.d_fch, a.ln2, tp);
   // LayerNorm 2's input gradient joins the skip path: dresidual becomes dL/d(r2).
-  ops.layernorm_backward(dresidual, g.ln2_w, g.ln2_b, s.d_ln2, a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd);
+  norm_backward(ops, tp, dresidual, g.ln2_w, g.ln2_b, s.d_ln2, a.residual2, w.ln2_w, a.ln2_mean, a.ln2_rstd);
   // dL/d(r2) is also dL/d(dropped attention projection output); the projection's own gradient borrows d_ln1,
   // which is free until qkv's backward.
   const Tensor& d_attn_out =
-      hidden_gradient(ops, dropout, layer, DropoutSite::kAttentionOutput, dresidual, s.d_ln1);
+      hidden_gradient(ops, dropout, layer, DropoutSite::kAttentionOutput, dresidual, s.d_ln1, tp);
   ops.fill(s.d_atty, 0);
-  tiled_linear_backward(ops, weights, BlockLinear::kAttnProj, C, s.d_atty, g.attn_proj_b, d_attn_out, a.atty);
-  const AttentionMasks attention_masks(dropout, layer, int(x_in.shape[0]));
+  tiled_linear_backward(ops, weights, BlockLinear::kAttnProj, s.d_atty, g.attn_proj_b,
+                        full_sequence(tp, d_attn_out), a.atty);
+  const AttentionMasks attention_masks(dropout, layer, a.att, tp);
+  if (recompute_attention) {
+    // Selective recomputation: the attention core again, from the kept qkv with the same masks. Its output
+    // equals the kept atty; it lands in d_ln1 (as many elements), free between the projection's backward and
+    // qkv's.
+    ops.attention_forward(reshaped(s.d_ln1, a.atty.shape), a.att, a.qkv, attention_masks.get());
+  }
   ops.fill(s.d_qkv, 0);
   ops.attention_backward(s.d_qkv, s.d_atty, a.qkv, a.att, attention_masks.get());
-  ops.fill(s.d_ln1, 0);
-  tiled_linear_backward(ops, weights, BlockLinear::kQkv, C, s.d_ln1, g.qkv_b, s.d_qkv, a.ln1);
+  column_parallel_backward(ops, weights, BlockLinear::kQkv, s.d_ln1, g.qkv_b, s.d_qkv, a.ln1, tp);
   // LayerNorm 1's input gradient joins the skip path: dresidual becomes dL/d(x_in).
-  ops.layernorm_backward(dresidual, g.ln1_w, g.ln1_b, s.d_ln1, x_in, w.ln1_w, a.ln1_mean, a.ln1_rstd);
+  norm_backward(ops, tp, dresidual, g.ln1_w, g.ln1_b, s.d_ln1, x_in, w.ln1_w, a.ln1_mean, a.ln1_rstd);
 }
 
 template <typename Real>
 Real head_forward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const Real* lnf_b, const Real* wte,
-                  const Tensor& x, const Tensor& targets, HeadActivations& a) {
-  const int64_t C = config.hidden;
+                  const Tensor& x, const Tensor& targets, HeadActivations& a, const TensorParallel& tp) {
+  const int64_t C = config.hidden, rows = config.padded_vocab() / tp.size();
   ops.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, view(ops, lnf_w, {C}), view(ops, lnf_b, {C}));
-  ops.linear_forward(a.probs, a.lnf, view(ops, wte, {config.padded_vocab(), C}), Tensor{});
-  if (targets.empty()) return Real(0);
-  ops.cross_entropy_forward(a.losses, a.probs, a.probs, targets, config.vocab);
+  if (tp.sequence_parallel) gather_sequence(tp, a.lnf_full, a.lnf);  // kept for the backward's dwte
+  ops.linear_forward(a.probs, tp.sequence_parallel ? a.lnf_full : a.lnf, view(ops, wte, {rows, C}), Tensor{});
+  if (tp.size() == 1) {
+    if (targets.empty()) return Real(0);
+    ops.cross_entropy_forward(a.losses, a.probs, a.probs, targets, config.vocab);
+  } else {
+    if (targets.empty()) throw std::invalid_argument("the vocabulary-parallel head needs targets");
+    // Each rank's softmax statistics over its columns, merged from the whole group's.
+    const int64_t first = tp.rank() * rows;
+    ops.cross_entropy_stats(a.stats, a.probs, targets, first, config.vocab);
+    tp.group->all_gather(a.stats_all, a.stats, tp.traffic);
+    ops.cross_entropy_merge(a.losses, a.probs, a.probs, a.stats_all, first, config.vocab);
+  }
   // Summed in double so the mean does not depend on the summation order's rounding more than necessary.
   return static_cast<Real>(ops.sum(a.losses) / double(a.losses.numel()));
 }
@@ -352,38 +485,51 @@ Real head_forward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const Re
 template <typename Real>
 void head_backward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const Real* wte, Real* dlnf_w,
                    Real* dlnf_b, Real* dwte, const Tensor& x, const Tensor& targets, HeadActivations& a,
-                   Real dloss_per_token, const Tensor& dx) {
-  const int64_t C = config.hidden;
+                   Real dloss_per_token, const Tensor& dx, const TensorParallel& tp) {
+  const int64_t C = config.hidden, rows = config.padded_vocab() / tp.size();
   ops.fill(a.dlosses, double(dloss_per_token));
   // dlogits overwrite the probabilities in place.
-  ops.cross_entropy_backward(a.probs, a.probs, targets, a.dlosses, config.vocab);
-  ops.fill(a.dlnf, 0);
-  ops.linear_backward(a.dlnf, view(ops, dwte, {config.padded_vocab(), C}), Tensor{}, a.probs, a.lnf,
-                      view(ops, wte, {config.padded_vocab(), C}));
+  if (tp.size() == 1) {
+    ops.cross_entropy_backward(a.probs, a.probs, targets, a.dlosses, config.vocab);
+  } else {
+    ops.cross_entropy_backward_columns(a.probs, a.probs, targets, a.dlosses, tp.rank() * rows, config.vocab);
+  }
+  // The tied projection is column-parallel over the vocabulary: dlnf sums the group's partial products.
+  const Tensor& dlnf = tp.sequence_parallel ? tp.partial : a.dlnf;
+  ops.fill(dlnf, 0);
+  ops.linear_backward(dlnf, view(ops, dwte, {rows, C}), Tensor{}, a.probs,
+                      tp.sequence_parallel ? a.lnf_full : a.lnf, view(ops, wte, {rows, C}));
+  if (tp.sequence_parallel) {
+    scatter_sequence(tp, a.dlnf, dlnf);
+  } else if (tp.size() > 1) {
+    tp.group->all_reduce(a.dlnf, tp.traffic);
+  }
   ops.fill(dx, 0);
-  ops.layernorm_backward(dx, view(ops, dlnf_w, {C}), view(ops, dlnf_b, {C}), a.dlnf, x, view(ops, lnf_w, {C}),
-                         a.lnf_mean, a.lnf_rstd);
+  norm_backward(ops, tp, dx, view(ops, dlnf_w, {C}), view(ops, dlnf_b, {C}), a.dlnf, x, view(ops, lnf_w, {C}),
+                a.lnf_mean, a.lnf_rstd);
 }
 
 #define GPT_INSTANTIATE_LAYERS(Real)                                                                        \
   template void embed_forward<Real>(Ops&, const GPTConfig&, const Real*, const Real*, const Tensor&,        \
-                                    const Tensor&, const Dropout&);                                         \
+                                    const Tensor&, const Dropout&, const TensorParallel&);                  \
   template void embed_backward<Real>(Ops&, const GPTConfig&, Real*, Real*, const Tensor&, const Tensor&,    \
-                                     const Tensor&, const Dropout&);                                        \
+                                     const Tensor&, const Dropout&, const TensorParallel&);                 \
   template class WholeBlock<Real>;                                                                          \
   template void block_forward<Real>(Ops&, const GPTConfig&, BlockWeights<Real>&, const Tensor&,             \
-                                    const Tensor&, BlockActivations&, const Dropout&, int, bool);           \
+                                    const Tensor&, BlockActivations&, const Dropout&, int, bool,            \
+                                    const TensorParallel&);                                                 \
   template void block_forward<Real>(Ops&, const GPTConfig&, const Real*, const Tensor&, const Tensor&,      \
                                     BlockActivations&, const Dropout&, int);                                \
   template void block_backward<Real>(Ops&, const GPTConfig&, BlockWeights<Real>&, const Tensor&,            \
                                      const BlockActivations&, BlockScratch&, const Tensor&, const Dropout&, \
-                                     int);                                                                  \
+                                     int, bool, const TensorParallel&);                                     \
   template void block_decode<Real>(Ops&, const GPTConfig&, const Real*, const Tensor&, const Tensor&,       \
                                    DecodeActivations&, const Tensor&, int);                                 \
   template Real head_forward<Real>(Ops&, const GPTConfig&, const Real*, const Real*, const Real*,           \
-                                   const Tensor&, const Tensor&, HeadActivations&);                         \
+                                   const Tensor&, const Tensor&, HeadActivations&, const TensorParallel&);  \
   template void head_backward<Real>(Ops&, const GPTConfig&, const Real*, const Real*, Real*, Real*, Real*,  \
-                                    const Tensor&, const Tensor&, HeadActivations&, Real, const Tensor&);
+                                    const Tensor&, const Tensor&, HeadActivations&, Real, const Tensor&,    \
+                                    const TensorParallel&);
 
 GPT_INSTANTIATE_LAYERS(float)
 GPT_INSTANTIATE_LAYERS(double)

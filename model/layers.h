@@ -18,6 +18,7 @@
 #include "kernels/ops.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/tensor_parallel.h"
 #include "tensor/arena.h"
 #include "tensor/tensor.h"
 
@@ -64,8 +65,14 @@ struct BlockActivations {
   Tensor residual2;                // [B,T,C] x + attention branch
   Tensor ln2, ln2_mean, ln2_rstd;  // [B,T,C], [B*T], [B*T]
   Tensor fch, fch_gelu;            // [B,T,4C] each
+  // Whether att is this set's own; selective recomputation shares one (the loop sets att) and bytes() does
+  // not count a shared one.
+  bool owns_probs = true;
 
-  void allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T);
+  // With tensor parallelism the shapes are this rank's: qkv [B,T,3C/t], att [B,NH/t,T,T], atty [B,T,C/t],
+  // fch [B,T,4C/t]; with sequence parallelism ln1, residual2, ln2 and their statistics hold T/t positions.
+  void allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T, bool own_probs = true,
+                const TensorParallel& tp = TensorParallel{});
   size_t bytes() const;
 };
 
@@ -75,7 +82,10 @@ struct BlockScratch {
   Tensor d_ln2, d_atty, d_ln1;  // [B,T,C]; d_ln2 and d_ln1 also hold masked dropout gradients
   Tensor d_qkv;                 // [B,T,3C]
 
-  void allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T);
+  // Tensor parallelism: this rank's widths (as BlockActivations), d_ln2 and d_ln1 [B,T/t,C] with sequence
+  // parallelism.
+  void allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T,
+                const TensorParallel& tp = TensorParallel{});
   size_t bytes() const;
 };
 
@@ -85,8 +95,13 @@ struct HeadActivations {
   Tensor losses;                   // [B*T]
   Tensor dlosses;                  // [B*T]
   Tensor dlnf;                     // [B,T,C] backward temporary
+  // Tensor parallelism (t > 1): probs holds this rank's Vp/t vocabulary columns; stats [B*T,3] this rank's
+  // softmax statistics and stats_all [t,B*T,3] the group's (vocabulary-parallel cross-entropy). With sequence
+  // parallelism lnf, its statistics and dlnf hold T/t positions and lnf_full [B,T,C] the gathered output.
+  Tensor stats, stats_all, lnf_full;
 
-  void allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T);
+  void allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T,
+                const TensorParallel& tp = TensorParallel{});
   size_t bytes() const;
 };
 
@@ -102,14 +117,17 @@ struct DecodeActivations {
 // the ops' device (params.h layout); tokens are [B, T] int32 tensors on the device.
 
 // x0[b,t,:] = drop(wte[tokens[b,t]] + wpe[t]) (hidden dropout, site kEmbedding).
+// Tensor parallelism: wte holds this rank's vocabulary rows; x0 is [B,T/t,C] with sequence parallelism.
 template <typename Real>
 void embed_forward(Ops& ops, const GPTConfig& config, const Real* wte, const Real* wpe, const Tensor& tokens,
-                   const Tensor& x0, const Dropout& dropout = Dropout{});
+                   const Tensor& x0, const Dropout& dropout = Dropout{},
+                   const TensorParallel& tp = TensorParallel{});
 // Accumulates into dwte and dwpe (either may be null) from dx0; dropout must be the forward's. `scratch`
 // ([B,T,C]) holds the masked gradient when hidden dropout is on.
 template <typename Real>
 void embed_backward(Ops& ops, const GPTConfig& config, Real* dwte, Real* dwpe, const Tensor& tokens,
-                    const Tensor& dx0, const Tensor& scratch, const Dropout& dropout = Dropout{});
+                    const Tensor& dx0, const Tensor& scratch, const Dropout& dropout = Dropout{},
+                    const TensorParallel& tp = TensorParallel{});
 
 // A block's parameters as the block functions see them: the LayerNorms and biases for the whole block, and
 // each of the four matrices in tiles of output rows (memory-centric tiling, params.h), asked for in turn and
@@ -130,11 +148,12 @@ class BlockWeights {
   virtual void matrix_done(BlockLinear linear, int k) = 0;
 };
 
-// A whole block unit (block_params layout) and, for the backward, its gradient.
+// A whole block unit (block_params layout, of one of t tensor-parallel ranks) and, for the backward, its
+// gradient.
 template <typename Real>
 class WholeBlock final : public BlockWeights<Real> {
  public:
-  WholeBlock(const Real* weights, Real* grads, int C);
+  WholeBlock(const Real* weights, Real* grads, int C, int t = 1);
   int tiles() const override { return 1; }
   BlockParams<const Real*> small() override { return w_; }
   BlockParams<Real*> small_gradients() override { return g_; }
@@ -149,11 +168,12 @@ class WholeBlock final : public BlockWeights<Real> {
 
 // Writes x_out [B,T,C] and the activations. With active dropout, layer (0 .. L-1) is part of the masks' key
 // and must be given. need_output = false (recomputation for the backward) stops after the MLP's GELU: the
-// backward reads the activations, never x_out, so the MLP projection is skipped.
+// backward reads the activations, never x_out, so the MLP projection is skipped. Tensor parallelism: weights
+// and activations are this rank's (x_in and x_out [B,T/t,C] with sequence parallelism; tensor_parallel.h).
 template <typename Real>
 void block_forward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weights, const Tensor& x_in,
                    const Tensor& x_out, BlockActivations& acts, const Dropout& dropout = Dropout{},
-                   int layer = -1, bool need_output = true);
+                   int layer = -1, bool need_output = true, const TensorParallel& tp = TensorParallel{});
 // The same over the block's unit (block_params layout).
 template <typename Real>
 void block_forward(Ops& ops, const GPTConfig& config, const Real* weights, const Tensor& x_in,
@@ -161,11 +181,13 @@ void block_forward(Ops& ops, const GPTConfig& config, const Real* weights, const
                    int layer = -1);
 
 // dresidual holds dL/d(x_out) on entry and dL/d(x_in) on return; the gradients accumulate. dropout and layer
-// must be the forward's.
+// must be the forward's. recompute_attention (selective recomputation): acts.att does not hold this block's
+// attention probabilities; they are computed again from acts.qkv (and the same dropout) before their use.
 template <typename Real>
 void block_backward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weights, const Tensor& x_in,
                     const BlockActivations& acts, BlockScratch& scratch, const Tensor& dresidual,
-                    const Dropout& dropout = Dropout{}, int layer = -1);
+                    const Dropout& dropout = Dropout{}, int layer = -1, bool recompute_attention = false,
+                    const TensorParallel& tp = TensorParallel{});
 
 // Incremental decoding (no dropout): the token at position pos, whose block input is x_in [1,C], through the
 // block. Its qkv row is written into row pos of qkv_cache [capacity > pos, 3C], whose rows 0..pos-1 hold the
@@ -177,16 +199,18 @@ void block_decode(Ops& ops, const GPTConfig& config, const Real* weights, const 
 
 // Final LayerNorm and tied output projection: leaves logits [B*T,Vp] in acts.probs. With targets, turns them
 // into probabilities and per-token losses and returns the mean loss over the B*T tokens; without (an empty
-// tensor), returns 0.
+// tensor), returns 0. Tensor parallelism: the vocabulary-parallel head (this rank's Vp/t logits; the loss of
+// every token on every rank); it needs targets.
 template <typename Real>
 Real head_forward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const Real* lnf_b, const Real* wte,
-                  const Tensor& x, const Tensor& targets, HeadActivations& acts);
+                  const Tensor& x, const Tensor& targets, HeadActivations& acts,
+                  const TensorParallel& tp = TensorParallel{});
 
 // dloss_per_token is d(objective)/d(loss of each token) (1/(B*T) for the mean, times accumulation and loss
 // scaling factors). Accumulates into dlnf_w, dlnf_b, dwte; overwrites dx [B,T,C]. Consumes acts.probs.
 template <typename Real>
 void head_backward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const Real* wte, Real* dlnf_w,
                    Real* dlnf_b, Real* dwte, const Tensor& x, const Tensor& targets, HeadActivations& acts,
-                   Real dloss_per_token, const Tensor& dx);
+                   Real dloss_per_token, const Tensor& dx, const TensorParallel& tp = TensorParallel{});
 
 }  // namespace gpt

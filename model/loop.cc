@@ -18,15 +18,16 @@ void append_smalls(std::vector<int>& out, const BlockUnits& b) {
   for (int i = 0; i < BlockUnits::kSmallUnits; ++i) out.push_back(b.small(i));
 }
 
-// A tiled block's units in one pass (see loop.h).
-void append_tiled_block(LoopSchedule& s, const BlockUnits& b, bool backward, bool checkpoint) {
-  if (!backward) {
-    append_smalls(s.forward, b);
-    for (BlockLinear linear : kForwardOrder) append_tiles(s.forward, b, linear);
+// A block's units in the backward, and the order its gradients become final; recompute: the block is the
+// last of a recomputed chunk (see loop.h).
+void append_block_backward(LoopSchedule& s, const BlockUnits& b, bool recompute) {
+  if (b.tiles == 1) {
+    s.backward.push_back(b.first);
+    s.gradients.push_back(b.first);
     return;
   }
   append_smalls(s.backward, b);
-  if (checkpoint) {  // the recomputation stops before the MLP projection
+  if (recompute) {  // the recomputation stops before the MLP projection
     for (BlockLinear linear : {BlockLinear::kQkv, BlockLinear::kAttnProj, BlockLinear::kFc})
       append_tiles(s.backward, b, linear);
   }
@@ -37,32 +38,34 @@ void append_tiled_block(LoopSchedule& s, const BlockUnits& b, bool backward, boo
   for (int i = BlockUnits::kSmallUnits - 1; i >= 0; --i) s.gradients.push_back(b.small(i));
 }
 
+// A block's units in the forward (also a recomputed chunk's inner blocks in the backward).
+void append_block_forward(std::vector<int>& out, const BlockUnits& b) {
+  if (b.tiles == 1) {
+    out.push_back(b.first);
+    return;
+  }
+  append_smalls(out, b);
+  for (BlockLinear linear : kForwardOrder) append_tiles(out, b, linear);
+}
+
 }  // namespace
 
-LoopSchedule loop_schedule(int num_units, int tile_factor, bool checkpoint_activations) {
+LoopSchedule loop_schedule(int num_units, int tile_factor, const Recompute& recompute) {
   // wte, wpe, the blocks, ln_f (params.h)
   const int layers = (num_units - 3) / BlockUnits::of(0, tile_factor).count(), ln_f = num_units - 1;
   LoopSchedule s;
   s.forward = {ParamTable::kWte, ParamTable::kWpe};
-  for (int l = 0; l < layers; ++l) {
-    const BlockUnits b = BlockUnits::of(l, tile_factor);
-    if (b.tiles == 1) {
-      s.forward.push_back(b.first);
-    } else {
-      append_tiled_block(s, b, false, checkpoint_activations);
-    }
-  }
+  for (int l = 0; l < layers; ++l) append_block_forward(s.forward, BlockUnits::of(l, tile_factor));
   s.forward.push_back(ln_f);
   s.backward = {ln_f, ParamTable::kWte};
   s.gradients = {ln_f};
   for (int l = layers - 1; l >= 0; --l) {
-    const BlockUnits b = BlockUnits::of(l, tile_factor);
-    if (b.tiles == 1) {
-      s.backward.push_back(b.first);
-      s.gradients.push_back(b.first);
-    } else {
-      append_tiled_block(s, b, true, checkpoint_activations);
+    const Recompute::Chunk chunk = recompute.chunk(l, layers);
+    const bool last_of_chunk = !chunk.empty() && l == chunk.last;
+    if (last_of_chunk) {  // the chunk's inner blocks run their forwards again first
+      for (int m = chunk.first; m < l; ++m) append_block_forward(s.backward, BlockUnits::of(m, tile_factor));
     }
+    append_block_backward(s, BlockUnits::of(l, tile_factor), last_of_chunk);
   }
   s.gradients.push_back(ParamTable::kWpe);
   s.gradients.push_back(ParamTable::kWte);
@@ -133,38 +136,79 @@ class SourcedTiles final : public BlockWeights<Real> {
 
 }  // namespace
 
+namespace {
+
+// Which slot of the residual stream and which activation set each block uses (loop.h's members).
+struct Slots {
+  std::vector<int> residual;  // L+1
+  std::vector<int> block;     // L
+  int residuals = 0, blocks = 0;
+};
+
+Slots plan_slots(const Recompute& recompute, int L) {
+  Slots s;
+  s.residual.resize(L + 1);
+  s.block.resize(L);
+  const int shared = recompute.longest_chunk(L);  // activation sets, and inner inputs + 1, of any chunk
+  s.blocks = shared;
+  s.residuals = std::max(shared - 1, 0);
+  for (int l = 0; l <= L; ++l) {
+    const Recompute::Chunk chunk = l < L ? recompute.chunk(l, L) : Recompute::Chunk{};
+    if (l < L) s.block[l] = chunk.empty() ? s.blocks++ : l - chunk.first;
+    // A chunk's first input is kept; its inner inputs are recomputed into the shared slots.
+    s.residual[l] = chunk.empty() || l == chunk.first ? s.residuals++ : l - chunk.first - 1;
+  }
+  return s;
+}
+
+}  // namespace
+
 template <typename Real>
-LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, bool checkpoint_activations, Ops& ops,
-                           Arena& arena, int tile_factor)
+LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, const Recompute& recompute, Ops& ops,
+                           Arena& arena, int tile_factor, const TensorParallel& tensor_parallel)
     : config_(config),
-      table_(make_param_table(config, tile_factor)),
-      schedule_(loop_schedule(int(table_.units.size()), tile_factor, checkpoint_activations)),
+      table_(make_param_table(config, tile_factor, tensor_parallel.slice())),
+      schedule_(loop_schedule(int(table_.units.size()), tile_factor, recompute)),
       B_(micro_batch),
       T_(config.seq_len),
-      checkpoint_(checkpoint_activations),
-      ops_(ops) {
-  const int64_t L = config.num_layers, B = B_, T = T_, C = config.hidden;
+      recompute_(recompute),
+      ops_(ops),
+      tp_(tensor_parallel) {
+  const int64_t L = config.num_layers, B = B_, T = tp_.local_positions(T_), C = config.hidden;
   const DType dtype = dtype_of<Real>();
   auto allocate = [&](std::vector<int64_t> shape, DType type) {
     return arena.allocate_tensor("activation", "activations", std::move(shape), type);
   };
-  residual_ = allocate({L + 1, B, T, C}, dtype);
-  blocks_.resize(checkpoint_ ? 1 : L);
-  for (auto& block : blocks_) block.allocate(arena, dtype, config, B_, T_);
-  scratch_.allocate(arena, dtype, config, B_, T_);
-  head_.allocate(arena, dtype, config, B_, T_);
+  const Slots slots = plan_slots(recompute, int(L));
+  residual_slot_ = slots.residual;
+  block_slot_ = slots.block;
+  residual_ = allocate({slots.residuals, B, T, C}, dtype);
+  blocks_.resize(std::max(slots.blocks, 1));  // evaluation uses set 0
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const bool own_probs = i == 0 || !recompute.is_selective();
+    blocks_[i].allocate(arena, dtype, config, B_, T_, own_probs, tp_);
+    if (!own_probs) blocks_[i].att = blocks_[0].att;
+  }
+  scratch_.allocate(arena, dtype, config, B_, T_, tp_);
+  head_.allocate(arena, dtype, config, B_, T_, tp_);
+  if (tp_.sequence_parallel) {
+    tp_.gathered = allocate({B, T_, C}, dtype);
+    tp_.partial = allocate({B, T_, C}, dtype);
+    tp_.norm_grads = allocate({2, C}, dtype);
+  }
   dresidual_ = allocate({B, T, C}, dtype);
-  if (checkpoint_) recompute_out_ = allocate({B, T, C}, dtype);
+  if (recompute.is_full()) recompute_out_ = allocate({B, T, C}, dtype);
   // The micro-batch's tokens on the device: input, not activations.
-  inputs_ = arena.allocate_tensor("input tokens", "buffers", {B, T}, DType::kI32);
-  targets_ = arena.allocate_tensor("target tokens", "buffers", {B, T}, DType::kI32);
+  inputs_ = arena.allocate_tensor("input tokens", "buffers", {B, T_}, DType::kI32);
+  targets_ = arena.allocate_tensor("target tokens", "buffers", {B, T_}, DType::kI32);
 }
 
 template <typename Real>
 Tensor LayerLoop<Real>::residual(int layer) const {
-  const size_t BTC = size_t(B_) * T_ * config_.hidden;
-  return Tensor{static_cast<Real*>(residual_.data) + size_t(layer) * BTC,
-                {B_, T_, config_.hidden},
+  const int T = tp_.local_positions(T_);
+  const size_t BTC = size_t(B_) * T * config_.hidden;
+  return Tensor{static_cast<Real*>(residual_.data) + size_t(residual_slot_[layer]) * BTC,
+                {B_, T, config_.hidden},
                 residual_.dtype,
                 residual_.device};
 }
@@ -190,16 +234,19 @@ Real LayerLoop<Real>::forward(WeightSource<Real>& weights, const int32_t* inputs
     windows_.clear();
   }
   const Dropout drop = this->dropout();
+  tp_.traffic = TensorTraffic::kForward;
   weights.begin_pass(Pass::kForward, schedule_.forward);
   const Real* wte = weights.acquire(ParamTable::kWte);
   const Real* wpe = weights.acquire(ParamTable::kWpe);
-  embed_forward(ops_, config_, wte, wpe, inputs_, residual(0), drop);
+  embed_forward(ops_, config_, wte, wpe, inputs_, residual(0), drop, tp_);
   weights.release(ParamTable::kWpe);
-  for (int l = 0; l < L; ++l) forward_block(weights, l, keep_for_backward, drop);
+  // A block whose activations the backward recomputes (or an evaluation) computes into a shared set.
+  for (int l = 0; l < L; ++l)
+    forward_block(weights, l, keep_for_backward ? activations(l) : blocks_[0], drop);
   const int lnf_unit = table_.final_norm_unit();
   const Real* lnf = weights.acquire(lnf_unit);
-  const Real loss =
-      head_forward(ops_, config_, lnf, lnf + C, wte, residual(L), has_targets_ ? targets_ : Tensor{}, head_);
+  const Real loss = head_forward(ops_, config_, lnf, lnf + C, wte, residual(L),
+                                 has_targets_ ? targets_ : Tensor{}, head_, tp_);
   weights.release(lnf_unit);
   weights.release(ParamTable::kWte);
   return loss;
@@ -215,7 +262,7 @@ Real* LayerLoop<Real>::backward_head(WeightSource<Real>& weights, GradientSink<R
   // wte is tied to the output projection: its gradient stays open until the embedding's backward.
   Real* dwte = gradients.open(ParamTable::kWte);
   head_backward(ops_, config_, lnf, wte, dlnf, dlnf + config_.hidden, dwte, residual(config_.num_layers),
-                targets_, head_, dloss_per_token, dresidual_);
+                targets_, head_, dloss_per_token, dresidual_, tp_);
   weights.release(lnf_unit);
   weights.release(ParamTable::kWte);
   gradients.ready(lnf_unit);
@@ -223,75 +270,89 @@ Real* LayerLoop<Real>::backward_head(WeightSource<Real>& weights, GradientSink<R
 }
 
 template <typename Real>
-void LayerLoop<Real>::forward_block(WeightSource<Real>& weights, int layer, bool keep_for_backward,
+void LayerLoop<Real>::forward_block(WeightSource<Real>& weights, int layer, BlockActivations& acts,
                                     const Dropout& drop) {
-  BlockActivations& acts = blocks_[checkpoint_ || !keep_for_backward ? 0 : layer];
   const BlockUnits units = table_.block_units(layer);
   if (units.tiles == 1) {
-    WholeBlock<Real> whole(weights.acquire(units.first), nullptr, config_.hidden);
-    block_forward(ops_, config_, whole, residual(layer), residual(layer + 1), acts, drop, layer);
+    WholeBlock<Real> whole(weights.acquire(units.first), nullptr, config_.hidden, tp_.size());
+    block_forward(ops_, config_, whole, residual(layer), residual(layer + 1), acts, drop, layer, true, tp_);
     weights.release(units.first);
     return;
   }
   SourcedTiles<Real> tiles(units, config_.hidden, weights);
-  block_forward(ops_, config_, tiles, residual(layer), residual(layer + 1), acts, drop, layer);
+  block_forward(ops_, config_, tiles, residual(layer), residual(layer + 1), acts, drop, layer, true, tp_);
   tiles.finish();
 }
 
 template <typename Real>
-void LayerLoop<Real>::backward_block(WeightSource<Real>& weights, GradientSink<Real>& gradients, int layer) {
+void LayerLoop<Real>::backward_block(WeightSource<Real>& weights, GradientSink<Real>& gradients, int layer,
+                                     bool recompute) {
   if (table_.tile_factor > 1) {
-    backward_tiled_block(weights, gradients, layer);
+    backward_tiled_block(weights, gradients, layer, recompute);
     return;
   }
   const int unit = table_.block_unit(layer);
   const Dropout drop = dropout();
   const Real* w = weights.acquire(unit);
-  BlockActivations& acts = blocks_[checkpoint_ ? 0 : layer];
-  if (checkpoint_) {
+  BlockActivations& acts = activations(layer);
+  if (recompute) {
     // Recompute this block's forward from its saved input, with the weights of this same acquisition.
-    WholeBlock<Real> whole(w, nullptr, config_.hidden);
-    block_forward(ops_, config_, whole, residual(layer), recompute_out_, acts, drop, layer, false);
+    WholeBlock<Real> whole(w, nullptr, config_.hidden, tp_.size());
+    block_forward(ops_, config_, whole, residual(layer), recompute_out_, acts, drop, layer, false, tp_);
   }
-  WholeBlock<Real> whole(w, gradients.open(unit), config_.hidden);
-  block_backward(ops_, config_, whole, residual(layer), acts, scratch_, dresidual_, drop, layer);
+  WholeBlock<Real> whole(w, gradients.open(unit), config_.hidden, tp_.size());
+  block_backward(ops_, config_, whole, residual(layer), acts, scratch_, dresidual_, drop, layer,
+                 recompute_.is_selective(), tp_);
   weights.release(unit);
   gradients.ready(unit);
 }
 
-// The tiled block: the small units for the whole block, each tile gathered for its own linear (twice with
-// checkpointing: recomputation, then backward), so at most one tile of a matrix is held at a time.
+// The tiled block: the small units for the whole block, each tile gathered for its own linear (twice when
+// recomputed: recomputation, then backward), so at most one tile of a matrix is held at a time.
 template <typename Real>
 void LayerLoop<Real>::backward_tiled_block(WeightSource<Real>& weights, GradientSink<Real>& gradients,
-                                           int layer) {
+                                           int layer, bool recompute) {
   const Dropout drop = dropout();
-  BlockActivations& acts = blocks_[checkpoint_ ? 0 : layer];
+  BlockActivations& acts = activations(layer);
   SourcedTiles<Real> tiles(table_.block_units(layer), config_.hidden, weights);
-  if (checkpoint_)
-    block_forward(ops_, config_, tiles, residual(layer), recompute_out_, acts, drop, layer, false);
+  if (recompute)
+    block_forward(ops_, config_, tiles, residual(layer), recompute_out_, acts, drop, layer, false, tp_);
   tiles.begin_backward(gradients);
-  block_backward(ops_, config_, tiles, residual(layer), acts, scratch_, dresidual_, drop, layer);
+  block_backward(ops_, config_, tiles, residual(layer), acts, scratch_, dresidual_, drop, layer,
+                 recompute_.is_selective(), tp_);
   tiles.finish();
 }
 
 template <typename Real>
 void LayerLoop<Real>::backward(WeightSource<Real>& weights, GradientSink<Real>& gradients,
                                Real loss_multiplier) {
+  const int L = config_.num_layers;
+  const Dropout drop = dropout();
+  tp_.traffic = TensorTraffic::kBackward;  // the recomputation's collectives too
   weights.begin_pass(Pass::kBackward, schedule_.backward);
   Real* dwte = backward_head(weights, gradients, loss_multiplier / static_cast<Real>(B_ * T_));
-  for (int l = config_.num_layers - 1; l >= 0; --l) backward_block(weights, gradients, l);
+  for (int l = L - 1; l >= 0; --l) {
+    const Recompute::Chunk chunk = recompute_.chunk(l, L);
+    const bool last_of_chunk = !chunk.empty() && l == chunk.last;
+    // Full recomputation: a chunk's inner blocks run their forwards again from the chunk's kept input, each
+    // into its own activation set and the next one's input; the last block recomputes with its backward.
+    if (last_of_chunk) {
+      for (int m = chunk.first; m < l; ++m) forward_block(weights, m, activations(m), drop);
+    }
+    backward_block(weights, gradients, l, last_of_chunk);
+  }
   // The embedding's backward needs no weights: it scatters into wte's open gradient and into wpe's.
   // The masked gradient borrows a block temporary, free once the blocks are done.
   embed_backward(ops_, config_, dwte, gradients.open(ParamTable::kWpe), inputs_, dresidual_, scratch_.d_ln1,
-                 dropout());
+                 drop, tp_);
   gradients.ready(ParamTable::kWpe);
   gradients.ready(ParamTable::kWte);
 }
 
 template <typename Real>
 size_t LayerLoop<Real>::activation_bytes() const {
-  size_t total = residual_.nbytes() + dresidual_.nbytes() + (checkpoint_ ? recompute_out_.nbytes() : 0) +
-                 scratch_.bytes() + head_.bytes();
+  size_t total = residual_.nbytes() + dresidual_.nbytes() +
+                 (recompute_.is_full() ? recompute_out_.nbytes() : 0) + scratch_.bytes() + head_.bytes();
   for (const auto& block : blocks_) total += block.bytes();
   return total;
 }

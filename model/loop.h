@@ -7,7 +7,8 @@
 // The loop owns the activations of one micro-batch and knows the model's wiring: wte's gradient stays open
 // from the head (tied output projection) to the embedding, the head needs ln_f and wte together, and with
 // activation checkpointing only block inputs are kept and each block is recomputed in the backward with the
-// weights of that same acquisition. Whoever drives it never needs to know how a block is wired.
+// weights of that same acquisition (recompute.h says which activations each granularity keeps). Whoever
+// drives it never needs to know how a block is wired.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +18,7 @@
 #include "model/config.h"
 #include "model/layers.h"
 #include "model/params.h"
+#include "model/recompute.h"
 
 namespace gpt {
 
@@ -48,28 +50,32 @@ class GradientSink {
 //   forward:   wte, wpe, h.0 .. h.{L-1}, ln_f
 //   backward:  ln_f and wte (the head), then h.{L-1} .. h.0; the embedding needs no weights
 //   gradients: ln_f, h.{L-1} .. h.0, wpe, wte: the reverse of the forward order
+// With full recomputation (recompute.h) a chunk of blocks [a, b] is walked as a, a+1, .., b-1 (their
+// forwards again, each acquired and released), then b (recomputed and differentiated with the weights of one
+// acquisition), then b-1 .. a; a chunk of one block is acquired once.
 // A tiled block (params.h, BlockUnits) is acquired as its five small units, held for the whole block, then
 // each matrix's tiles in turn: qkv, attention projection, fc, MLP projection in the forward; in the backward
-// the same walk without the MLP projection when activation checkpointing recomputes the block, then the
-// matrices in reverse order (MLP projection .. qkv). Each tile's gradient is final right after its tile's
-// backward; the small units' follow at the block's end, in reverse unit order.
+// the same walk without the MLP projection when the block is the last of a recomputed chunk (its output is
+// never read), then the matrices in reverse order (MLP projection .. qkv). Each tile's gradient is final
+// right after its tile's backward; the small units' follow at the block's end, in reverse unit order.
 struct LoopSchedule {
   std::vector<int> forward;
   std::vector<int> backward;
   std::vector<int> gradients;
 };
 // For a model of num_units gather units (the table of params.h at this tile factor).
-LoopSchedule loop_schedule(int num_units, int tile_factor, bool checkpoint_activations);
+LoopSchedule loop_schedule(int num_units, int tile_factor, const Recompute& recompute);
 
 template <typename Real>
 class LayerLoop {
  public:
   // Activations for micro-batches of B sequences of config.seq_len tokens, allocated from `arena` (over the
-  // memory of `ops`' device) and computed through `ops`. With checkpoint_activations only the block inputs
-  // are kept between forward and backward. tile_factor > 1: memory-centric tiling (params.h), the weight
-  // source hands out tiles.
-  LayerLoop(const GPTConfig& config, int micro_batch, bool checkpoint_activations, Ops& ops, Arena& arena,
-            int tile_factor = 1);
+  // memory of `ops`' device) and computed through `ops`; `recompute` says which are kept between forward and
+  // backward. tile_factor > 1: memory-centric tiling (params.h), the weight source hands out tiles.
+  // tensor_parallel: the group this rank computes each layer with (tensor_parallel.h; its buffers are
+  // allocated here); the weight source then hands out this rank's slices (make_param_table's TensorSlice).
+  LayerLoop(const GPTConfig& config, int micro_batch, const Recompute& recompute, Ops& ops, Arena& arena,
+            int tile_factor = 1, const TensorParallel& tensor_parallel = TensorParallel{});
 
   const ParamTable& table() const { return table_; }
 
@@ -86,31 +92,45 @@ class LayerLoop {
   void backward(WeightSource<Real>& weights, GradientSink<Real>& gradients, Real loss_multiplier);
 
   // The head's tensors: probs [B*T, Vp] holds the logits after a forward without targets (probabilities after
-  // one with targets), losses [B*T] the per-token losses.
+  // one with targets; with tensor parallelism this rank's Vp/t columns), losses [B*T] the per-token losses.
   const HeadActivations& head() const { return head_; }
   size_t activation_bytes() const;
 
  private:
   // Returns wte's gradient buffer, left open for the embedding.
   Real* backward_head(WeightSource<Real>& weights, GradientSink<Real>& gradients, Real dloss_per_token);
-  void forward_block(WeightSource<Real>& weights, int layer, bool keep_for_backward, const Dropout& drop);
-  void backward_block(WeightSource<Real>& weights, GradientSink<Real>& gradients, int layer);
-  void backward_tiled_block(WeightSource<Real>& weights, GradientSink<Real>& gradients, int layer);
-  Tensor residual(int layer) const;  // [B,T,C]: block `layer`'s input (layer L: the final output)
+  // Block `layer`'s forward into `acts`, from residual(layer) to residual(layer + 1).
+  void forward_block(WeightSource<Real>& weights, int layer, BlockActivations& acts, const Dropout& drop);
+  // recompute: the block is the last of a recomputed chunk, its forward runs again first.
+  void backward_block(WeightSource<Real>& weights, GradientSink<Real>& gradients, int layer, bool recompute);
+  void backward_tiled_block(WeightSource<Real>& weights, GradientSink<Real>& gradients, int layer,
+                            bool recompute);
+  // [B,T,C] ([B,T/t,C] with sequence parallelism): block `layer`'s input (layer L: the final output)
+  Tensor residual(int layer) const;
+  // Where block `layer` keeps its activations for the backward (a recomputed chunk's blocks share theirs).
+  BlockActivations& activations(int layer) { return blocks_[block_slot_[layer]]; }
   Dropout dropout() const;
 
   GPTConfig config_;
   ParamTable table_;
   LoopSchedule schedule_;
   int B_, T_;
-  bool checkpoint_;
+  Recompute recompute_;
   Ops& ops_;
-  Tensor residual_;                       // (L+1) x [B,T,C]
-  std::vector<BlockActivations> blocks_;  // L, or 1 with checkpointing (and for evaluation)
+  TensorParallel tp_;
+  // Block inputs (and the final output) in slots of [B,T,C]: residual_slot_[l] for l in 0..L. With full
+  // recomputation the inner inputs of a chunk are not kept: the chunks share slots for them.
+  Tensor residual_;
+  std::vector<int> residual_slot_;
+  // Activation sets: block_slot_[l] for l in 0..L-1. Every kept block has its own; the blocks of a
+  // recomputed chunk share one set per position in the chunk. Selective recomputation: all sets share the
+  // first's attention probabilities.
+  std::vector<BlockActivations> blocks_;
+  std::vector<int> block_slot_;
   BlockScratch scratch_;
   HeadActivations head_;
   Tensor dresidual_;         // [B,T,C]
-  Tensor recompute_out_;     // checkpointing: the recomputed block's output, discarded
+  Tensor recompute_out_;     // full recomputation: the output of a chunk's last block, discarded
   Tensor inputs_, targets_;  // [B,T] int32: the last forward's tokens, for the backward
   bool has_targets_ = false;
   // The last forward's dropout, for the backward; windows_ is empty when it had none.

@@ -13,7 +13,7 @@ GPT2<Real>::GPT2(const GPTConfig& config, int micro_batch, int tile_factor)
     : config_(config),
       table_(make_param_table(config, tile_factor)),
       B_(micro_batch),
-      loop_(config, micro_batch, false, cpu_ops(), arena_, tile_factor) {
+      loop_(config, micro_batch, Recompute{}, cpu_ops(), arena_, tile_factor) {
   params.assign(table_.total, Real(0));
   grads.assign(table_.total, Real(0));
 }

@@ -8,8 +8,23 @@
 
 namespace gpt {
 
-int64_t block_numel(int C) {
-  return 12LL * C * C + 13LL * C;
+int64_t block_numel(int C, int t) {
+  const int64_t c = C, s = C / t;
+  return 12 * c * s + 6 * c + 7 * s;
+}
+
+std::string tensor_slice_problem(const GPTConfig& config, int size) {
+  auto n = [](int v) { return std::to_string(v); };
+  const std::string flag = "--tensor-model-parallel-size " + n(size);
+  if (size < 1) return flag + ": the tensor-parallel size must be at least 1";
+  if (config.heads % size != 0)
+    return flag + " does not divide --num-attention-heads " + n(config.heads) +
+           ": each rank computes whole heads";
+  if (config.hidden % size != 0) return flag + " does not divide --hidden-size " + n(config.hidden);
+  if (config.padded_vocab() % size != 0)
+    return flag + " does not divide the padded vocabulary " + n(config.padded_vocab()) +
+           " (the vocabulary rounded up to a multiple of 128)";
+  return "";
 }
 
 const ParamInfo& ParamTable::find(const std::string& name) const {
@@ -46,9 +61,17 @@ class TableBuilder {
   explicit TableBuilder(ParamTable& table) : table_(table) {}
 
   void open_unit(const std::string& name) { table_.units.push_back({name, table_.total, 0}); }
-  void add(const std::string& name, std::vector<int64_t> shape, int layer, bool decay) {
+  // A parameter of the whole model's `shape`, of which this rank holds its slice.
+  void add(const std::string& name, std::vector<int64_t> shape, int layer, bool decay,
+           TensorSplit split = TensorSplit::kReplicated, int row_groups = 1) {
     ParamInfo p;
     p.name = name;
+    p.full_shape = shape;
+    p.split = split;
+    p.row_groups = row_groups;
+    const int64_t t = table_.slice.size;
+    if (split == TensorSplit::kRows) shape[0] /= t;
+    if (split == TensorSplit::kColumns) shape[1] /= t;
     p.numel = 1;
     for (int64_t d : shape) p.numel *= d;
     p.shape = std::move(shape);
@@ -63,7 +86,7 @@ class TableBuilder {
   void add_tiled(const std::string& name, int64_t rows, int64_t cols, int layer, int tiles) {
     ParamInfo p;
     p.name = name;
-    p.shape = {rows, cols};
+    p.shape = p.full_shape = {rows, cols};
     p.numel = rows * cols;
     p.unit = static_cast<int>(table_.units.size());
     p.layer = layer;
@@ -91,15 +114,17 @@ void add_block(TableBuilder& b, int64_t C, int l, int tiles) {
     b.open_unit("h." + std::to_string(l));
     b.add(h + "ln_1.weight", {C}, l, false);
     b.add(h + "ln_1.bias", {C}, l, false);
-    b.add(h + "attn.c_attn.weight", {3 * C, C}, l, true);
-    b.add(h + "attn.c_attn.bias", {3 * C}, l, false);
-    b.add(h + "attn.c_proj.weight", {C, C}, l, true);
+    // Column-parallel qkv (each rank's heads: their queries, keys and values) and c_fc, row-parallel
+    // projections; the rest is replicated.
+    b.add(h + "attn.c_attn.weight", {3 * C, C}, l, true, TensorSplit::kRows, 3);
+    b.add(h + "attn.c_attn.bias", {3 * C}, l, false, TensorSplit::kRows, 3);
+    b.add(h + "attn.c_proj.weight", {C, C}, l, true, TensorSplit::kColumns);
     b.add(h + "attn.c_proj.bias", {C}, l, false);
     b.add(h + "ln_2.weight", {C}, l, false);
     b.add(h + "ln_2.bias", {C}, l, false);
-    b.add(h + "mlp.c_fc.weight", {4 * C, C}, l, true);
-    b.add(h + "mlp.c_fc.bias", {4 * C}, l, false);
-    b.add(h + "mlp.c_proj.weight", {C, 4 * C}, l, true);
+    b.add(h + "mlp.c_fc.weight", {4 * C, C}, l, true, TensorSplit::kRows);
+    b.add(h + "mlp.c_fc.bias", {4 * C}, l, false, TensorSplit::kRows);
+    b.add(h + "mlp.c_proj.weight", {C, 4 * C}, l, true, TensorSplit::kColumns);
     b.add(h + "mlp.c_proj.bias", {C}, l, false);
     return;
   }
@@ -125,15 +150,20 @@ void add_block(TableBuilder& b, int64_t C, int l, int tiles) {
 
 }  // namespace
 
-ParamTable make_param_table(const GPTConfig& config, int tile_factor) {
+ParamTable make_param_table(const GPTConfig& config, int tile_factor, TensorSlice slice) {
   if (std::string problem = tile_factor_problem(config, tile_factor); !problem.empty())
     throw std::invalid_argument(problem);
+  if (std::string problem = tensor_slice_problem(config, slice.size); !problem.empty())
+    throw std::invalid_argument(problem);
+  if (slice.size > 1 && tile_factor > 1)
+    throw std::invalid_argument("memory-centric tiling with tensor parallelism is not supported yet");
   const int64_t C = config.hidden;
   ParamTable table;
   table.tile_factor = tile_factor;
+  table.slice = slice;
   TableBuilder b(table);
   b.open_unit("wte");
-  b.add("wte", {config.padded_vocab(), C}, -1, true);
+  b.add("wte", {config.padded_vocab(), C}, -1, true, TensorSplit::kRows);
   b.open_unit("wpe");
   b.add("wpe", {config.max_positions, C}, -1, true);
   for (int l = 0; l < config.num_layers; ++l) add_block(b, C, l, tile_factor);

@@ -16,12 +16,31 @@
 
 namespace gpt {
 
+// Tensor parallelism (Megatron): which of `size` slices of the model this rank holds. Column-parallel
+// matrices (qkv, the MLP's first) and their biases are split by output rows, row-parallel ones (the attention
+// and MLP projections) by input columns, the embedding by vocabulary rows; LayerNorms, the row-parallel
+// layers' biases and the position embedding are replicated. size 1 is the whole model.
+struct TensorSlice {
+  int size = 1;
+  int rank = 0;
+};
+
+// How a parameter is divided over a tensor-parallel group.
+enum class TensorSplit {
+  kReplicated,  // every rank holds all of it
+  kRows,        // rank r holds rows [r R/t, (r+1) R/t) of each of `row_groups` equal groups of rows
+  kColumns,     // rank r holds columns [r K/t, (r+1) K/t) of every row
+};
+
 struct ParamInfo {
   std::string name;            // GPT-2 (Hugging Face) naming: "h.3.attn.c_attn.weight"
-  std::vector<int64_t> shape;  // row-major; linear weights are [out, in]
-  int unit = 0;                // index into ParamTable::units: the unit of its first element
-  int layer = -1;              // transformer block index, -1 outside the blocks
-  int64_t offset = 0;          // first element in the flat parameter vector
+  std::vector<int64_t> shape;  // row-major; linear weights are [out, in]; this rank's slice of full_shape
+  std::vector<int64_t> full_shape;  // the whole parameter's
+  TensorSplit split = TensorSplit::kReplicated;
+  int row_groups = 1;  // kRows: qkv's rows are three groups (queries, keys, values), each split
+  int unit = 0;        // index into ParamTable::units: the unit of its first element
+  int layer = -1;      // transformer block index, -1 outside the blocks
+  int64_t offset = 0;  // first element in the flat parameter vector
   int64_t numel = 0;
   bool weight_decay = false;  // AdamW decays matrices and embeddings, not biases or LayerNorm
 };
@@ -63,6 +82,7 @@ struct ParamTable {
   std::vector<UnitInfo> units;
   int64_t total = 0;  // elements in the flat vector
   int tile_factor = 1;
+  TensorSlice slice;
 
   // Unit indices, in forward order.
   static constexpr int kWte = 0;
@@ -76,8 +96,17 @@ struct ParamTable {
 };
 
 // tile_factor N > 1: memory-centric tiling of the blocks' matrices (see BlockUnits); 3C, C and 4C must be
-// multiples of N (check_tile_factor).
-ParamTable make_param_table(const GPTConfig& config, int tile_factor = 1);
+// multiples of N (check_tile_factor). slice: this rank's tensor-parallel slice (tensor_slice_problem must be
+// empty; tiling and tensor parallelism do not combine yet).
+ParamTable make_param_table(const GPTConfig& config, int tile_factor = 1, TensorSlice slice = {});
+// Why the model cannot be split over `size` tensor-parallel ranks (empty when it can): the heads, the hidden
+// size and the padded vocabulary must be multiples of it.
+std::string tensor_slice_problem(const GPTConfig& config, int size);
+// The runs of a sliced parameter's elements in the whole parameter: f(local, whole, length) for each run of
+// `length` consecutive elements at offset `local` in the slice and `whole` in the whole parameter (both
+// relative to the parameter's start), in local order. A replicated parameter is one run.
+template <typename F>
+void for_each_run(const ParamInfo& p, const TensorSlice& s, F&& f);
 // Why `tile_factor` cannot tile this model's blocks (empty when it can): tiles of output rows must be whole
 // multiples of 16, so the CPU's GEMM cuts them where the untiled layer's cuts fall.
 std::string tile_factor_problem(const GPTConfig& config, int tile_factor);
@@ -94,12 +123,13 @@ struct BlockParams {
   Ptr fc_proj_w, fc_proj_b;      // [C, 4C], [C]
 };
 
-// Element count of one block: 12 C^2 + 13 C.
-int64_t block_numel(int C);
+// Element count of one block: 12 C^2 + 13 C; on each of t tensor-parallel ranks 12 C^2/t + 6 C + 7 C/t.
+int64_t block_numel(int C, int t = 1);
 
+// The block unit's layout on one of t tensor-parallel ranks (t = 1: the whole block).
 template <typename Ptr>
-BlockParams<Ptr> block_params(Ptr unit_base, int C) {
-  const int64_t c = C;
+BlockParams<Ptr> block_params(Ptr unit_base, int C, int t = 1) {
+  const int64_t c = C, s = C / t;  // s: this rank's share of C
   BlockParams<Ptr> p;
   Ptr at = unit_base;
   auto take = [&at](int64_t n) {
@@ -109,17 +139,34 @@ BlockParams<Ptr> block_params(Ptr unit_base, int C) {
   };
   p.ln1_w = take(c);
   p.ln1_b = take(c);
-  p.qkv_w = take(3 * c * c);
-  p.qkv_b = take(3 * c);
-  p.attn_proj_w = take(c * c);
+  p.qkv_w = take(3 * s * c);
+  p.qkv_b = take(3 * s);
+  p.attn_proj_w = take(c * s);
   p.attn_proj_b = take(c);
   p.ln2_w = take(c);
   p.ln2_b = take(c);
-  p.fc_w = take(4 * c * c);
-  p.fc_b = take(4 * c);
-  p.fc_proj_w = take(4 * c * c);
+  p.fc_w = take(4 * s * c);
+  p.fc_b = take(4 * s);
+  p.fc_proj_w = take(4 * s * c);
   p.fc_proj_b = take(c);
   return p;
+}
+
+template <typename F>
+void for_each_run(const ParamInfo& p, const TensorSlice& s, F&& f) {
+  const int64_t t = s.size, r = s.rank;
+  if (p.split == TensorSplit::kReplicated || t == 1) {
+    f(int64_t(0), int64_t(0), p.numel);
+    return;
+  }
+  const int64_t rows = p.full_shape[0], cols = p.full_shape.size() > 1 ? p.full_shape[1] : 1;
+  if (p.split == TensorSplit::kRows) {
+    const int64_t group = rows / p.row_groups, mine = group / t;  // rows per group, and this rank's share
+    for (int64_t g = 0; g < p.row_groups; ++g) f(g * mine * cols, (g * group + r * mine) * cols, mine * cols);
+    return;
+  }
+  const int64_t mine = cols / t;
+  for (int64_t row = 0; row < rows; ++row) f(row * mine, row * cols + r * mine, mine);
 }
 
 }  // namespace gpt

@@ -75,6 +75,17 @@ class Reader {
       field = number(o, n, k, min, max);
     };
   }
+  // An integer in [min, max], or null (DeepSpeed's "not set"), which leaves `field` unset.
+  ReadKey integer_or_null_into(std::optional<int64_t>& field, int64_t min, int64_t max) const {
+    return [this, &field, min, max](const json& o, const std::string& n, const std::string& k) {
+      const json& v = o.at(n);
+      if (v.is_null()) return;
+      if (!v.is_number()) {
+        fail(k, "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "] or null", v);
+      }
+      field = integer(o, n, k, min, max);
+    };
+  }
   ReadKey boolean_into(std::optional<bool>& field) const {
     return [this, &field](const json& o, const std::string& n, const std::string& k) {
       field = boolean(o, n, k);
@@ -230,6 +241,18 @@ void add_optimizer_keys(const Reader& r, DeepSpeedConfig& c, KeyTable& keys) {
   });
 }
 
+void add_activation_checkpointing_keys(const Reader& r, DeepSpeedConfig& c, KeyTable& keys) {
+  const std::string a = "activation_checkpointing.";
+  keys.insert({
+      {a + "partition_activations", r.boolean_into(c.partition_activations)},
+      {a + "contiguous_memory_optimization", r.boolean_into(c.contiguous_memory_optimization)},
+      {a + "number_checkpoints", r.integer_or_null_into(c.number_checkpoints, 1, 1 << 20)},
+      {a + "cpu_checkpointing", r.boolean_into(c.cpu_checkpointing)},
+      {a + "synchronize_checkpoint_boundary", r.boolean_into(c.synchronize_checkpoint_boundary)},
+      {a + "profile", r.boolean_into(c.checkpointing_profile)},
+  });
+}
+
 // Reads every key of `object` (at `prefix`): a known key is checked and stored, a known section is entered,
 // anything else is reported as ignored.
 void walk(Reader& r, const KeyTable& keys, const json& object, const std::string& prefix) {
@@ -243,7 +266,8 @@ void walk(Reader& r, const KeyTable& keys, const json& object, const std::string
                                                  "optimizer",
                                                  "scheduler",
                                                  "optimizer.params",
-                                                 "scheduler.params"};
+                                                 "scheduler.params",
+                                                 "activation_checkpointing"};
   for (const auto& [name, value] : object.items()) {
     const std::string key = prefix.empty() ? name : prefix + "." + name;
     if (auto it = keys.find(key); it != keys.end()) {
@@ -294,6 +318,7 @@ DeepSpeedConfig parse_deepspeed_config(const std::string& text, const std::strin
   add_zero_keys(r, config, keys);
   add_offload_keys(r, config, keys);
   add_optimizer_keys(r, config, keys);
+  add_activation_checkpointing_keys(r, config, keys);
   walk(r, keys, root, "");
   return config;
 }

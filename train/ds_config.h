@@ -75,6 +75,14 @@ struct DeepSpeedConfig {
   std::optional<int64_t> warmup_num_steps, total_num_steps;
   std::optional<std::string> warmup_type;
 
+  // activation_checkpointing{partition_activations, contiguous_memory_optimization, number_checkpoints (an
+  // integer >= 1, or null: unset), cpu_checkpointing, synchronize_checkpoint_boundary, profile}: how
+  // checkpointing works. It is turned on by --checkpoint-activations or --recompute-granularity, as in
+  // Megatron-DeepSpeed; train/options.cc says what each key does here.
+  std::optional<bool> partition_activations, contiguous_memory_optimization, cpu_checkpointing,
+      synchronize_checkpoint_boundary, checkpointing_profile;
+  std::optional<int64_t> number_checkpoints;
+
   std::optional<int64_t> steps_per_print;
   std::optional<bool> wall_clock_breakdown;
   // Accepted, reported at start-up with what they do here (see train/options.cc).

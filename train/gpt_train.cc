@@ -92,8 +92,8 @@ void print_banner(const TrainOptions& o, const comm::Communicator& world, const 
               o.zero.adam.decoupled ? "AdamW" : "Adam+L2", o.zero.adam.beta1, o.zero.adam.beta2,
               o.zero.adam.eps, o.zero.adam.weight_decay, o.schedule.describe().c_str(),
               o.zero.gradient_clipping, o.train_iters);
-  std::printf("  dropout hidden %g, attention %g; activation checkpointing %s; %d threads per rank\n",
-              o.zero.hidden_dropout, o.zero.attention_dropout, o.zero.checkpoint_activations ? "on" : "off",
+  std::printf("  dropout hidden %g, attention %g; activation recomputation %s; %d threads per rank\n",
+              o.zero.hidden_dropout, o.zero.attention_dropout, o.zero.recompute.describe().c_str(),
               cpu::num_threads());
   if (o.zero.tile_factor > 1) {
     std::printf("  memory-centric tiling: %d tiles per block matrix, %d gather units per block\n",

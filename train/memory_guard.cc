@@ -136,9 +136,14 @@ std::vector<Alternative> alternatives(const TrainOptions& o) {
     a.options.zero.offload.optimizer = a.options.zero.offload.param = OffloadDevice::kNvme;
     list.push_back(a);
   }
-  if (!o.zero.checkpoint_activations) {
+  if (o.zero.recompute.granularity == RecomputeGranularity::kNone) {
+    Alternative a{"--recompute-activations", o};
+    a.options.zero.recompute = Recompute::selective();
+    list.push_back(a);
+  }
+  if (!o.zero.recompute.is_full()) {
     Alternative a{"--checkpoint-activations", o};
-    a.options.zero.checkpoint_activations = true;
+    a.options.zero.recompute = Recompute::full();
     list.push_back(a);
   }
   return list;
@@ -196,7 +201,7 @@ std::string what_would_fit(const TrainOptions& o, int nodes, int ranks_per_node,
   TrainOptions all = o;
   all.zero.stage = 3;
   all.zero.offload.optimizer = all.zero.offload.param = OffloadDevice::kNvme;
-  all.zero.checkpoint_activations = true;
+  all.zero.recompute = Recompute::full();
   const std::vector<int> factors = tile_factors_to_try(o);
   if (!factors.empty()) all.zero.tile_factor = factors.back();
   const std::string all_name =

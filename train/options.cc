@@ -130,6 +130,9 @@ void add_model_group(FlagParser& flags, TrainOptions& o, Values& v) {
                 "tensor parallelism (only 1 is supported)", 1, 1 << 20);
   flags.add_int("--pipeline-model-parallel-size", &v.pipeline_parallel,
                 "pipeline parallelism (only 1 is supported)", 1, 1 << 20);
+  flags.add_switch("--sequence-parallel", &v.sequence_parallel,
+                   "LayerNorm and dropout on 1/t of the sequence (needs --tensor-model-parallel-size > 1; "
+                   "at 1 it is turned off with a note, as Megatron does)");
 }
 
 void add_optimization_group(FlagParser& flags, TrainOptions& o, Values& v) {
@@ -155,14 +158,36 @@ void add_optimization_group(FlagParser& flags, TrainOptions& o, Values& v) {
   flags.add_int64("--seed", &o.seed, "initialization, data order and dropout seed", 0, INT64_MAX);
 }
 
+// Megatron's activation recomputation flags, resolved by resolve_recompute().
+void add_recompute_flags(FlagParser& flags, Values& v) {
+  flags.add_switch("--checkpoint-activations", &v.checkpoint,
+                   "keep only block inputs, recompute each block in backward (= --recompute-granularity full "
+                   "--recompute-method uniform --recompute-num-layers 1)");
+  flags.add_string(
+      "--recompute-granularity", &v.recompute_granularity,
+      "full: keep only the inputs of chunks of blocks, recompute a chunk in backward | selective: "
+      "recompute only the attention core (softmax(QK^T), its dropout)");
+  flags.add_switch("--recompute-activations", &v.recompute_activations,
+                   "Megatron's alias of --recompute-granularity selective");
+  flags.add_string("--recompute-method", &v.recompute_method,
+                   "with full: uniform (chunks of N consecutive blocks; default) | block (the first N blocks "
+                   "recomputed one at a time, the others keep everything)");
+  // Any int is taken here, so that the range error names --num-layers (resolve_recompute).
+  flags.add_int("--recompute-num-layers", &v.recompute_num_layers, "with full: the N of --recompute-method",
+                -(1 << 30), 1 << 30);
+  flags.add_switch("--distribute-saved-activations", &v.distribute_saved_activations,
+                   "with full recomputation and --tensor-model-parallel-size t > 1: each rank keeps 1/t of "
+                   "every checkpointed block input");
+  flags.add_switch("--deepspeed-activation-checkpointing", &v.ds_checkpointing,
+                   "accepted (the tutorial's); recomputation is turned on by --recompute-granularity or "
+                   "--checkpoint-activations");
+}
+
 void add_precision_and_cluster_groups(FlagParser& flags, TrainOptions& o, Values& v) {
   flags.group("Precision and memory");
   flags.add_switch("--fp16", &v.fp16, "fp16 compute weights and gradients, dynamic loss scaling");
   flags.add_switch("--bf16", &v.bf16, "bf16 compute weights and gradients");
-  flags.add_switch("--checkpoint-activations", &v.checkpoint,
-                   "keep only block inputs; recompute in backward");
-  flags.add_switch("--deepspeed-activation-checkpointing", &v.ds_checkpointing,
-                   "accepted (the tutorial's); checkpointing is the engine's own");
+  add_recompute_flags(flags, v);
   flags.add_int("--tile-factor", &v.tile_factor,
                 "memory-centric tiling: each block matrix in N tiles of output rows, gathered and computed "
                 "one at a time (stage 3's peak drops about N-fold; hidden a multiple of 16 x N)",
@@ -326,11 +351,6 @@ void resolve_precision(const DeepSpeedConfig& ds, const Values& v, TrainOptions&
   ls.loss_scale_window = int(ds.loss_scale_window.value_or(ls.loss_scale_window));
   ls.hysteresis = int(ds.hysteresis.value_or(ls.hysteresis));
   ls.min_loss_scale = ds.min_loss_scale.value_or(ls.min_loss_scale);
-  o.zero.checkpoint_activations = v.checkpoint;
-  if (v.ds_checkpointing && !v.checkpoint) {
-    o.notes.push_back(
-        "--deepspeed-activation-checkpointing accepted: add --checkpoint-activations to recompute");
-  }
   if (v.flash_attention) {
     o.notes.push_back(
         "--use-flash-attn accepted without effect: attention always runs our own kernel (on the GPU a tiled "
@@ -357,6 +377,154 @@ void resolve_zero_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
   o.zero.loco_err_beta = ds.loco_err_beta.value_or(o.zero.loco_err_beta);
   o.zero.loco_reset_T = ds.loco_reset_T.value_or(o.zero.loco_reset_T);
   note_accepted_keys(ds, o.zero, o.notes);
+}
+
+// --recompute-granularity, its alias --recompute-activations and the older --checkpoint-activations (full):
+// "", "full" or "selective". Megatron lets --recompute-activations silently win; we refuse contradictions.
+std::string recompute_granularity(const FlagParser& flags, const Values& v) {
+  std::string granularity = v.recompute_granularity;
+  if (flags.given("--recompute-granularity") && granularity != "full" && granularity != "selective")
+    throw UsageError("--recompute-granularity is '" + granularity + "'; choose full or selective");
+  if (v.recompute_activations) {
+    if (granularity == "full" || v.checkpoint) {
+      throw UsageError(std::string("--recompute-activations (selective recomputation) and ") +
+                       (v.checkpoint ? "--checkpoint-activations" : "--recompute-granularity full") +
+                       " (full recomputation) contradict; give one of them");
+    }
+    granularity = "selective";
+  }
+  if (v.checkpoint) {
+    if (granularity == "selective") {
+      throw UsageError(
+          "--checkpoint-activations (full recomputation) and --recompute-granularity selective contradict; "
+          "give one of them");
+    }
+    granularity = "full";
+  }
+  return granularity;
+}
+
+// The granularity with --recompute-method and --recompute-num-layers, which only full recomputation takes.
+// Megatron requires both with full; we default to uniform 1, the meaning of --checkpoint-activations.
+Recompute resolve_recompute(const FlagParser& flags, const Values& v, int layers) {
+  const std::string granularity = recompute_granularity(flags, v);
+  const std::string& method = v.recompute_method;
+  if (flags.given("--recompute-method") && method != "uniform" && method != "block")
+    throw UsageError("--recompute-method is '" + method + "'; choose uniform or block");
+  for (const std::string flag : {"--recompute-method", "--recompute-num-layers"}) {
+    if (!flags.given(flag) || granularity == "full") continue;
+    if (granularity == "selective") {
+      throw UsageError(flag +
+                       " applies to --recompute-granularity full; selective recomputation recomputes every "
+                       "layer's attention core: drop " +
+                       flag);
+    }
+    throw UsageError(flag + " is given without recomputation: add --recompute-granularity full");
+  }
+  if (granularity != "full") return granularity == "selective" ? Recompute::selective() : Recompute{};
+  const bool block = method == "block";
+  const int n = v.recompute_num_layers, lowest = block ? 0 : 1;
+  if (n < lowest || n > layers) {
+    throw UsageError("--recompute-num-layers " + str(n) + " is outside [" + str(lowest) + ", " + str(layers) +
+                     "] for --recompute-method " + (block ? "block" : "uniform") + " with --num-layers " +
+                     str(layers) + "; choose a value in that range");
+  }
+  return Recompute::full(block ? RecomputeMethod::kBlock : RecomputeMethod::kUniform, n);
+}
+
+// Partitioned activation checkpoints (--distribute-saved-activations, or the JSON's partition_activations),
+// with Megatron's rules, each with its own message; `source` names where the request came from.
+void check_distribute_saved(const std::string& source, const TrainOptions& o) {
+  if (o.tensor_parallel < 2) {
+    throw UsageError(source +
+                     " partitions checkpointed activations over the tensor-parallel group: it needs "
+                     "--tensor-model-parallel-size > 1");
+  }
+  if (!o.zero.recompute.is_full()) {
+    throw UsageError(source +
+                     " partitions the block inputs that full recomputation keeps: it needs "
+                     "--recompute-granularity full (or --checkpoint-activations)");
+  }
+  if (o.sequence_parallel) {
+    throw UsageError(source +
+                     " cannot be combined with --sequence-parallel, which already splits the block inputs "
+                     "over the tensor-parallel group (Megatron's rule); drop one of them");
+  }
+}
+
+// --sequence-parallel and partitioned activation checkpoints: what tensor parallelism adds to activation
+// memory. At t = 1 both have nothing to split over.
+void resolve_tensor_parallel_memory(const DeepSpeedConfig& ds, const Values& v, TrainOptions& o) {
+  const int t = o.tensor_parallel;
+  o.sequence_parallel = v.sequence_parallel && t > 1;
+  if (v.sequence_parallel && t == 1) {
+    o.notes.push_back(
+        "--sequence-parallel turned off: it needs --tensor-model-parallel-size > 1 (Megatron does the same)");
+  }
+  if (o.sequence_parallel && o.model.seq_len % t != 0) {
+    throw UsageError("--sequence-parallel splits --seq-length " + str(o.model.seq_len) +
+                     " over --tensor-model-parallel-size " + str(t) +
+                     ": choose a sequence length divisible by " + str(t));
+  }
+  if (v.distribute_saved_activations) check_distribute_saved("--distribute-saved-activations", o);
+  o.distribute_saved_activations = v.distribute_saved_activations;
+  if (!ds.partition_activations.value_or(false) || o.distribute_saved_activations) return;
+  const std::string key = "activation_checkpointing.partition_activations", from = " (" + ds.path + ")";
+  if (t == 1) {
+    o.notes.push_back(
+        key + " accepted without effect at --tensor-model-parallel-size 1: its group is one rank" + from);
+  } else if (!o.zero.recompute.is_full()) {
+    o.notes.push_back(key +
+                      " accepted without effect: it partitions full recomputation's checkpoints; add "
+                      "--recompute-granularity full to use it" +
+                      from);
+  } else {
+    check_distribute_saved(ds.path + ": " + key, o);
+    o.distribute_saved_activations = true;
+  }
+}
+
+// The rest of DeepSpeed's activation_checkpointing keys: how its checkpointing works, which ours does its own
+// way; reported at start-up. cpu_checkpointing would move the checkpoints to host memory.
+void note_checkpointing_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
+  const std::string a = "activation_checkpointing.", from = " (" + ds.path + ")";
+  if (ds.cpu_checkpointing.value_or(false)) {
+    if (o.device == "cuda") {
+      throw UsageError(ds.path + ": " + a +
+                       "cpu_checkpointing is not supported on the CUDA backend yet; set it to false");
+    }
+    o.notes.push_back(a + "cpu_checkpointing accepted without effect on the CPU backend: activations are " +
+                      "already in host memory" + from);
+  }
+  if (ds.contiguous_memory_optimization.value_or(false) || ds.number_checkpoints) {
+    o.notes.push_back(a + "contiguous_memory_optimization/number_checkpoints accepted without effect: the " +
+                      "layer loop allocates its activation and checkpoint buffers once, at start-up, and " +
+                      "reuses them every step, so checkpointing never fragments memory" + from);
+  }
+  if (ds.synchronize_checkpoint_boundary.value_or(false)) {
+    o.notes.push_back(a + "synchronize_checkpoint_boundary accepted without effect: " +
+                      (o.device == "cuda" ? "no device synchronization is added at checkpoint boundaries"
+                                          : "the CPU backend computes synchronously") +
+                      from);
+  }
+  if (ds.checkpointing_profile.value_or(false)) {
+    o.notes.push_back(a + "profile accepted without effect: no per-checkpoint timing is collected; " +
+                      "wall_clock_breakdown times the step's phases" + from);
+  }
+}
+
+// Activation recomputation and partitioning: Megatron's flags, then DeepSpeed's activation_checkpointing
+// keys, which configure how checkpointing works (it is turned on by the flags, as in Megatron-DeepSpeed).
+void resolve_activations(const FlagParser& flags, const DeepSpeedConfig& ds, const Values& v,
+                         TrainOptions& o) {
+  o.zero.recompute = resolve_recompute(flags, v, o.model.num_layers);
+  if (v.ds_checkpointing && o.zero.recompute.granularity == RecomputeGranularity::kNone) {
+    o.notes.push_back(
+        "--deepspeed-activation-checkpointing accepted: recomputation is turned on by "
+        "--recompute-granularity full|selective (or --checkpoint-activations)");
+  }
+  resolve_tensor_parallel_memory(ds, v, o);
+  note_checkpointing_keys(ds, o);
 }
 
 OffloadDevice offload_device(const std::optional<std::string>& name) {
@@ -560,6 +728,7 @@ TrainFlags::TrainFlags(FlagParser& flags, TrainOptions* options) : flags_(flags)
 
 void TrainFlags::finish(int world_size) {
   check_parallelism(v_);
+  o_.tensor_parallel = v_.tensor_parallel;
   resolve_timeout(flags_, v_, o_);
   world_size = apply_plan(v_, world_size, o_);
   DeepSpeedConfig ds;
@@ -568,6 +737,7 @@ void TrainFlags::finish(int world_size) {
   const FlagOrJson pick(flags_, ds, o_.notes);
   resolve_stage_and_batch(pick, ds, v_, world_size, o_);
   resolve_precision(ds, v_, o_);
+  resolve_activations(flags_, ds, v_, o_);
   resolve_zero_keys(ds, o_);
   resolve_offload_keys(ds, o_);
   resolve_adam(pick, ds, v_, o_);

@@ -30,7 +30,18 @@ struct PlanOptions {
 
 struct TrainOptions {
   GPTConfig model;
-  ZeroConfig zero;
+  ZeroConfig zero;  // zero.recompute: --recompute-granularity/-method/-num-layers, --checkpoint-activations
+
+  // --tensor-model-parallel-size: ranks of one tensor-parallel group (consecutive ranks, inside one node).
+  int tensor_parallel = 1;
+  // --sequence-parallel: LayerNorm and dropout on 1/t of the sequence. Needs t > 1; at t = 1 it is turned off
+  // with a note, as Megatron does, so that the arithmetic stays that of t = 1.
+  bool sequence_parallel = false;
+  // --distribute-saved-activations (or activation_checkpointing.partition_activations at t > 1): each rank
+  // of a tensor-parallel group keeps 1/t of every checkpointed block input and all-gathers it for the
+  // recomputation (ZeRO-R's partitioned activation checkpoints). Needs t > 1, full recomputation and no
+  // sequence parallelism (Megatron's rules).
+  bool distribute_saved_activations = false;
 
   int micro_batch = 4;  // sequences per rank per micro-step
   int accumulation_steps = 1;
@@ -96,6 +107,10 @@ class TrainFlags {
     std::string decay_style = "constant", gpu_memory = "32GB", intra_bw = "150GB/s", inter_bw = "100Gb/s";
     std::string memory_limit, nvme_read_bw = "1.3GB/s", nvme_write_bw = "2.9GB/s";
     bool fp16 = false, bf16 = false, checkpoint = false, deepspeed = false, ds_checkpointing = false;
+    // Activation recomputation and its tensor-parallel companions, resolved together (options.cc).
+    std::string recompute_granularity, recompute_method;  // empty: not given
+    int recompute_num_layers = 1;
+    bool recompute_activations = false, distribute_saved_activations = false, sequence_parallel = false;
     bool flash_attention = false;  // Megatron's --use-flash-attn
   };
 

@@ -57,7 +57,7 @@ double sum_of_largest(const std::vector<T>& items, size_t count, const std::func
 // The order in which the units' gradients become final, which is the order the reducer fills its buckets in
 // (model/loop.h): the reverse of the forward, each tile's right after its backward when tiled.
 std::vector<int> gradient_order(const Partition& p, const ZeroConfig& z) {
-  return loop_schedule(int(p.units().size()), z.tile_factor, z.checkpoint_activations).gradients;
+  return loop_schedule(int(p.units().size()), z.tile_factor, z.recompute).gradients;
 }
 
 // The engine's buffer pools (zero/gather.cc take_buffer, zero/gradient_sinks.cc buffer_for) keep every buffer
@@ -136,7 +136,7 @@ std::vector<size_t> release_positions(const std::vector<int>& order, const Tiled
 // backward passes replayed, with overlap_comm's prefetch of the next unit, until the pool stops growing.
 double replay_gather_pool(const Partition& p, const ZeroConfig& z, const std::function<double(int)>& bytes) {
   const int U = int(p.units().size());
-  const LoopSchedule s = loop_schedule(U, z.tile_factor, z.checkpoint_activations);
+  const LoopSchedule s = loop_schedule(U, z.tile_factor, z.recompute);
   const TiledBlocks blocks(U, z.tile_factor);
   BestFitPool pool;
   for (int round = 0; round < 8; ++round) {
@@ -419,7 +419,7 @@ void add_offload(const Partition& p, const ZeroConfig& z, int accumulation_steps
   if (z.offload.param_on_nvme()) {
     // A unit's shard is read for each gather: once per pass, and the tiles that a tiled block's
     // recomputation gathers once more in the backward.
-    const LoopSchedule s = loop_schedule(int(p.units().size()), z.tile_factor, z.checkpoint_activations);
+    const LoopSchedule s = loop_schedule(int(p.units().size()), z.tile_factor, z.recompute);
     std::vector<bool> seen(p.units().size(), false);
     double regathered = 0;
     for (int u : s.backward) {
@@ -441,7 +441,8 @@ PlanTiming predict_time(const Plan& plan, const PlanVariant& v) {
   // The forward is a third of 6N + 12LCT, the backward two thirds; recomputation repeats the forward.
   const double base = plan.model.model_flops_per_token() * tokens_per_gpu;
   t.compute_forward = base / 3 / flops_per_s;
-  t.compute_backward = (base * 2 / 3 + (v.zero.checkpoint_activations ? base / 3 : 0)) / flops_per_s;
+  const double recomputed = recompute_flops_per_token(plan.model, v.zero.recompute) * tokens_per_gpu;
+  t.compute_backward = (base * 2 / 3 + recomputed) / flops_per_s;
   // Send bytes: each GPU has its own intra-node link; a node's inter-node link carries what all its GPUs
   // send across nodes. The two link classes work at the same time, so a phase takes the slower of the two.
   const comm::Phase phases[3] = {comm::Phase::kParamGatherFwd, comm::Phase::kParamGatherBwd,
@@ -495,18 +496,45 @@ comm::TrafficCounts plan_step_traffic(const GPTConfig& model, const ZeroConfig& 
   return expected_step_traffic(TrafficModelInput{&partition, zero, ranks_per_node, accumulation_steps});
 }
 
-int64_t activation_elements(const GPTConfig& model, int micro_batch, bool checkpoint_activations) {
+double recompute_flops_per_token(const GPTConfig& model, const Recompute& recompute) {
+  const double C = model.hidden, T = model.seq_len, L = model.num_layers;
+  // A block's forward is 2 x 12C^2 (its matrices) + 4CT (QK^T and AV) per token.
+  if (recompute.is_selective()) return 4 * C * T * L;
+  if (!recompute.is_full()) return 0;
+  const double layers =
+      recompute.method == RecomputeMethod::kUniform ? L : std::min<double>(recompute.num_layers, L);
+  return layers * (24 * C * C + 4 * C * T);
+}
+
+int64_t activation_elements(const GPTConfig& model, int micro_batch, const Recompute& recompute) {
   const int64_t B = micro_batch, T = model.seq_len, C = model.hidden, L = model.num_layers;
   const int64_t BT = B * T, BTC = BT * C;
   // BlockActivations: ln1, atty, residual2, ln2 [BT,C]; qkv [BT,3C]; fch, fch_gelu [BT,4C]; four [BT]
   // LayerNorm statistics; the attention probabilities [B,NH,T,T].
-  const int64_t block = 15 * BTC + 4 * BT + B * model.heads * T * T;
+  const int64_t probs = B * model.heads * T * T;
+  const int64_t block = 15 * BTC + 4 * BT + probs;
   const int64_t scratch = 14 * BTC;  // BlockScratch: d_fch_gelu, d_fch, d_qkv, d_ln2, d_atty, d_ln1
   const int64_t head = 2 * BTC + BT * model.padded_vocab() + 4 * BT;  // lnf, dlnf, logits, stats, losses
-  const int64_t residual_stream = (L + 1) * BTC;                      // every block's input, and the output
   const int64_t residual_gradient = BTC;
-  const int64_t saved = checkpoint_activations ? block + BTC /* the recomputed block's output */ : L * block;
-  return residual_stream + saved + scratch + head + residual_gradient;
+  // Kept block inputs (and the output) and activation sets (model/recompute.h):
+  //   none, selective: every input, L sets (selective: one set of attention probabilities for all);
+  //   full uniform N:  each chunk's input, the output, N-1 inner inputs of the chunk being recomputed, N
+  //   sets; full block N:    every input, a set for each of the L-N kept blocks and one for the recomputed
+  //   block.
+  int64_t inputs = L + 1, sets = L, extra = 0;
+  if (recompute.is_selective()) extra = -(L - 1) * probs;
+  if (recompute.is_full()) {
+    extra = BTC;  // the output of a chunk's last block, recomputed and discarded
+    if (recompute.method == RecomputeMethod::kUniform) {
+      const int64_t n = std::min<int64_t>(recompute.num_layers, L);
+      inputs = (L + n - 1) / n + 1 + (n - 1);
+      sets = n;
+    } else {
+      const int64_t n = std::min<int64_t>(recompute.num_layers, L);
+      sets = L - n + (n > 0 ? 1 : 0);
+    }
+  }
+  return inputs * BTC + sets * block + extra + scratch + head + residual_gradient;
 }
 
 PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, int ranks_per_node,
@@ -541,12 +569,14 @@ PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, i
                           "beyond the step's transients"});
     }
   }
-  m.activations_full = ab * double(activation_elements(model, micro_batch, false));
-  m.activations_checkpointed = ab * double(activation_elements(model, micro_batch, true));
-  m.states.push_back({"activations",
-                      z.checkpoint_activations ? m.activations_checkpointed : m.activations_full,
+  m.activations_full = ab * double(activation_elements(model, micro_batch, Recompute{}));
+  m.activations_checkpointed = ab * double(activation_elements(model, micro_batch, Recompute::full()));
+  m.activations_selective = ab * double(activation_elements(model, micro_batch, Recompute::selective()));
+  m.states.push_back({"activations", ab * double(activation_elements(model, micro_batch, z.recompute)),
                       std::string("one micro-batch, ") + a + " bytes per element" +
-                          (z.checkpoint_activations ? ", checkpointed" : "")});
+                          (z.recompute.granularity == RecomputeGranularity::kNone
+                               ? ""
+                               : ", recompute " + z.recompute.describe())});
   add_offload(p, z, accumulation_steps, m);
   for (const PlanMemoryLine& line : m.states) {
     if (line.tier != "nvme") m.total += line.bytes;
@@ -586,7 +616,8 @@ Plan make_plan(const TrainOptions& o) {
   plan.params = table.total;
   plan.params_for_flops = o.model.params_without_positions();
   plan.padded_params = Partition(table, plan.world, plan.world).padded_total();
-  plan.flops_per_token = o.model.model_flops_per_token() * (o.zero.checkpoint_activations ? 4.0 / 3 : 1.0);
+  plan.flops_per_token =
+      o.model.model_flops_per_token() + recompute_flops_per_token(o.model, o.zero.recompute);
 
   const comm::Topology topology{plan.world, 0, c.gpus_per_node, false};
   const int h = o.zero.hpz_partition_size > 1 ? o.zero.hpz_partition_size : c.gpus_per_node;

@@ -63,6 +63,7 @@ struct PlanMemory {
   std::vector<PlanMemoryLine> buffers;  // what the "buffers" line is made of
   double activations_full = 0;          // one micro-batch without activation checkpointing
   double activations_checkpointed = 0;  // with it: block inputs plus one block's activations
+  double activations_selective = 0;     // selective recomputation: without the attention probabilities
   double total = 0;                     // in memory: the device and cpu tiers
   PlanTiers tiers;
   PlanOffloadTraffic offload;
@@ -99,7 +100,7 @@ struct Plan {
   int64_t params = 0;            // every parameter, the position table included
   int64_t params_for_flops = 0;  // N of 6N: without the position table (GPTConfig::params_without_positions)
   int64_t padded_params = 0;     // P: each gather unit padded to a multiple of 8W
-  double flops_per_token = 0;    // 6N + 12 L C T, times 4/3 with activation checkpointing
+  double flops_per_token = 0;    // 6N + 12 L C T, plus the recomputation's (recompute_flops_per_token)
   std::vector<PlanVariant> variants;
   int configured = 0;  // index into variants
   std::vector<std::string> notes;
@@ -110,10 +111,13 @@ struct Plan {
 comm::TrafficCounts plan_step_traffic(const GPTConfig& model, const ZeroConfig& zero, int nodes,
                                       int ranks_per_node, int accumulation_steps);
 
-// Activation elements of one micro-batch of B sequences, counted from the engine's buffers (model/layers.h):
-// block inputs, each block's saved activations (one block's with checkpointing), the backward scratch, the
-// head and the residual gradient.
-int64_t activation_elements(const GPTConfig& model, int micro_batch, bool checkpoint_activations);
+// Activation elements of one micro-batch of B sequences, counted from the engine's buffers (model/layers.h,
+// loop.h): the kept block inputs, the blocks' saved activations (as recompute keeps them), the backward
+// scratch, the head and the residual gradient.
+int64_t activation_elements(const GPTConfig& model, int micro_batch, const Recompute& recompute);
+// The FLOPs per token recomputation adds: selective, the attention core's 4 C T per layer; full, the
+// recomputed blocks' forwards, 24 C^2 + 4 C T each.
+double recompute_flops_per_token(const GPTConfig& model, const Recompute& recompute);
 
 // The memory one rank would hold for this configuration on nodes x ranks_per_node ranks (the assumptions
 // are printed by plan_report and listed in planner.cc), and its NVMe traffic per step of

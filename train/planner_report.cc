@@ -75,7 +75,7 @@ void configuration(std::ostream& out, const Plan& plan, const PlanVariant& v) {
       << " sequences = " << grouped(plan.global_batch * m.seq_len) << " tokens per step\n";
   out << "  ZeRO        stage " << z.stage << ", " << precision_name(z.precision) << ", overlap_comm "
       << on_off(z.overlap_comm) << ", reduce_bucket_size " << grouped(z.reduce_bucket_size)
-      << ", activation checkpointing " << on_off(z.checkpoint_activations) << ", memory-centric tiling "
+      << ", recomputation " << z.recompute.describe() << ", memory-centric tiling "
       << (z.tile_factor > 1 ? std::to_string(z.tile_factor) + " tiles per block matrix" : "off") << "\n";
   out << "  ZeRO++      qwZ " << on_off(z.quantized_weights);
   if (z.quantized_weights) out << " (int8, block " << z.weight_block << ")";
@@ -129,6 +129,8 @@ void memory(std::ostream& out, const Plan& plan, const PlanVariant& v) {
   }
   out << format("    %-16s %10s  block inputs, one block's saved tensors, the recomputed output\n",
                 "checkpointed", size_text(m.activations_checkpointed).c_str());
+  out << format("    %-16s %10s  every block's saved tensors but the attention probabilities, one set\n",
+                "selective", size_text(m.activations_selective).c_str());
   out << format("    %-16s %10s  every block's saved tensors\n", "not checkpointed",
                 size_text(m.activations_full).c_str());
   // The GPU holds the device tier; the cpu tier is host memory.
@@ -196,12 +198,14 @@ void timing(std::ostream& out, const Plan& plan) {
   out << "  * the configuration given\n";
   out << "\nThe model\n";
   out << format("  compute     = FLOPs per token x tokens per GPU per step / %g TFLOP/s\n", c.gpu_tflops);
-  out << format("                FLOPs per token = (6N + 12 L C T)%s = %.1f GFLOP\n",
-                z.checkpoint_activations ? " x 4/3 (recomputation repeats the forward)" : "",
+  const char* recomputed = z.recompute.is_selective() ? " + 4 L C T (the attention cores again)"
+                           : z.recompute.is_full()    ? " + R (24 C^2 + 4 C T) (R recomputed blocks)"
+                                                      : "";
+  out << format("                FLOPs per token = 6N + 12 L C T%s = %.1f GFLOP\n", recomputed,
                 plan.flops_per_token / 1e9);
   out << format("                tokens per GPU per step = B k T = %.0f\n", tokens_per_gpu);
   out << "                forward = 1/3 of 6N + 12 L C T, backward = 2/3"
-      << (z.checkpoint_activations ? " + 1/3 for the recomputation\n" : "\n");
+      << (z.recompute.granularity != RecomputeGranularity::kNone ? " + the recomputation\n" : "\n");
   out << format("  comm(phase) = max(intra-node bytes per GPU / %s/s, inter-node bytes per node / %s/s)\n",
                 size_text(c.intra_node_bytes_per_s).c_str(), size_text(c.inter_node_bytes_per_s).c_str());
   out << format(
@@ -246,6 +250,7 @@ nlohmann::json memory_json(const PlanMemory& m, double gpu_memory) {
   for (const PlanMemoryLine& line : m.buffers) j["buffer_parts"][key_of(line.state)] = line.bytes;
   j["activations_without_checkpointing"] = m.activations_full;
   j["activations_with_checkpointing"] = m.activations_checkpointed;
+  j["activations_with_selective_recomputation"] = m.activations_selective;
   j["total"] = m.total;
   j["fits"] = m.tiers.device <= gpu_memory;
   j["margin"] = gpu_memory - m.tiers.device;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/ops.h"
+#include "model/recompute.h"
 #include "offload/swapper.h"
 #include "tensor/tensor.h"
 #include "zero/loss_scaler.h"
@@ -64,7 +65,9 @@ struct ZeroConfig {
   LossScalerConfig loss_scaler;         // used with fp16
   double gradient_clipping = 0;         // global L2 norm; 0 = off
   AdamWHyper adam;                      // lr is set per step by the schedule
-  bool checkpoint_activations = false;  // keep only block inputs; recompute in backward
+  // Activation recomputation (--recompute-granularity/-method/-num-layers, --checkpoint-activations; the
+  // model's recompute.h).
+  Recompute recompute;
   // Memory-centric tiling (zero_optimization.memory_centric_tiling_factor, --tile-factor): each block matrix
   // is this many gather units of output rows (model/params.h); 1 is off.
   int tile_factor = 1;

@@ -40,7 +40,7 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
       wire_arena_("wire", Arena::kUnlimited, &ops_.wire_memory()),
       events_(config.record_events),
       scaler_(config.loss_scaler, config.precision == DType::kF16 && config.loss_scaler.loss_scale == 0),
-      loop_(model, micro_batch, config.checkpoint_activations, ops_, arena_, config.tile_factor) {
+      loop_(model, micro_batch, config.recompute, ops_, arena_, config.tile_factor) {
   if (config.stage < 0 || config.stage > 3) throw std::invalid_argument("ZeRO stage must be 0, 1, 2 or 3");
   if (std::string problem = check_zeropp(config, dp.topology()); !problem.empty()) {
     throw std::invalid_argument(problem);

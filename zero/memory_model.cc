@@ -41,7 +41,7 @@ std::vector<StateFormula> zero_state_formulas(const Partition& p, const ZeroConf
     // sums in hop 2 (1/L of them).
     double bytes = 0;
     for (const std::vector<int>& bucket : plan_buckets(
-             p, loop_schedule(int(p.units().size()), z.tile_factor, z.checkpoint_activations).gradients,
+             p, loop_schedule(int(p.units().size()), z.tile_factor, z.recompute).gradients,
              z.reduce_bucket_size)) {
       int64_t chunk = 0;
       for (int u : bucket) chunk += p.unit(u).shard;

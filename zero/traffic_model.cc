@@ -69,7 +69,7 @@ comm::TrafficCounts expected_step_traffic(const TrafficModelInput& in) {
     }
   };
   // The units each pass of the model's layer loop gathers, and the order its gradients become final.
-  const LoopSchedule schedule = loop_schedule(U, z.tile_factor, z.checkpoint_activations);
+  const LoopSchedule schedule = loop_schedule(U, z.tile_factor, z.recompute);
   for (uint64_t m = 0; m < k; ++m) {
     for (int u : schedule.forward) gather(Phase::kParamGatherFwd, u, m == 0);
     for (int u : schedule.backward) gather(Phase::kParamGatherBwd, u, false);

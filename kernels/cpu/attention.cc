@@ -28,7 +28,7 @@ template <typename Real>
 void drop_probabilities(Real* d, const Real* a, const AttentionDropout& dropout, int b, int h, int T) {
   const uint64_t threshold = dropout::threshold(dropout.p);
   const Real scale = dropout::scale<Real>(dropout.p);
-  const uint64_t head_base = uint64_t(h) * T * T;
+  const uint64_t head_base = uint64_t(dropout.element_offset) + uint64_t(h) * T * T;
   for (int t = 0; t < T; ++t) {
     const int64_t row = int64_t(t) * T;
     detail::dropout_span(d + row, a + row, dropout.keys[b], head_base + uint64_t(row), t + 1, threshold,

@@ -7,10 +7,12 @@
 namespace gpt::cpu {
 
 // Dropout of the attention probabilities (dropout.h's rule): probability (h, i, j) of sequence b is kept when
-// uniform32(keys[b], h*T*T + i*T + j) >= p, and scaled by 1/(1-p).
+// uniform32(keys[b], element_offset + h*T*T + i*T + j) >= p, and scaled by 1/(1-p). A tensor-parallel rank
+// whose heads start at global head h0 passes element_offset = h0*T*T and draws the masks of those heads.
 struct AttentionDropout {
   double p = 0;
   const uint64_t* keys = nullptr;  // [B]: one key per sequence
+  int64_t element_offset = 0;
 };
 
 // qkv is [B,T,3C]: q = qkv[..., 0:C], k = qkv[..., C:2C], v = qkv[..., 2C:3C], each split into NH heads of

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -68,6 +69,58 @@ int64_t check_tile(const char* op, const Tensor& whole, int64_t first, const Ten
   return N;
 }
 
+// The attention kernels' dropout for a seam mask (absent: none).
+cpu::AttentionDropout attention_dropout(const DropoutMask* mask) {
+  return mask ? cpu::AttentionDropout{mask->p, mask->keys, mask->element_offset} : cpu::AttentionDropout{};
+}
+
+[[noreturn]] void bad_arguments(const char* op, const std::string& what) {
+  throw std::invalid_argument(std::string("CpuOps::") + op + ": " + what);
+}
+
+// The float tensors of one call share a dtype (fp32 or fp64); empty ones are absent optional arguments.
+void require_same_dtype(const char* op, const Tensor& reference,
+                        std::initializer_list<const Tensor*> others) {
+  for (const Tensor* t : others)
+    if (!t->empty() && t->dtype != reference.dtype)
+      bad_arguments(op, t->describe() + " next to " + reference.describe() + " (want one float dtype)");
+}
+
+// A vocabulary-parallel embedding's shapes: out or dout [B, T, C], tokens [B, T] i32, the slice [R, C] of the
+// table (or empty, backward only), wpe [maxT >= T, C] or empty. Returns R.
+int64_t check_embedding_rows(const char* op, const Tensor& activations, const Tensor& tokens,
+                             const Tensor& slice, int64_t first, const Tensor& wpe) {
+  const bool ok3 = activations.shape.size() == 3;
+  const int64_t T = ok3 ? activations.shape[1] : 0, C = ok3 ? activations.shape[2] : 0;
+  const int64_t R = slice.empty() || C <= 0 ? 0 : slice.numel() / C;
+  const bool ok = ok3 && C > 0 && tokens.dtype == DType::kI32 && tokens.numel() * C == activations.numel() &&
+                  first >= 0 && (slice.empty() || slice.numel() == R * C) &&
+                  (wpe.empty() || (wpe.numel() % C == 0 && wpe.numel() / C >= T));
+  if (!ok)
+    bad_arguments(op, "rows from " + std::to_string(first) + " with activations " + activations.describe() +
+                          ", tokens " + tokens.describe() + ", wte " + slice.describe() + ", wpe " +
+                          wpe.describe() +
+                          " (want [B, T, C], i32 [B, T], [R, C], [maxT >= T, C] or empty, first >= 0)");
+  require_same_dtype(op, activations, {&slice, &wpe});
+  return R;
+}
+
+// A vocabulary-parallel cross-entropy's columns [N, W] (logits, probs) against targets [N] i32; per_row [N *
+// per_row] is the op's per-row tensor (stats: 3, losses or dlosses: 1). Returns N.
+int64_t check_loss_columns(const char* op, const Tensor& columns, const Tensor& targets,
+                           const Tensor& per_row, int64_t values_per_row, int64_t first, int vocab) {
+  const int64_t N = columns.shape.size() == 2 ? columns.shape[0] : -1;
+  const bool ok = N >= 0 && columns.shape[1] <= INT32_MAX && N <= INT32_MAX && targets.dtype == DType::kI32 &&
+                  targets.numel() == N && per_row.numel() == N * values_per_row && first >= 0 && vocab > 0;
+  if (!ok)
+    bad_arguments(op, "columns from " + std::to_string(first) + " of vocabulary " + std::to_string(vocab) +
+                          " with " + columns.describe() + ", targets " + targets.describe() + " and " +
+                          per_row.describe() + " (want [N, W], i32 [N], [N, " +
+                          std::to_string(values_per_row) + "], first >= 0, vocab > 0)");
+  require_same_dtype(op, columns, {&per_row});
+  return N;
+}
+
 }  // namespace
 
 CpuOps& cpu_ops() {
@@ -106,6 +159,26 @@ void CpuOps::embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Te
   on_float(dout, [&]<typename Real>() {
     cpu::embedding_backward(ptr<Real>(dwte), ptr<Real>(dwpe), ptr<Real>(dout), ptr<int32_t>(tokens),
                             int(dout.shape[0]), int(dout.shape[1]), int(dout.shape[2]));
+  });
+}
+
+void CpuOps::embedding_forward_rows(const Tensor& out, const Tensor& tokens, const Tensor& wte, int64_t first,
+                                    const Tensor& wpe) {
+  const int64_t R = check_embedding_rows("embedding_forward_rows", out, tokens, wte, first, wpe);
+  on_float(out, [&]<typename Real>() {
+    cpu::embedding_forward_rows(ptr<Real>(out), ptr<int32_t>(tokens), ptr<Real>(wte), first, R,
+                                wpe.empty() ? nullptr : ptr<Real>(wpe), int(out.shape[0]), int(out.shape[1]),
+                                int(out.shape[2]));
+  });
+}
+
+void CpuOps::embedding_backward_rows(const Tensor& dwte, int64_t first, const Tensor& dwpe,
+                                     const Tensor& dout, const Tensor& tokens) {
+  const int64_t R = check_embedding_rows("embedding_backward_rows", dout, tokens, dwte, first, dwpe);
+  on_float(dout, [&]<typename Real>() {
+    cpu::embedding_backward_rows(
+        dwte.empty() ? nullptr : ptr<Real>(dwte), first, R, dwpe.empty() ? nullptr : ptr<Real>(dwpe),
+        ptr<Real>(dout), ptr<int32_t>(tokens), int(dout.shape[0]), int(dout.shape[1]), int(dout.shape[2]));
   });
 }
 
@@ -170,7 +243,7 @@ void CpuOps::linear_backward_columns(const Tensor& dx, const Tensor& dw, const T
 void CpuOps::attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
                                const DropoutMask* dropout) {
   const int B = int(att.shape[0]), NH = int(att.shape[1]), T = int(att.shape[2]), C = int(last_dim(out));
-  const cpu::AttentionDropout spec{dropout ? dropout->p : 0.0, dropout ? dropout->keys : nullptr};
+  const cpu::AttentionDropout spec = attention_dropout(dropout);
   on_float(qkv, [&]<typename Real>() {
     cpu::attention_forward(ptr<Real>(out), ptr<Real>(att), ptr<Real>(qkv), B, T, C, NH,
                            dropout ? &spec : nullptr);
@@ -187,7 +260,7 @@ void CpuOps::attention_decode(const Tensor& out, const Tensor& att, const Tensor
 void CpuOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                                 const DropoutMask* dropout) {
   const int B = int(att.shape[0]), NH = int(att.shape[1]), T = int(att.shape[2]), C = int(last_dim(dout));
-  const cpu::AttentionDropout spec{dropout ? dropout->p : 0.0, dropout ? dropout->keys : nullptr};
+  const cpu::AttentionDropout spec = attention_dropout(dropout);
   on_float(qkv, [&]<typename Real>() {
     cpu::attention_backward(ptr<Real>(dqkv), ptr<Real>(dout), ptr<Real>(qkv), ptr<Real>(att), B, T, C, NH,
                             dropout ? &spec : nullptr);
@@ -213,14 +286,16 @@ void CpuOps::add(const Tensor& out, const Tensor& a, const Tensor& b) {
 void CpuOps::dropout_forward(const Tensor& out, const Tensor& x, const DropoutMask& mask) {
   const int B = int(x.shape[0]);
   on_float(x, [&]<typename Real>() {
-    cpu::dropout_forward(ptr<Real>(out), ptr<Real>(x), mask.keys, mask.p, B, x.numel() / B);
+    cpu::dropout_forward(ptr<Real>(out), ptr<Real>(x), mask.keys, mask.p, B, x.numel() / B,
+                         mask.element_offset);
   });
 }
 
 void CpuOps::dropout_backward(const Tensor& dx, const Tensor& dout, const DropoutMask& mask) {
   const int B = int(dout.shape[0]);
   on_float(dout, [&]<typename Real>() {
-    cpu::dropout_backward(ptr<Real>(dx), ptr<Real>(dout), mask.keys, mask.p, B, dout.numel() / B);
+    cpu::dropout_backward(ptr<Real>(dx), ptr<Real>(dout), mask.keys, mask.p, B, dout.numel() / B,
+                          mask.element_offset);
   });
 }
 
@@ -238,6 +313,46 @@ void CpuOps::cross_entropy_backward(const Tensor& dlogits, const Tensor& probs, 
   on_float(probs, [&]<typename Real>() {
     cpu::softmax_cross_entropy_backward(ptr<Real>(dlogits), ptr<Real>(probs), ptr<int32_t>(targets),
                                         ptr<Real>(dlosses), int(probs.shape[0]), vocab, int(probs.shape[1]));
+  });
+}
+
+void CpuOps::cross_entropy_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets,
+                                 int64_t first, int vocab) {
+  const int64_t N = check_loss_columns("cross_entropy_stats", logits, targets, stats, 3, first, vocab);
+  on_float(logits, [&]<typename Real>() {
+    cpu::cross_entropy_stats(ptr<Real>(stats), ptr<Real>(logits), ptr<int32_t>(targets), int(N),
+                             int(logits.shape[1]), first, vocab);
+  });
+}
+
+void CpuOps::cross_entropy_merge(const Tensor& losses, const Tensor& probs, const Tensor& logits,
+                                 const Tensor& stats, int64_t first, int vocab) {
+  const char* op = "cross_entropy_merge";
+  const int64_t N = logits.shape.size() == 2 ? logits.shape[0] : 0;
+  const bool ok = N > 0 && stats.numel() % (3 * N) == 0 && stats.numel() > 0 && losses.numel() == N &&
+                  probs.numel() == logits.numel() && first >= 0 && vocab > 0 && logits.shape[1] <= INT32_MAX;
+  if (!ok)
+    bad_arguments(op, "losses " + losses.describe() + ", probs " + probs.describe() + ", logits " +
+                          logits.describe() + ", stats " + stats.describe() + ", columns from " +
+                          std::to_string(first) + " (want [N], [N, W], [N, W], [G, N, 3], first >= 0)");
+  require_same_dtype(op, logits, {&losses, &probs, &stats});
+  const int64_t G = stats.numel() / (3 * N);
+  on_float(logits, [&]<typename Real>() {
+    cpu::cross_entropy_merge(ptr<Real>(losses), ptr<Real>(probs), ptr<Real>(logits), ptr<Real>(stats), int(G),
+                             int(N), int(logits.shape[1]), first, vocab);
+  });
+}
+
+void CpuOps::cross_entropy_backward_columns(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
+                                            const Tensor& dlosses, int64_t first, int vocab) {
+  const char* op = "cross_entropy_backward_columns";
+  const int64_t N = check_loss_columns(op, probs, targets, dlosses, 1, first, vocab);
+  if (dlogits.numel() != probs.numel())
+    bad_arguments(op, "dlogits " + dlogits.describe() + " for probs " + probs.describe() + " (want [N, W])");
+  require_same_dtype(op, probs, {&dlogits});
+  on_float(probs, [&]<typename Real>() {
+    cpu::cross_entropy_backward_columns(ptr<Real>(dlogits), ptr<Real>(probs), ptr<int32_t>(targets),
+                                        ptr<Real>(dlosses), int(N), int(probs.shape[1]), first, vocab);
   });
 }
 

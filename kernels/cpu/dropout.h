@@ -12,15 +12,19 @@ namespace gpt::cpu {
 // these kernels and the attention kernel's dropout). p <= 0 keeps everything, p >= 1 nothing.
 bool dropout_keep(uint64_t key, int64_t e, double p);
 
-// out[b,e] = keep(keys[b], e) ? inp[b,e] / (1-p) : 0 over [B, n] (n elements per sequence, row-major);
-// keys is [B]. out may be inp. p = 0 copies (nothing when in place); p >= 1 zeroes.
+// out[b,e] = keep(keys[b], offset + e) ? inp[b,e] / (1-p) : 0 over [B, n] (n elements per sequence,
+// row-major); keys is [B]. offset is the global index of each row's first element when the rows are slices of
+// longer sequences (tensor and sequence parallelism). out may be inp. p = 0 copies (nothing when in place);
+// p >= 1 zeroes.
 template <typename Real>
-void dropout_forward(Real* out, const Real* inp, const uint64_t* keys, double p, int B, int64_t n);
+void dropout_forward(Real* out, const Real* inp, const uint64_t* keys, double p, int B, int64_t n,
+                     int64_t offset = 0);
 
-// dinp[b,e] = keep(keys[b], e) ? dout[b,e] / (1-p) : 0. Overwrites (unlike most backwards here: the layers
-// want the masked gradient in a buffer of its own); dinp may be dout. Given the mask, dropout is a diagonal
-// linear map, so this is the forward applied to the gradient.
+// dinp[b,e] = keep(keys[b], offset + e) ? dout[b,e] / (1-p) : 0. Overwrites (unlike most backwards here: the
+// layers want the masked gradient in a buffer of its own); dinp may be dout. Given the mask, dropout is a
+// diagonal linear map, so this is the forward applied to the gradient.
 template <typename Real>
-void dropout_backward(Real* dinp, const Real* dout, const uint64_t* keys, double p, int B, int64_t n);
+void dropout_backward(Real* dinp, const Real* dout, const uint64_t* keys, double p, int B, int64_t n,
+                      int64_t offset = 0);
 
 }  // namespace gpt::cpu

@@ -46,6 +46,7 @@ struct Shape {
 // keys[bl] is the key of sequence b0 + bl.
 struct DropParams {
   uint64_t threshold;
+  uint64_t offset;  // the counter of head 0's (0, 0): AttentionDropout::element_offset
   float scale;
   int active;  // 0: no dropout
   uint64_t keys[kMaxKeys];
@@ -153,7 +154,7 @@ __device__ __forceinline__ void masked_scores(float (&sc)[kPer][kPer], const flo
 __device__ __forceinline__ float dropped(float a, const DropParams& drop, uint64_t key, int h, int row,
                                          int col, int T) {
   if (!drop.active) return a;
-  const uint64_t counter = uint64_t(h) * T * T + uint64_t(row) * T + uint64_t(col);
+  const uint64_t counter = drop.offset + uint64_t(h) * T * T + uint64_t(row) * T + uint64_t(col);
   return dropout::keeps(key, counter, drop.threshold) ? a * drop.scale : 0.0f;
 }
 
@@ -526,6 +527,7 @@ void for_each_batch_chunk(int B, const AttentionDropout* dropout, F&& launch) {
   DropParams params{};
   params.active = active ? 1 : 0;
   params.threshold = active ? dropout::threshold(dropout->p) : 0;
+  params.offset = active ? uint64_t(dropout->element_offset) : 0;
   params.scale = active ? dropout::scale<float>(dropout->p) : 1.0f;
   for (int b0 = 0; b0 < B; b0 += kMaxKeys) {
     const int count = std::min(kMaxKeys, B - b0);

@@ -15,10 +15,12 @@ namespace gpt::cuda {
 
 // Dropout of the attention probabilities: p and one key per sequence in HOST memory ([B]). The launchers
 // copy the keys into the kernels' parameters by value, so the array may be reused as soon as a call
-// returns. Null or p <= 0 is no dropout.
+// returns. Null or p <= 0 is no dropout. Probability (h, i, j) is drawn at counter element_offset +
+// h*T*T + i*T + j (a tensor-parallel rank whose heads start at h0 passes h0*T*T), as on the CPU.
 struct AttentionDropout {
   double p = 0;
   const uint64_t* keys = nullptr;
+  int64_t element_offset = 0;
 };
 
 // The largest head size the kernels take (their register tiles are sized for it at compile time).

@@ -21,4 +21,15 @@ void cross_entropy_forward_f32(const Context& ctx, float* losses, float* probs, 
 void cross_entropy_backward_f32(const Context& ctx, float* dlogits, const float* probs,
                                 const int32_t* targets, const float* dlosses, int N, int V, int Vp);
 
+// The vocabulary-parallel forms (Ops::cross_entropy_stats, _merge, _backward_columns): a slice [N, W] of the
+// logits whose column j is vocabulary entry first + j, real below V; stats are [N, 3] per slice and [G, N, 3]
+// gathered. probs may alias logits, dlogits probs.
+void cross_entropy_stats_f32(const Context& ctx, float* stats, const float* logits, const int32_t* targets,
+                             int N, int W, int64_t first, int V);
+void cross_entropy_merge_f32(const Context& ctx, float* losses, float* probs, const float* logits,
+                             const float* stats, int G, int N, int W, int64_t first, int V);
+void cross_entropy_backward_columns_f32(const Context& ctx, float* dlogits, const float* probs,
+                                        const int32_t* targets, const float* dlosses, int N, int W,
+                                        int64_t first, int V);
+
 }  // namespace gpt::cuda

@@ -22,8 +22,8 @@ struct SequenceKeys {
 // blockIdx.y picks the sequence; threads stride over its n elements kVec at a time (kVec = 4: 16-byte
 // loads and stores). out may alias x: each element is read, then written, by the same thread.
 template <int kVec>
-__global__ void dropout_kernel(float* out, const float* x, SequenceKeys keys, int64_t n, uint64_t threshold,
-                               float scale) {
+__global__ void dropout_kernel(float* out, const float* x, SequenceKeys keys, int64_t n, uint64_t counter0,
+                               uint64_t threshold, float scale) {
   const uint64_t key = keys.key[blockIdx.y];
   const int64_t offset = int64_t(blockIdx.y) * n;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x * kVec;
@@ -37,7 +37,7 @@ __global__ void dropout_kernel(float* out, const float* x, SequenceKeys keys, in
     }
 #pragma unroll
     for (int k = 0; k < kVec; ++k)
-      v[k] = dropout::keeps(key, uint64_t(e + k), threshold) ? v[k] * scale : 0.0f;
+      v[k] = dropout::keeps(key, counter0 + uint64_t(e + k), threshold) ? v[k] * scale : 0.0f;
     if constexpr (kVec == 4) {
       *reinterpret_cast<float4*>(out + offset + e) = make_float4(v[0], v[1], v[2], v[3]);
     } else {
@@ -49,7 +49,7 @@ __global__ void dropout_kernel(float* out, const float* x, SequenceKeys keys, in
 }  // namespace
 
 void apply_dropout(const Context& ctx, float* out, const float* x, const uint64_t* keys, double p, int B,
-                   int64_t n) {
+                   int64_t n, int64_t offset) {
   if (B <= 0 || n <= 0) return;
   if (p <= 0) {
     if (out != x)
@@ -60,6 +60,7 @@ void apply_dropout(const Context& ctx, float* out, const float* x, const uint64_
   if (keys == nullptr) throw CudaError("apply_dropout: p > 0 but no keys");
   const uint64_t threshold = dropout::threshold(p);
   const float scale = dropout::scale<float>(p);
+  const uint64_t counter0 = uint64_t(offset);
   const bool vec4 = n % 4 == 0 && aligned16(out) && aligned16(x);
   const int vec = vec4 ? 4 : 1;
   const unsigned blocks = elementwise_blocks((n + vec - 1) / vec, kThreads);
@@ -67,14 +68,14 @@ void apply_dropout(const Context& ctx, float* out, const float* x, const uint64_
     const int count = std::min(kSequencesPerLaunch, B - first);
     SequenceKeys group{};
     std::copy(keys + first, keys + first + count, group.key);
-    const int64_t offset = int64_t(first) * n;
+    const int64_t start = int64_t(first) * n;
     const dim3 grid(blocks, count);
     if (vec4) {
       dropout_kernel<4>
-          <<<grid, kThreads, 0, ctx.stream()>>>(out + offset, x + offset, group, n, threshold, scale);
+          <<<grid, kThreads, 0, ctx.stream()>>>(out + start, x + start, group, n, counter0, threshold, scale);
     } else {
       dropout_kernel<1>
-          <<<grid, kThreads, 0, ctx.stream()>>>(out + offset, x + offset, group, n, threshold, scale);
+          <<<grid, kThreads, 0, ctx.stream()>>>(out + start, x + start, group, n, counter0, threshold, scale);
     }
     GPT_CUDA_CHECK(cudaGetLastError());
   }

@@ -10,10 +10,11 @@
 
 namespace gpt::cuda {
 
-// out[b,e] = keep(keys[b], e) ? x[b,e] * scale : 0 over [B, n]; keys is a HOST array of B keys, read before
-// this returns (the keys travel in the kernels' parameters), so the caller may reuse it at once. out may be
-// x. p <= 0 copies (nothing when in place); p >= 1 zeroes. The backward is the same map applied to dout.
+// out[b,e] = keep(keys[b], offset + e) ? x[b,e] * scale : 0 over [B, n]; keys is a HOST array of B keys,
+// read before this returns (the keys travel in the kernels' parameters), so the caller may reuse it at once.
+// offset is the global index of each row's first element (a slice of longer sequences). out may be x.
+// p <= 0 copies (nothing when in place); p >= 1 zeroes. The backward is the same map applied to dout.
 void apply_dropout(const Context& ctx, float* out, const float* x, const uint64_t* keys, double p, int B,
-                   int64_t n);
+                   int64_t n, int64_t offset = 0);
 
 }  // namespace gpt::cuda

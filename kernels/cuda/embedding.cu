@@ -1,5 +1,6 @@
-// Token + position embedding kernels; see embedding.h. Every kernel gives one thread kVec adjacent channels
-// of a row (kVec = 4: 16-byte loads and stores, when C % 4 == 0 and every pointer is 16-byte aligned).
+// Token + position embedding kernels, whole table or a slice of its rows; see embedding.h. Every kernel gives
+// one thread kVec adjacent channels of a row (kVec = 4: 16-byte loads and stores, when C % 4 == 0 and every
+// pointer is 16-byte aligned).
 //
 // The backward adds in the CPU's order (kernels/cpu/embedding.cc: one running sum per element, rows in
 // increasing (b,t)), with no atomics. dwpe: a thread walks b = 0, 1, ... for its position. dwte: repeated
@@ -47,6 +48,36 @@ __global__ void embedding_forward_kernel(float* __restrict__ out, const int32_t*
   store_vec(out + bt * C + c, sum);
 }
 
+// The vocabulary-parallel forward: wte holds rows [first, first + rows); a token outside them contributes
+// 0, and wpe may be null. Each present term is added as the whole-table kernel adds it (x + 0 is x), so the
+// slices' outputs sum to its bits.
+template <int kVec>
+__global__ void embedding_rows_forward_kernel(float* __restrict__ out, const int32_t* __restrict__ tokens,
+                                              const float* __restrict__ wte, int64_t first, int64_t rows,
+                                              const float* __restrict__ wpe, int T, int C) {
+  const int c = first_channel<kVec>();
+  if (c >= C) return;
+  const int64_t bt = blockIdx.x;
+  const int64_t row = int64_t(tokens[bt]) - first;
+  const bool held = row >= 0 && row < rows;
+  Vec<kVec> sum;
+  if (held) {
+    sum = load_vec<kVec>(wte + row * C + c);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) sum.v[k] = 0.0f;
+  }
+  if (wpe) {
+    const Vec<kVec> p = load_vec<kVec>(wpe + (bt % T) * C + c);
+    if (held) {
+      add_to(sum, p);
+    } else {
+      sum = p;
+    }
+  }
+  store_vec(out + bt * C + c, sum);
+}
+
 // One block row per position t: dwpe[t,c] += dout[0,t,c], then dout[1,t,c], ...
 template <int kVec>
 __global__ void position_grad_kernel(float* __restrict__ dwpe, const float* __restrict__ dout, int B, int T,
@@ -64,16 +95,25 @@ __global__ void iota_kernel(int32_t* out, int n) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) out[i] = i;
 }
 
+// The slice's row of each token: token - first inside [first, first + rows), else `rows` (a run that the
+// gradient kernel skips).
+__global__ void slice_rows_kernel(int32_t* out, const int32_t* tokens, int n, int64_t first, int64_t rows) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const int64_t row = int64_t(tokens[i]) - first;
+    out[i] = static_cast<int32_t>(row >= 0 && row < rows ? row : rows);
+  }
+}
+
 // Block row i looks at sorted entry i; only the head of a token's run works: it adds the dout rows of the
 // run, in increasing row order, into that token's dwte row. Runs never overlap, so no two blocks write one
-// element.
+// element. The run of token `skip` (tokens outside a slice of the table) adds nothing.
 template <int kVec>
 __global__ void token_grad_kernel(float* __restrict__ dwte, const float* __restrict__ dout,
                                   const int32_t* __restrict__ sorted_tokens,
-                                  const int32_t* __restrict__ sorted_rows, int n, int C) {
+                                  const int32_t* __restrict__ sorted_rows, int n, int C, int32_t skip) {
   const int head = blockIdx.x;
   const int32_t token = sorted_tokens[head];
-  if (head > 0 && sorted_tokens[head - 1] == token) return;
+  if (token == skip || (head > 0 && sorted_tokens[head - 1] == token)) return;
   const int c = first_channel<kVec>();
   if (c >= C) return;
   float* w = dwte + int64_t(token) * C + c;
@@ -116,10 +156,10 @@ void launch_position_grad(const Context& ctx, float* dwpe, const float* dout, in
 }
 
 // Sorts the n (token, row) pairs by token, stably (rows of one token stay in increasing order), then adds
-// each token's run into dwte.
+// each token's run but skip's into dwte. Tokens are below vocab.
 template <int kVec>
 void token_grads(const Context& ctx, float* dwte, const float* dout, const int32_t* tokens, int n, int C,
-                 int vocab) {
+                 int vocab, int32_t skip) {
   int bits = 1;
   while (bits < 31 && (int64_t(1) << bits) < vocab) ++bits;
   size_t sort_bytes = 0;
@@ -137,7 +177,7 @@ void token_grads(const Context& ctx, float* dwte, const float* dout, const int32
                                                  sorted_tokens, rows, sorted_rows, n, 0, bits, ctx.stream()));
   const RowSplit s = split_rows(n, C, kVec);
   token_grad_kernel<kVec>
-      <<<s.blocks, s.threads, 0, ctx.stream()>>>(dwte, dout, sorted_tokens, sorted_rows, n, C);
+      <<<s.blocks, s.threads, 0, ctx.stream()>>>(dwte, dout, sorted_tokens, sorted_rows, n, C, skip);
   GPT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -157,25 +197,64 @@ void embedding_forward(const Context& ctx, float* out, const int32_t* tokens, co
   GPT_CUDA_CHECK(cudaGetLastError());
 }
 
+void embedding_forward_rows(const Context& ctx, float* out, const int32_t* tokens, const float* wte,
+                            int64_t first, int64_t rows, const float* wpe, int B, int T, int C) {
+  const int64_t bt_rows = int64_t(B) * T;
+  if (bt_rows <= 0 || C <= 0) return;
+  if (C % 4 == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe)) {
+    const RowSplit s = split_rows(bt_rows, C, 4);
+    embedding_rows_forward_kernel<4>
+        <<<s.blocks, s.threads, 0, ctx.stream()>>>(out, tokens, wte, first, rows, wpe, T, C);
+  } else {
+    const RowSplit s = split_rows(bt_rows, C, 1);
+    embedding_rows_forward_kernel<1>
+        <<<s.blocks, s.threads, 0, ctx.stream()>>>(out, tokens, wte, first, rows, wpe, T, C);
+  }
+  GPT_CUDA_CHECK(cudaGetLastError());
+}
+
+namespace {
+
+void position_grads(const Context& ctx, float* dwpe, const float* dout, int B, int T, int C) {
+  if (C % 4 == 0 && aligned16(dout) && aligned16(dwpe)) {
+    launch_position_grad<4>(ctx, dwpe, dout, B, T, C);
+  } else {
+    launch_position_grad<1>(ctx, dwpe, dout, B, T, C);
+  }
+}
+
+void token_grads_any(const Context& ctx, float* dwte, const float* dout, const int32_t* tokens, int n, int C,
+                     int vocab, int32_t skip) {
+  if (C % 4 == 0 && aligned16(dout) && aligned16(dwte)) {
+    token_grads<4>(ctx, dwte, dout, tokens, n, C, vocab, skip);
+  } else {
+    token_grads<1>(ctx, dwte, dout, tokens, n, C, vocab, skip);
+  }
+}
+
+}  // namespace
+
 void embedding_backward(const Context& ctx, float* dwte, float* dwpe, const float* dout,
                         const int32_t* tokens, int B, int T, int C, int vocab) {
   const int n = B * T;
   if (n <= 0 || C <= 0) return;
-  const bool vec4 = C % 4 == 0 && aligned16(dout);
-  if (dwpe) {
-    if (vec4 && aligned16(dwpe)) {
-      launch_position_grad<4>(ctx, dwpe, dout, B, T, C);
-    } else {
-      launch_position_grad<1>(ctx, dwpe, dout, B, T, C);
-    }
-  }
-  if (dwte) {
-    if (vec4 && aligned16(dwte)) {
-      token_grads<4>(ctx, dwte, dout, tokens, n, C, vocab);
-    } else {
-      token_grads<1>(ctx, dwte, dout, tokens, n, C, vocab);
-    }
-  }
+  if (dwpe) position_grads(ctx, dwpe, dout, B, T, C);
+  if (dwte) token_grads_any(ctx, dwte, dout, tokens, n, C, vocab, -1);
+}
+
+void embedding_backward_rows(const Context& ctx, float* dwte, int64_t first, int64_t rows, float* dwpe,
+                             const float* dout, const int32_t* tokens, int B, int T, int C) {
+  const int n = B * T;
+  if (n <= 0 || C <= 0) return;
+  if (dwpe) position_grads(ctx, dwpe, dout, B, T, C);
+  if (!dwte || rows <= 0) return;
+  StreamScratch slice_rows(ctx, sizeof(int32_t) * size_t(n));
+  slice_rows_kernel<<<elementwise_blocks(n, kMaxThreads), kMaxThreads, 0, ctx.stream()>>>(
+      slice_rows.as<int32_t>(), tokens, n, first, rows);
+  GPT_CUDA_CHECK(cudaGetLastError());
+  // Row ids up to `rows` (the skipped run) inclusive.
+  token_grads_any(ctx, dwte, dout, slice_rows.as<int32_t>(), n, C, static_cast<int>(rows + 1),
+                  static_cast<int32_t>(rows));
 }
 
 }  // namespace gpt::cuda

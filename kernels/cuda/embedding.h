@@ -19,4 +19,13 @@ void embedding_forward(const Context& ctx, float* out, const int32_t* tokens, co
 void embedding_backward(const Context& ctx, float* dwte, float* dwpe, const float* dout,
                         const int32_t* tokens, int B, int T, int C, int vocab);
 
+// The vocabulary-parallel forms (Ops::embedding_forward_rows / _backward_rows): wte [rows, C] holds rows
+// [first, first + rows) of the table; tokens outside add nothing. wpe / dwpe may be null. The forward's
+// bits are the CPU's (each output is one row, one position or their sum); the backward adds in the CPU's
+// order, like embedding_backward.
+void embedding_forward_rows(const Context& ctx, float* out, const int32_t* tokens, const float* wte,
+                            int64_t first, int64_t rows, const float* wpe, int B, int T, int C);
+void embedding_backward_rows(const Context& ctx, float* dwte, int64_t first, int64_t rows, float* dwpe,
+                             const float* dout, const int32_t* tokens, int B, int T, int C);
+
 }  // namespace gpt::cuda

@@ -18,7 +18,7 @@ void require_rank(const Tensor& t, size_t rank, const char* op, const char* name
 }
 
 AttentionDropout to_kernel(const DropoutMask& mask) {
-  return AttentionDropout{mask.p, mask.keys};
+  return AttentionDropout{mask.p, mask.keys, mask.element_offset};
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// CudaOps' token and position embedding, LayerNorm, dropout and the tiles of a linear layer (see cuda_ops.h):
-// fp32 only, shapes read as CpuOps reads them (kernels/cpu/cpu_ops.cc), the kernels in embedding.cu,
-// layernorm.cu, dropout.cu and linear.cu.
+// CudaOps' token and position embedding (whole or vocabulary-parallel), LayerNorm, dropout and the tiles of a
+// linear layer (see cuda_ops.h): fp32 only, shapes read as CpuOps reads them (kernels/cpu/cpu_ops.cc), the
+// kernels in embedding.cu, layernorm.cu, dropout.cu and linear.cu.
 #include <cstdint>
 #include <string>
 
@@ -52,6 +52,45 @@ void CudaOps::embedding_backward(const Tensor& dwte, const Tensor& dwpe, const T
   cuda::embedding_backward(context_, optional_f32(dwte, op), optional_f32(dwpe, op), f32(dout, op),
                            i32(tokens, op), int(dout.shape[0]), int(dout.shape[1]), int(dout.shape[2]),
                            vocab);
+}
+
+namespace {
+
+// A vocabulary-parallel embedding's shapes (as CpuOps checks them): activations [B, T, C], tokens [B, T], the
+// table's slice [R, C] (or empty), wpe [maxT >= T, C] or empty. Returns R.
+int64_t check_embedding_rows(const char* op, const Tensor& activations, const Tensor& tokens,
+                             const Tensor& slice, int64_t first, const Tensor& wpe) {
+  const bool ok3 = activations.shape.size() == 3;
+  const int64_t T = ok3 ? activations.shape[1] : 0, C = ok3 ? activations.shape[2] : 0;
+  const int64_t R = numel_over(slice, C);
+  const bool ok = ok3 && C > 0 && tokens.numel() * C == activations.numel() && first >= 0 &&
+                  R * C == slice.numel() && R < INT32_MAX && (wpe.empty() || numel_over(wpe, C) >= T);
+  if (!ok)
+    throw CudaError(std::string("CudaOps::") + op + ": rows from " + std::to_string(first) + " with " +
+                    activations.describe() + ", tokens " + tokens.describe() + ", wte " + slice.describe() +
+                    ", wpe " + wpe.describe() +
+                    " (want [B, T, C], [B, T], [R, C], [maxT >= T, C] or empty, first >= 0)");
+  return R;
+}
+
+}  // namespace
+
+void CudaOps::embedding_forward_rows(const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                     int64_t first, const Tensor& wpe) {
+  const char* op = "embedding_forward_rows";
+  const int64_t R = check_embedding_rows(op, out, tokens, wte, first, wpe);
+  cuda::embedding_forward_rows(context_, f32(out, op), i32(tokens, op), optional_f32(wte, op), first, R,
+                               optional_f32(wpe, op), int(out.shape[0]), int(out.shape[1]),
+                               int(out.shape[2]));
+}
+
+void CudaOps::embedding_backward_rows(const Tensor& dwte, int64_t first, const Tensor& dwpe,
+                                      const Tensor& dout, const Tensor& tokens) {
+  const char* op = "embedding_backward_rows";
+  const int64_t R = check_embedding_rows(op, dout, tokens, dwte, first, dwpe);
+  cuda::embedding_backward_rows(context_, optional_f32(dwte, op), first, R, optional_f32(dwpe, op),
+                                f32(dout, op), i32(tokens, op), int(dout.shape[0]), int(dout.shape[1]),
+                                int(dout.shape[2]));
 }
 
 void CudaOps::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
@@ -108,13 +147,15 @@ void CudaOps::linear_backward_columns(const Tensor& dx, const Tensor& dw, const 
 void CudaOps::dropout_forward(const Tensor& out, const Tensor& x, const DropoutMask& mask) {
   const char* op = "dropout_forward";
   const int B = int(x.shape[0]);
-  apply_dropout(context_, f32(out, op), f32(x, op), dropout_keys(mask, op), mask.p, B, numel_over(x, B));
+  apply_dropout(context_, f32(out, op), f32(x, op), dropout_keys(mask, op), mask.p, B, numel_over(x, B),
+                mask.element_offset);
 }
 
 void CudaOps::dropout_backward(const Tensor& dx, const Tensor& dout, const DropoutMask& mask) {
   const char* op = "dropout_backward";
   const int B = int(dout.shape[0]);
-  apply_dropout(context_, f32(dx, op), f32(dout, op), dropout_keys(mask, op), mask.p, B, numel_over(dout, B));
+  apply_dropout(context_, f32(dx, op), f32(dout, op), dropout_keys(mask, op), mask.p, B, numel_over(dout, B),
+                mask.element_offset);
 }
 
 }  // namespace gpt::cuda

@@ -1,6 +1,6 @@
-// CudaOps' cross-entropy, AdamW and the reductions the engine reads back (sum, sum of squares, finiteness),
-// and the division of gradients (see cuda_ops.h): shape and dtype checks, then the kernels of
-// cross_entropy.cu, adamw.cu and reduce.cu. fp32 only.
+// CudaOps' cross-entropy (whole or vocabulary-parallel), AdamW and the reductions the engine reads back
+// (sum, sum of squares, finiteness), and the division of gradients (see cuda_ops.h): shape and dtype checks,
+// then the kernels of cross_entropy.cu, adamw.cu and reduce.cu. fp32 only.
 #include <cstdint>
 #include <string>
 
@@ -67,6 +67,57 @@ void CudaOps::cross_entropy_backward(const Tensor& dlogits, const Tensor& probs,
   check_same_size(kOp, dlosses, targets);
   cross_entropy_backward_f32(context_, f32(dlogits, kOp), f32(probs, kOp), i32(targets, kOp),
                              f32(dlosses, kOp), int(probs.shape[0]), vocab, int(probs.shape[1]));
+}
+
+namespace {
+
+// A vocabulary-parallel slice [N, W] with its targets [N] (and first >= 0, vocab > 0). Returns N.
+int64_t check_columns(const char* op, const Tensor& t, const Tensor& targets, int64_t first, int vocab) {
+  if (t.shape.size() != 2 || targets.numel() != t.shape[0] || t.shape[0] > INT32_MAX ||
+      t.shape[1] > INT32_MAX)
+    bad_arguments(op, t.describe() + " is not [N, W] for targets " + targets.describe());
+  if (first < 0 || vocab <= 0)
+    bad_arguments(op, "columns from " + std::to_string(first) + " of vocabulary " + std::to_string(vocab) +
+                          " (want first >= 0, vocab > 0)");
+  return t.shape[0];
+}
+
+}  // namespace
+
+void CudaOps::cross_entropy_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets,
+                                  int64_t first, int vocab) {
+  constexpr const char* kOp = "cross_entropy_stats";
+  const int64_t N = check_columns(kOp, logits, targets, first, vocab);
+  if (stats.numel() != 3 * N) bad_arguments(kOp, "stats " + stats.describe() + " is not [N, 3]");
+  cross_entropy_stats_f32(context_, f32(stats, kOp), f32(logits, kOp), i32(targets, kOp), int(N),
+                          int(logits.shape[1]), first, vocab);
+}
+
+void CudaOps::cross_entropy_merge(const Tensor& losses, const Tensor& probs, const Tensor& logits,
+                                  const Tensor& stats, int64_t first, int vocab) {
+  constexpr const char* kOp = "cross_entropy_merge";
+  if (logits.shape.size() != 2 || logits.shape[0] <= 0 || logits.shape[1] > INT32_MAX)
+    bad_arguments(kOp, "logits " + logits.describe() + " is not [N, W]");
+  const int64_t N = logits.shape[0];
+  if (stats.numel() == 0 || stats.numel() % (3 * N) != 0)
+    bad_arguments(kOp, "stats " + stats.describe() + " is not [G, N, 3] for " + logits.describe());
+  if (first < 0 || vocab <= 0)
+    bad_arguments(kOp, "columns from " + std::to_string(first) + " of vocabulary " + std::to_string(vocab));
+  check_same_size(kOp, probs, logits);
+  if (losses.numel() != N) bad_arguments(kOp, "losses " + losses.describe() + " is not [N]");
+  cross_entropy_merge_f32(context_, f32(losses, kOp), f32(probs, kOp), f32(logits, kOp), f32(stats, kOp),
+                          int(stats.numel() / (3 * N)), int(N), int(logits.shape[1]), first, vocab);
+}
+
+void CudaOps::cross_entropy_backward_columns(const Tensor& dlogits, const Tensor& probs,
+                                             const Tensor& targets, const Tensor& dlosses, int64_t first,
+                                             int vocab) {
+  constexpr const char* kOp = "cross_entropy_backward_columns";
+  const int64_t N = check_columns(kOp, probs, targets, first, vocab);
+  check_same_size(kOp, dlogits, probs);
+  check_same_size(kOp, dlosses, targets);
+  cross_entropy_backward_columns_f32(context_, f32(dlogits, kOp), f32(probs, kOp), i32(targets, kOp),
+                                     f32(dlosses, kOp), int(N), int(probs.shape[1]), first, vocab);
 }
 
 void CudaOps::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,

@@ -6,6 +6,7 @@
 #include <exception>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/gpu_check/checks.h"
@@ -87,9 +88,12 @@ void check_dropout(Table& table, Backends& backends, const Shapes& s) {
   for (int b = 0; b < s.B; ++b) keys[b] = 0x9e3779b97f4a7c15ull * uint64_t(b + 1);
   const Twin& in = x.random(shape, 71);
   const Twin& out = x.random(shape, 72);
-  for (double p : {0.1, 0.5}) {
-    const DropoutMask mask{p, keys.data()};
-    const std::string label = " p " + std::to_string(p).substr(0, 3);
+  // The last run draws at an element offset, as a sequence-parallel rank's slice of each sequence does.
+  const int64_t offset = int64_t(s.T) * s.C;
+  const std::pair<double, int64_t> runs[] = {{0.1, 0}, {0.5, 0}, {0.1, offset}};
+  for (const auto& [p, element_offset] : runs) {
+    const DropoutMask mask{p, keys.data(), element_offset};
+    const std::string label = " p " + std::to_string(p).substr(0, 3) + (element_offset ? " offset" : "");
     exact_op(table, x, "dropout_forward" + label, "fp32", {&in, &out}, out,
              [&](Ops& ops, bool g) { ops.dropout_forward(out.on(g), in.on(g), mask); });
     exact_op(table, x, "dropout_backward" + label, "fp32", {&in, &out}, out,

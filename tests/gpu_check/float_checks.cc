@@ -1,5 +1,7 @@
 // The float ops of the device seam, CudaOps against CpuOps at GPT-2 124M's shapes: fp32 within 1e-5 of the
 // CPU (relative to its largest magnitude), and with the GPU's inputs rounded to fp16 (1e-2) and bf16 (4e-2).
+#include <algorithm>
+#include <cstdint>
 #include <exception>
 #include <string>
 #include <vector>
@@ -60,6 +62,41 @@ void check_float_op(Table& table, Scratch& scratch, const FloatCase& c) {
   }
 }
 
+namespace {
+// The vocabulary-parallel embedding on the second of two slices of the table (rows [Vp/2, Vp)), the position
+// term with it (forward and backward) and without it (forward).
+void check_embedding_rows(Table& table, Scratch& x, const Shapes& s, const Twin& tokens, const Twin& wpe,
+                          const Twin& dout) {
+  const int64_t R = s.Vp / 2, first = s.Vp - R;
+  const Twin& wte = x.random({R, s.C}, 6, 0.02f);
+  const Twin& out = x.random({s.B, s.T, s.C}, 7);
+  const std::string shape = shape_string(out.cpu.shape) + " rows 2/2";
+  for (bool positions : {true, false}) {
+    std::vector<const Twin*> inputs = {&wte};
+    if (positions) inputs.push_back(&wpe);
+    check_float_op(table, x,
+                   {std::string("embedding_forward_rows") + (positions ? "" : " no wpe"),
+                    shape,
+                    inputs,
+                    {{"out", &out}},
+                    {&tokens},
+                    [&](Ops& ops, bool g) {
+                      ops.embedding_forward_rows(out.on(g), tokens.on(g), wte.on(g), first,
+                                                 positions ? wpe.on(g) : Tensor{});
+                    }});
+  }
+  check_float_op(table, x,
+                 {"embedding_backward_rows",
+                  shape,
+                  {&dout},
+                  {{"dwte", &wte}, {"dwpe", &wpe}},
+                  {&tokens},
+                  [&](Ops& ops, bool g) {
+                    ops.embedding_backward_rows(wte.on(g), first, wpe.on(g), dout.on(g), tokens.on(g));
+                  }});
+}
+}  // namespace
+
 void check_embedding(Table& table, Backends& backends, const Shapes& s) {
   Scratch x(backends);
   const Twin& tokens = x.tokens({s.B, s.T}, s.V, 1);
@@ -83,6 +120,7 @@ void check_embedding(Table& table, Backends& backends, const Shapes& s) {
        {{"dwte", &wte}, {"dwpe", &wpe}},
        {&tokens},
        [&](Ops& ops, bool g) { ops.embedding_backward(wte.on(g), wpe.on(g), dout.on(g), tokens.on(g)); }});
+  check_embedding_rows(table, x, s, tokens, wpe, dout);
 }
 
 void check_layernorm(Table& table, Backends& backends, const Shapes& s) {
@@ -196,14 +234,16 @@ void check_linear(Table& table, Backends& backends, const Shapes& s) {
 }
 
 namespace {
-void check_attention_with(Table& table, Backends& backends, const Shapes& s, double p) {
+void check_attention_with(Table& table, Backends& backends, const Shapes& s, double p,
+                          int64_t element_offset = 0) {
   Scratch x(backends);
   const std::vector<uint64_t> keys = {0x1234, 0x5678, 0x9abc, 0xdef0, 0x1111, 0x2222, 0x3333, 0x4444};
   std::vector<uint64_t> batch_keys(s.B);
   for (int b = 0; b < s.B; ++b) batch_keys[b] = keys[b % keys.size()] + uint64_t(b);
-  const DropoutMask mask{p, batch_keys.data()};
+  const DropoutMask mask{p, batch_keys.data(), element_offset};
   const DropoutMask* dropout = p > 0 ? &mask : nullptr;
-  const std::string suffix = p > 0 ? " dropout " + std::to_string(p).substr(0, 3) : "";
+  const std::string suffix =
+      (p > 0 ? " dropout " + std::to_string(p).substr(0, 3) : "") + (element_offset != 0 ? " offset" : "");
   const Twin& qkv = x.random({s.B, s.T, 3 * s.C}, 31);
   const Twin& out = x.random({s.B, s.T, s.C}, 32);
   const Twin& att = x.raw({s.B, s.NH, s.T, s.T}, DType::kF32, {});
@@ -236,6 +276,8 @@ void check_attention_with(Table& table, Backends& backends, const Shapes& s, dou
 void check_attention(Table& table, Backends& backends, const Shapes& s) {
   check_attention_with(table, backends, s, 0.0);
   check_attention_with(table, backends, s, 0.1);
+  // As a tensor-parallel rank holding heads NH.. of a model with twice the heads draws its masks.
+  check_attention_with(table, backends, s, 0.1, int64_t(s.NH) * s.T * s.T);
   Scratch x(backends);
   const Twin& qkv = x.random({s.T, 3 * s.C}, 35);
   const Twin& out = x.random({1, s.C}, 36);
@@ -266,6 +308,64 @@ void check_gelu(Table& table, Backends& backends, const Shapes& s) {
          ops.gelu_backward(dx.on(g), in.on(g), dout.on(g));
        }});
 }
+
+namespace {
+// The vocabulary-parallel cross-entropy on the second of two slices of the logits (columns [Vp/2, Vp), the
+// padding among them): its stats; the merge over both slices' stats (the CPU's, gathered) into its losses
+// and probabilities; the backward on its columns from the CPU's probabilities.
+void check_cross_entropy_columns(Table& table, Scratch& x, const Shapes& s, const Twin& whole_logits,
+                                 const Twin& targets, const Twin& dlosses) {
+  Backends& backends = x.backends();
+  const int64_t N = s.N(), W = s.Vp / 2, first = s.Vp - W;
+  const std::vector<float> all = x.floats(whole_logits, false);
+  std::vector<float> halves[2] = {std::vector<float>(N * W), std::vector<float>(N * W)};
+  for (int64_t n = 0; n < N; ++n)
+    for (int h = 0; h < 2; ++h)
+      std::copy(all.begin() + n * s.Vp + h * W, all.begin() + n * s.Vp + (h + 1) * W,
+                halves[h].begin() + n * W);
+  const Twin& logits0 = x.values({N, W}, halves[0]);
+  const Twin& logits = x.values({N, W}, halves[1]);
+  const Twin& stats = x.random({N, 3}, 55);
+  const std::string shape = shape_string(logits.cpu.shape) + " columns 2/2";
+  check_float_op(
+      table, x,
+      {"cross_entropy_stats", shape, {&logits}, {{"stats", &stats}}, {&targets}, [&](Ops& ops, bool g) {
+         ops.cross_entropy_stats(stats.on(g), logits.on(g), targets.on(g), first, s.V);
+       }});
+  const Twin& stats0 = x.random({N, 3}, 56);
+  backends.cpu.cross_entropy_stats(stats0.cpu, logits0.cpu, targets.cpu, 0, s.V);
+  backends.cpu.cross_entropy_stats(stats.cpu, logits.cpu, targets.cpu, first, s.V);
+  std::vector<float> gathered = x.floats(stats0, false), second = x.floats(stats, false);
+  gathered.insert(gathered.end(), second.begin(), second.end());
+  const Twin& all_stats = x.values({2, N, 3}, gathered);
+  const Twin& losses = x.random({N}, 57);
+  const Twin& probs = x.random({N, W}, 58);
+  check_float_op(table, x,
+                 {"cross_entropy_merge",
+                  shape,
+                  {&logits},
+                  {{"losses", &losses}, {"probs", &probs}},
+                  {&all_stats},
+                  [&](Ops& ops, bool g) {
+                    ops.cross_entropy_merge(losses.on(g), probs.on(g), logits.on(g), all_stats.on(g), first,
+                                            s.V);
+                  },
+                  false});  // the stats are the fp32 logits': rounding the logits alone would mix precisions
+  backends.cpu.cross_entropy_merge(losses.cpu, probs.cpu, logits.cpu, all_stats.cpu, first, s.V);
+  const Twin& saved_probs = x.values({N, W}, x.floats(probs, false));
+  const Twin& dlogits = x.random({N, W}, 59);
+  check_float_op(table, x,
+                 {"cross_entropy_backward_columns",
+                  shape,
+                  {&saved_probs},
+                  {{"dlogits", &dlogits}},
+                  {&targets, &dlosses},
+                  [&](Ops& ops, bool g) {
+                    ops.cross_entropy_backward_columns(dlogits.on(g), saved_probs.on(g), targets.on(g),
+                                                       dlosses.on(g), first, s.V);
+                  }});
+}
+}  // namespace
 
 void check_cross_entropy(Table& table, Backends& backends, const Shapes& s) {
   Scratch x(backends);
@@ -298,6 +398,7 @@ void check_cross_entropy(Table& table, Backends& backends, const Shapes& s) {
                     ops.cross_entropy_backward(dlogits.on(g), saved_probs.on(g), targets.on(g), dlosses.on(g),
                                                s.V);
                   }});
+  check_cross_entropy_columns(table, x, s, logits, targets, dlosses);
 }
 
 }  // namespace gpt::gpu_check

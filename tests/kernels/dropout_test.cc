@@ -102,9 +102,9 @@ TEST_CASE("dropout backward matches finite differences with the mask fixed") {
 }
 
 // Attention forward with dropout by scalar loops: out = D V with D = mask o softmax / (1-p), the mask of
-// (b, h, i, j) drawn at counter h*T*T + i*T + j of key b.
+// (b, h, i, j) drawn at counter offset + h*T*T + i*T + j of key b.
 std::vector<double> naive_dropped_attention(const std::vector<double>& qkv, const uint64_t* keys, double p,
-                                            int B, int T, int C, int NH) {
+                                            int B, int T, int C, int NH, int64_t offset = 0) {
   const int hs = C / NH;
   std::vector<double> out(int64_t(B) * T * C, 0.0);
   for (int b = 0; b < B; ++b)
@@ -122,7 +122,7 @@ std::vector<double> naive_dropped_attention(const std::vector<double>& qkv, cons
         }
         for (int j = 0; j <= i; ++j) sum += s[j] = std::exp(s[j] - mx);
         for (int j = 0; j <= i; ++j) {
-          const bool keep = dropout_keep(keys[b], int64_t(h) * T * T + int64_t(i) * T + j, p);
+          const bool keep = dropout_keep(keys[b], offset + int64_t(h) * T * T + int64_t(i) * T + j, p);
           const double a = keep ? s[j] / sum / (1 - p) : 0.0;
           for (int c = 0; c < hs; ++c)
             out[(int64_t(b) * T + i) * C + h * hs + c] +=
@@ -156,6 +156,32 @@ TEST_CASE("attention dropout: forward against scalar loops, att keeps the probab
   auto dqkv = dqkv0;
   attention_backward(dqkv.data(), w.data(), qkv.data(), att.data(), B, T, C, NH, &dropout);
   check_gradient("qkv with attention dropout", qkv, loss, minus(dqkv, dqkv0));
+}
+
+TEST_CASE("an element offset moves the masks: dropout and attention dropout draw at offset + e") {
+  constexpr int B = 2, T = 5, C = 8, NH = 2;
+  constexpr int64_t offset = 3 * T * T + 7, n = 300;
+  Rng rng(47);
+  const auto qkv = rng.vec(int64_t(B) * T * 3 * C, -1.5, 1.5);
+  const AttentionDropout dropout{0.3, kKeys.data(), offset};
+  std::vector<double> out(int64_t(B) * T * C), att(int64_t(B) * NH * T * T);
+  attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, &dropout);
+  expect_close("attention dropped at an offset", out,
+               naive_dropped_attention(qkv, kKeys.data(), 0.3, B, T, C, NH, offset), 1e-12, 1e-12);
+  CHECK_FALSE(out == naive_dropped_attention(qkv, kKeys.data(), 0.3, B, T, C, NH));
+
+  const auto x = to_float(rng.vec(B * n));
+  std::vector<float> y(x.size()), dx(x.size());
+  dropout_forward(y.data(), x.data(), kKeys.data(), 0.4, B, n, offset);
+  dropout_backward(dx.data(), x.data(), kKeys.data(), 0.4, B, n, offset);
+  const float scale = static_cast<float>(1.0 / (1.0 - 0.4));
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < B * n; ++i) {
+    const bool keep = dropout_keep(kKeys[i / n], offset + i % n, 0.4);
+    wrong += y[i] != (keep ? x[i] * scale : 0.f);
+  }
+  CHECK(wrong == 0);
+  CHECK(dx == y);
 }
 
 TEST_CASE("attention with dropout p = 0 is bitwise the call without dropout") {

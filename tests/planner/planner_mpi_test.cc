@@ -44,7 +44,7 @@ gpt::TrainOptions tiny_options(int stage, int accumulation) {
   o.zero.precision = gpt::DType::kF16;
   o.zero.reduce_bucket_size = 3000;  // several buckets, and units larger than one
   o.zero.overlap_comm = true;
-  o.zero.checkpoint_activations = true;
+  o.zero.recompute = gpt::Recompute::full();
   o.plan.enabled = true;
   o.plan.nodes = t.num_nodes();
   o.plan.gpus_per_node = t.ranks_per_node;
@@ -178,7 +178,7 @@ TEST_CASE("tiled blocks (factors 2 and 4): planned bytes equal the meter's, pool
         o.model.hidden = 64;  // tiles of whole 16-row groups: hidden a multiple of 16 x 4
         o.model.heads = 4;
         o.zero.tile_factor = factor;
-        o.zero.checkpoint_activations = checkpoint;
+        o.zero.recompute = checkpoint ? gpt::Recompute::full() : gpt::Recompute{};
         const gpt::Plan plan = gpt::make_plan(o);
         const gpt::PlanVariant& v = plan.variants[plan.configured];
         INFO("tile factor " << factor << ", stage " << stage << ", checkpointing " << checkpoint);

@@ -14,7 +14,9 @@
 #include <string>
 
 #include "base/user_error.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "model/layers.h"
+#include "model/loop.h"
 
 namespace {
 
@@ -33,7 +35,7 @@ gpt::TrainOptions tutorial() {
   o.zero.precision = gpt::DType::kF16;
   o.zero.reduce_bucket_size = 10'000'000;
   o.zero.overlap_comm = true;
-  o.zero.checkpoint_activations = true;
+  o.zero.recompute = gpt::Recompute::full();
   o.zero.quantized_weights = true;
   o.zero.hpz_partition_size = 16;
   o.zero.quantized_gradients = true;
@@ -97,7 +99,9 @@ TEST_CASE("the tutorial's 18B model: parameters, ZeRO memory formulas, the JSON 
   CHECK(plan.params == N + u.wpe);
   CHECK(plan.params / 1e9 == doctest::Approx(18.44).epsilon(0.001));
   CHECK(plan.padded_params == P);
-  CHECK(plan.flops_per_token == doctest::Approx((6.0 * N + 12.0 * 40 * 6144 * 512) * 4 / 3));
+  // Full recomputation repeats every block's forward: 24 C^2 + 4 C T per layer and token.
+  CHECK(plan.flops_per_token ==
+        doctest::Approx(6.0 * N + 12.0 * 40 * 6144 * 512 + 40 * (24.0 * 6144 * 6144 + 4.0 * 6144 * 512)));
   REQUIRE(plan.variants.size() == 8);
   const gpt::PlanVariant& v = plan.variants[plan.configured];
   CHECK(v.name == "zeropp");
@@ -190,27 +194,50 @@ TEST_CASE("a configured stage below 3 is planned as itself, beside the stage 3 c
   CHECK(gpt::plan_report(o).find("DOES NOT FIT") != std::string::npos);
 }
 
-TEST_CASE("activation counts equal the sizes of the model's own buffers") {
+// The arena's "activations" category of a layer loop built with this recomputation, in elements (each
+// allocation is rounded up to the arena's 64-byte alignment: the sizes here are multiples of it).
+int64_t loop_activation_elements(const gpt::GPTConfig& m, int B, const gpt::Recompute& recompute) {
+  gpt::Arena arena;
+  gpt::LayerLoop<float> loop(m, B, recompute, gpt::cpu_ops(), arena);
+  for (const auto& usage : arena.usage_by_category()) {
+    if (usage.category == "activations") {
+      CHECK(usage.current_bytes == loop.activation_bytes());
+      return int64_t(usage.current_bytes) / 4;
+    }
+  }
+  FAIL("no activations category");
+  return 0;
+}
+
+TEST_CASE("activation counts equal the sizes of the model's own buffers, for every recomputation") {
   gpt::GPTConfig m;
-  m.num_layers = 3;
+  m.num_layers = 5;
   m.hidden = 64;
   m.heads = 4;
   m.seq_len = 32;
   m.max_positions = 32;
   m.vocab = 300;
   const int B = 2;
-  gpt::Arena arena;
-  gpt::BlockActivations block;
-  gpt::BlockScratch scratch;
-  gpt::HeadActivations head;
-  block.allocate(arena, gpt::DType::kF32, m, B, m.seq_len);
-  scratch.allocate(arena, gpt::DType::kF32, m, B, m.seq_len);
-  head.allocate(arena, gpt::DType::kF32, m, B, m.seq_len);
-  const int64_t BTC = int64_t(B) * m.seq_len * m.hidden;
-  const int64_t shared =
-      (int64_t(scratch.bytes()) + int64_t(head.bytes())) / 4 + (m.num_layers + 1) * BTC + BTC;
-  CHECK(gpt::activation_elements(m, B, false) == shared + m.num_layers * int64_t(block.bytes()) / 4);
-  CHECK(gpt::activation_elements(m, B, true) == shared + int64_t(block.bytes()) / 4 + BTC);
+  using gpt::Recompute;
+  using gpt::RecomputeMethod;
+  for (const Recompute& r :
+       {Recompute{}, Recompute::selective(), Recompute::full(), Recompute::full(RecomputeMethod::kUniform, 2),
+        Recompute::full(RecomputeMethod::kUniform, 5), Recompute::full(RecomputeMethod::kBlock, 0),
+        Recompute::full(RecomputeMethod::kBlock, 3)}) {
+    CAPTURE(r.describe());
+    CHECK(gpt::activation_elements(m, B, r) == loop_activation_elements(m, B, r));
+  }
+  // Each granularity saves what it should: selective the probabilities of all blocks but one, full uniform
+  // 1 all but one block's saved tensors; uniform 2 keeps the inputs of blocks 0, 2, 4 and the output, with
+  // one shared inner input, but two sets of saved tensors.
+  const int64_t BTC = int64_t(B) * m.seq_len * m.hidden, probs = int64_t(B) * m.heads * m.seq_len * m.seq_len;
+  const int64_t none = gpt::activation_elements(m, B, Recompute{});
+  CHECK(none - gpt::activation_elements(m, B, Recompute::selective()) == 4 * probs);
+  const int64_t block = 15 * BTC + 4 * B * m.seq_len + probs;
+  CHECK(none - gpt::activation_elements(m, B, Recompute::full()) == 4 * block - BTC);
+  CHECK(gpt::activation_elements(m, B, Recompute::full(RecomputeMethod::kUniform, 2)) -
+            gpt::activation_elements(m, B, Recompute::full()) ==
+        block - BTC);
 }
 
 TEST_CASE("a cluster that cannot be planned is a usage error") {

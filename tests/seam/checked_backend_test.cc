@@ -26,7 +26,7 @@ testing::RunSpec zeropp_spec(const comm::Communicator& world) {
   spec.zero.gradient_block = 64;
   spec.zero.overlap_comm = true;
   spec.zero.reduce_bucket_size = 20000;
-  spec.zero.checkpoint_activations = true;
+  spec.zero.recompute = Recompute::full();
   spec.zero.hidden_dropout = 0.1;
   spec.zero.attention_dropout = 0.1;
   spec.steps = 3;

@@ -71,6 +71,16 @@ void CheckedOps::embedding_backward(const Tensor& dwte, const Tensor& dwpe, cons
   later([=, this] { cpu_.embedding_backward(dwte, dwpe, dout, tokens); });
 }
 
+void CheckedOps::embedding_forward_rows(const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                                        int64_t first, const Tensor& wpe) {
+  later([=, this] { cpu_.embedding_forward_rows(out, tokens, wte, first, wpe); });
+}
+
+void CheckedOps::embedding_backward_rows(const Tensor& dwte, int64_t first, const Tensor& dwpe,
+                                         const Tensor& dout, const Tensor& tokens) {
+  later([=, this] { cpu_.embedding_backward_rows(dwte, first, dwpe, dout, tokens); });
+}
+
 void CheckedOps::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
                                    const Tensor& w, const Tensor& b) {
   later([=, this] { cpu_.layernorm_forward(out, mean, rstd, x, w, b); });
@@ -150,6 +160,22 @@ void CheckedOps::cross_entropy_backward(const Tensor& dlogits, const Tensor& pro
   later([=, this] { cpu_.cross_entropy_backward(dlogits, probs, targets, dlosses, vocab); });
 }
 
+void CheckedOps::cross_entropy_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets,
+                                     int64_t first, int vocab) {
+  later([=, this] { cpu_.cross_entropy_stats(stats, logits, targets, first, vocab); });
+}
+
+void CheckedOps::cross_entropy_merge(const Tensor& losses, const Tensor& probs, const Tensor& logits,
+                                     const Tensor& stats, int64_t first, int vocab) {
+  later([=, this] { cpu_.cross_entropy_merge(losses, probs, logits, stats, first, vocab); });
+}
+
+void CheckedOps::cross_entropy_backward_columns(const Tensor& dlogits, const Tensor& probs,
+                                                const Tensor& targets, const Tensor& dlosses, int64_t first,
+                                                int vocab) {
+  later([=, this] { cpu_.cross_entropy_backward_columns(dlogits, probs, targets, dlosses, first, vocab); });
+}
+
 double CheckedOps::sum(const Tensor& x) {
   drain();
   return inside([&] { return cpu_.sum(x); });
@@ -209,7 +235,8 @@ std::shared_ptr<CheckedOps::KeptMask> CheckedOps::keep_mask(const DropoutMask* m
   if (!mask) return nullptr;
   auto kept = std::make_shared<KeptMask>();
   if (mask->keys) kept->keys.assign(mask->keys, mask->keys + rows);
-  kept->mask = DropoutMask{mask->p, mask->keys ? kept->keys.data() : nullptr};
+  kept->mask = *mask;  // p and the element offset
+  kept->mask.keys = mask->keys ? kept->keys.data() : nullptr;
   return kept;
 }
 

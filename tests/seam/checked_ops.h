@@ -69,6 +69,10 @@ class CheckedOps final : public Ops {
                          const Tensor& wpe) override;
   void embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                           const Tensor& tokens) override;
+  void embedding_forward_rows(const Tensor& out, const Tensor& tokens, const Tensor& wte, int64_t first,
+                              const Tensor& wpe) override;
+  void embedding_backward_rows(const Tensor& dwte, int64_t first, const Tensor& dwpe, const Tensor& dout,
+                               const Tensor& tokens) override;
   void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
                          const Tensor& w, const Tensor& b) override;
   void layernorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
@@ -94,6 +98,12 @@ class CheckedOps final : public Ops {
                              const Tensor& targets, int vocab) override;
   void cross_entropy_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
                               const Tensor& dlosses, int vocab) override;
+  void cross_entropy_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int64_t first,
+                           int vocab) override;
+  void cross_entropy_merge(const Tensor& losses, const Tensor& probs, const Tensor& logits,
+                           const Tensor& stats, int64_t first, int vocab) override;
+  void cross_entropy_backward_columns(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
+                                      const Tensor& dlosses, int64_t first, int vocab) override;
   double sum(const Tensor& x) override;
   void cast(const Tensor& dst, const Tensor& src, float scale) override;
   void add_into(const Tensor& dst, const Tensor& src) override;

@@ -18,6 +18,7 @@ echo '{"zero_optimization": {"stage": 5}}' >"$TMP/stage.json"
 echo '[1, 2]' >"$TMP/array.json"
 echo '{"zero_optimization": {"stage": 3, "memory_centric_tiling_factor": 0}}' >"$TMP/tile0.json"
 echo '{"zero_optimization": {"stage": 3, "memory_centric_tiling_factor": 4}}' >"$TMP/tile4.json"
+echo '{"activation_checkpointing": {"cpu_checkpointing": 1}}' >"$TMP/cpu_ckpt.json"
 
 M=(--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --vocab-size 1000 --threads 1)
 D=(--data-path "$TMP/data.bin")
@@ -49,6 +50,11 @@ CASES=(
   "plan memory unit|--gpu-memory|--plan --gpu-memory lots"
   "tile factor does not tile the model|--tile-factor 3: tile factor 3 needs the hidden size to be a multiple of 16 x 3 = 48|--tile-factor 3"
   "tile factor in JSON out of range|zero_optimization.memory_centric_tiling_factor must be an integer in [1, 65536], got 0|--deepspeed_config $TMP/tile0.json"
+  "recompute method with selective|--recompute-method applies to --recompute-granularity full; selective recomputation|--recompute-activations --recompute-method uniform"
+  "recompute granularity|--recompute-granularity is 'sometimes'; choose full or selective|--recompute-granularity sometimes"
+  "distributed checkpoints at t = 1|--distribute-saved-activations partitions checkpointed activations over the tensor-parallel group: it needs --tensor-model-parallel-size > 1|--distribute-saved-activations --checkpoint-activations"
+  "recompute layers beyond the model|--recompute-num-layers 3 is outside [1, 2] for --recompute-method uniform with --num-layers 2|--recompute-granularity full --recompute-num-layers 3"
+  "activation_checkpointing type|activation_checkpointing.cpu_checkpointing must be true or false, got 1|--deepspeed_config $TMP/cpu_ckpt.json"
   "tile factor in JSON too large for the model|$TMP/tile4.json: zero_optimization.memory_centric_tiling_factor 4: tile factor 4 needs|--deepspeed_config $TMP/tile4.json"
 )
 for entry in "${CASES[@]}"; do

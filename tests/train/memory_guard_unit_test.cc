@@ -112,7 +112,7 @@ TEST_CASE("the guard names the smallest tile factor that fits when only tiling d
   REQUIRE(tiled2 < 0.75 * untiled);
   gpt::TrainOptions offloaded = o;
   offloaded.zero.offload.optimizer = offloaded.zero.offload.param = gpt::OffloadDevice::kNvme;
-  offloaded.zero.checkpoint_activations = true;
+  offloaded.zero.recompute = gpt::Recompute::full();
   REQUIRE(gpt::rank_memory_need(offloaded, 1, 8, 0).total > tiled2);
   REQUIRE(need_of(o, 3, 1, 1 << 16) > tiled2);  // 2^16 machines of 8 ranks
 

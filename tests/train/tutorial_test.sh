@@ -19,7 +19,7 @@ check() { grep -qF -- "$1" <<<"$out" || { echo "FAIL: output lacks '$1'"; failur
 [[ $rc == 0 ]] || { echo "FAIL: exit code $rc"; failures=$((failures + 1)); }
 check "2 nodes x 2 ranks per node (simulated)), ZeRO stage 3, fp16"
 check "ZeRO++: qwZ on (int8, block 2048), hpZ on (h = 2), qgZ on (int4 intra-node, int4 cross-node, block 512, LoCo error feedback off)"
-check "activation checkpointing on"
+check "activation recomputation full (uniform, 1 layer)"
 check "zero_optimization.reduce_scatter false accepted without effect"
 check "step     3/3 | loss"
 ((failures == 0)) && echo "tutorial command trains"

@@ -118,7 +118,7 @@ TEST_CASE("activation checkpointing gives identical losses with less activation 
   for (double dropout : {0.0, 0.1}) {
     RunSpec plain = spec_for(3, DType::kF32, dropout);
     RunSpec checkpointed = plain;
-    checkpointed.zero.checkpoint_activations = true;
+    checkpointed.zero.recompute = gpt::Recompute::full();
     const RunResult a = gpt::testing::run(world(), model, plain);
     const RunResult b = gpt::testing::run(world(), model, checkpointed);
     check_losses_close(b, a, 1e-6, "checkpointing");

@@ -53,7 +53,7 @@ class ShardedModel {
         partition_(table_, dp.size(), dp.size()),
         device_("device", Arena::kUnlimited, &ops_.device_memory()),
         wire_("wire", Arena::kUnlimited, &ops_.wire_memory()),
-        loop_(config, kMicroBatch, zero.checkpoint_activations, ops_, device_) {
+        loop_(config, kMicroBatch, zero.recompute, ops_, device_) {
     for (const UnitInfo& u : table_.units) names_.push_back(u.name);
     master_ = static_cast<double*>(device_.allocate("master", "master", shard_bytes()));
     weights_ = make_weight_source<double>({zero, partition_, names_, dp_, nullptr, context_});
@@ -133,7 +133,7 @@ ZeroConfig stage3_fp64(bool checkpoint_activations) {
   zero.precision = DType::kF64;
   zero.overlap_comm = true;          // prefetched gathers, two reductions in flight
   zero.reduce_bucket_size = 10'000;  // four buckets: ln_f, each block (12.7k elements) alone, wpe with wte
-  zero.checkpoint_activations = checkpoint_activations;
+  zero.recompute = checkpoint_activations ? Recompute::full() : Recompute{};
   return zero;
 }
 

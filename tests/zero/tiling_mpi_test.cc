@@ -132,7 +132,7 @@ TEST_CASE("the meter equals the tiled schedule's closed forms, with and without 
   for (bool checkpoint : {false, true}) {
     for (bool zeropp : {false, true}) {
       RunSpec spec = base_spec(DType::kF16, 4);
-      spec.zero.checkpoint_activations = checkpoint;
+      spec.zero.recompute = checkpoint ? gpt::Recompute::full() : gpt::Recompute{};
       spec.steps = 2;
       if (zeropp && world().size() >= 2) {
         spec.zero.quantized_weights = true;

@@ -239,7 +239,7 @@ TEST_CASE("hpZ alone: losses bitwise equal to ZeRO-3; the secondary holds P/h el
       for (bool checkpoint : {false, true}) {
         RunSpec plain = zeropp_spec(false, 1, false), hpz = zeropp_spec(false, h, false);
         plain.accumulation = hpz.accumulation = accumulation;
-        plain.zero.checkpoint_activations = hpz.zero.checkpoint_activations = checkpoint;
+        plain.zero.recompute = hpz.zero.recompute = checkpoint ? gpt::Recompute::full() : gpt::Recompute{};
         const RunResult a = gpt::testing::run(world(), model, plain);
         const RunResult b = gpt::testing::run(world(), model, hpz);
         int different = 0;

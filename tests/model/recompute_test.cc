@@ -1,0 +1,155 @@
+// Activation recomputation at the model level (model/recompute.h): selective recomputation and full
+// recomputation by every method give the loss and every gradient of the loop without recomputation bit for
+// bit (fp32, hidden and attention dropout on, untiled and tiled), and the loop acquires its units in exactly
+// the order loop_schedule announces, each acquisition released, each gradient handed over once.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "model/loop.h"
+#include "model/model.h"
+
+namespace {
+
+using gpt::Recompute;
+using gpt::RecomputeMethod;
+
+gpt::GPTConfig small_model() {
+  gpt::GPTConfig c;
+  c.num_layers = 5;
+  c.hidden = 64;
+  c.heads = 4;
+  c.seq_len = 16;
+  c.max_positions = 16;
+  c.vocab = 200;
+  return c;
+}
+
+std::vector<int32_t> tokens(int n, int vocab, uint32_t seed) {
+  std::vector<int32_t> out(n);
+  for (auto& t : out) {
+    seed = seed * 1664525u + 1013904223u;
+    t = int32_t((seed >> 8) % uint32_t(vocab));
+  }
+  return out;
+}
+
+// The model's flat vectors as weight source and gradient sink, recording what the loop asks for.
+class RecordingSlices final : public gpt::WeightSource<float>, public gpt::GradientSink<float> {
+ public:
+  RecordingSlices(const gpt::ParamTable& table, const std::vector<float>& params)
+      : table_(table), params_(params) {
+    grads.assign(params.size(), 0.0f);
+  }
+  void begin_pass(gpt::Pass, const std::vector<int>& schedule) override {
+    announced = schedule;
+    acquired.clear();
+  }
+  const float* acquire(int unit) override {
+    acquired.push_back(unit);
+    ++held_[unit];
+    return params_.data() + table_.units[unit].offset;
+  }
+  void release(int unit) override {
+    CHECK(held_[unit] > 0);
+    --held_[unit];
+  }
+  float* open(int unit) override { return grads.data() + table_.units[unit].offset; }
+  void ready(int unit) override { finals.push_back(unit); }
+  bool all_released() const {
+    for (const auto& [unit, count] : held_) {
+      if (count != 0) return false;
+    }
+    return true;
+  }
+
+  std::vector<int> announced, acquired, finals;
+  std::vector<float> grads;
+
+ private:
+  const gpt::ParamTable& table_;
+  const std::vector<float>& params_;
+  std::map<int, int> held_;
+};
+
+struct Result {
+  float loss = 0;
+  std::vector<float> grads;
+};
+
+// Two micro-steps of forward and backward (gradients accumulate) with dropout on.
+Result run(const Recompute& recompute, int tile_factor) {
+  const gpt::GPTConfig config = small_model();
+  const int B = 2, T = config.seq_len;
+  gpt::GPT2<float> init(config, B);
+  init.init(3);
+  gpt::Arena arena;
+  gpt::LayerLoop<float> loop(config, B, recompute, gpt::cpu_ops(), arena, tile_factor);
+  RecordingSlices slices(loop.table(), init.params);
+  Result r;
+  for (int step = 0; step < 2; ++step) {
+    const std::vector<int32_t> x = tokens(B * T, config.vocab, 10 + step),
+                               y = tokens(B * T, config.vocab, 20 + step);
+    const int64_t windows[2] = {7 + 2 * step, 8 + 2 * step};
+    gpt::Dropout dropout{0.1, 0.15, 99, windows};
+    r.loss += loop.forward(slices, x.data(), y.data(), dropout, true);
+    CHECK(slices.acquired == slices.announced);
+    CHECK(slices.acquired == loop.schedule().forward);
+    slices.finals.clear();
+    loop.backward(slices, slices, 0.5f);
+    CHECK(slices.acquired == slices.announced);
+    CHECK(slices.acquired == loop.schedule().backward);
+    CHECK(slices.finals == loop.schedule().gradients);
+    CHECK(slices.all_released());
+  }
+  r.grads = slices.grads;
+  return r;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("every recomputation gives the loss and gradients of none, bit for bit, with dropout on") {
+  for (int tile_factor : {1, 2}) {
+    CAPTURE(tile_factor);
+    const Result none = run(Recompute{}, tile_factor);
+    for (const Recompute& r :
+         {Recompute::selective(), Recompute::full(), Recompute::full(RecomputeMethod::kUniform, 2),
+          Recompute::full(RecomputeMethod::kUniform, 5), Recompute::full(RecomputeMethod::kBlock, 3),
+          Recompute::full(RecomputeMethod::kBlock, 0)}) {
+      CAPTURE(r.describe());
+      const Result other = run(r, tile_factor);
+      CHECK(std::memcmp(&other.loss, &none.loss, sizeof(float)) == 0);
+      CHECK(same_bits(other.grads, none.grads));
+    }
+  }
+}
+
+TEST_CASE("full recomputation walks a chunk's inner blocks forward again, then backward") {
+  // 5 blocks in chunks of 2: {0,1} {2,3} {4}. Units: wte 0, wpe 1, h.l = 2 + l, ln_f 7.
+  const gpt::LoopSchedule s = gpt::loop_schedule(8, 1, Recompute::full(RecomputeMethod::kUniform, 2));
+  CHECK(s.backward == std::vector<int>{7, 0, 6, 4, 5, 4, 2, 3, 2});
+  CHECK(s.gradients == std::vector<int>{7, 6, 5, 4, 3, 2, 1, 0});
+  // block 2: blocks 0 and 1 are recomputed alone, 2..4 keep their activations.
+  const gpt::LoopSchedule b = gpt::loop_schedule(8, 1, Recompute::full(RecomputeMethod::kBlock, 2));
+  CHECK(b.backward == std::vector<int>{7, 0, 6, 5, 4, 3, 2});
+}
+
+TEST_CASE("the chunks of each method") {
+  const Recompute uniform = Recompute::full(RecomputeMethod::kUniform, 2);
+  CHECK(uniform.chunk(3, 5).first == 2);
+  CHECK(uniform.chunk(3, 5).last == 3);
+  CHECK(uniform.chunk(4, 5).size() == 1);
+  const Recompute block = Recompute::full(RecomputeMethod::kBlock, 2);
+  CHECK(block.chunk(1, 5).size() == 1);
+  CHECK(block.chunk(2, 5).empty());
+  CHECK(Recompute::selective().chunk(0, 5).empty());
+  CHECK(Recompute::full(RecomputeMethod::kUniform, 3).describe() == "full (uniform, 3 layers)");
+}

@@ -1,0 +1,251 @@
+// Tensor parallelism at the model level: t threads, each a rank of a tensor-parallel group with its slice of
+// the weights (make_param_table's TensorSlice), run the one layer loop together through an in-process
+// TensorGroup; their loss equals the whole model's and their gradients, mapped back through for_each_run,
+// equal the whole model's (within fp32 rounding: the sums run in another order), with and without sequence
+// parallelism, hidden and attention dropout on, with every recomputation. The replicated parameters'
+// gradients agree on every rank.
+#include <doctest/doctest.h>
+
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "model/loop.h"
+#include "model/model.h"
+#include "model/tensor_parallel.h"
+
+namespace {
+
+using gpt::Recompute;
+using gpt::Tensor;
+using gpt::TensorTraffic;
+
+// The group's shared state: every member publishes its tensor's address, then reads the others'.
+struct SharedGroup {
+  explicit SharedGroup(int size) : size(size), barrier(size), data(size) {}
+  int size;
+  std::barrier<> barrier;
+  std::vector<const float*> data;
+};
+
+// One rank of the in-process group (fp32 tensors): sums in rank order, in double.
+class ThreadMember final : public gpt::TensorGroup {
+ public:
+  ThreadMember(SharedGroup& group, int rank) : group_(group), rank_(rank) {}
+  int size() const override { return group_.size; }
+  int rank() const override { return rank_; }
+  void all_reduce(const Tensor& x, TensorTraffic) override {
+    const int64_t n = x.numel();
+    std::vector<float> sum = summed(x, 0, n);
+    std::memcpy(x.data, sum.data(), n * sizeof(float));
+    group_.barrier.arrive_and_wait();
+  }
+  void all_gather(const Tensor& out, const Tensor& x, TensorTraffic) override {
+    const int64_t n = x.numel();
+    publish(x);
+    for (int r = 0; r < group_.size; ++r)
+      std::memcpy(out.as<float>() + r * n, group_.data[r], n * sizeof(float));
+    group_.barrier.arrive_and_wait();
+  }
+  void reduce_scatter(const Tensor& out, const Tensor& x, TensorTraffic) override {
+    const int64_t n = out.numel();
+    std::vector<float> sum = summed(x, rank_ * n, n);
+    std::memcpy(out.data, sum.data(), n * sizeof(float));
+    group_.barrier.arrive_and_wait();
+  }
+
+ private:
+  void publish(const Tensor& x) {
+    group_.data[rank_] = x.as<const float>();
+    group_.barrier.arrive_and_wait();
+  }
+  // Elements [first, first + n) of the members' x summed; every member has read when it returns.
+  std::vector<float> summed(const Tensor& x, int64_t first, int64_t n) {
+    publish(x);
+    std::vector<float> out(n);
+    for (int64_t i = 0; i < n; ++i) {
+      double s = 0;
+      for (int r = 0; r < group_.size; ++r) s += group_.data[r][first + i];
+      out[i] = float(s);
+    }
+    group_.barrier.arrive_and_wait();
+    return out;
+  }
+  SharedGroup& group_;
+  int rank_;
+};
+
+gpt::GPTConfig small_model() {
+  gpt::GPTConfig c;
+  c.num_layers = 2;
+  c.hidden = 64;
+  c.heads = 4;
+  c.seq_len = 16;
+  c.max_positions = 16;
+  c.vocab = 200;  // padded to 256
+  return c;
+}
+
+constexpr int kB = 2;
+
+std::vector<int32_t> tokens(int n, int vocab, uint32_t seed) {
+  std::vector<int32_t> out(n);
+  for (auto& t : out) {
+    seed = seed * 1664525u + 1013904223u;
+    t = int32_t((seed >> 8) % uint32_t(vocab));
+  }
+  return out;
+}
+
+// The flat vectors of one slice as weight source and gradient sink.
+class Slices final : public gpt::WeightSource<float>, public gpt::GradientSink<float> {
+ public:
+  Slices(const gpt::ParamTable& table, std::vector<float> weights)
+      : params(std::move(weights)), grads(table.total, 0.0f), table_(table) {}
+  void begin_pass(gpt::Pass, const std::vector<int>&) override {}
+  const float* acquire(int unit) override { return params.data() + table_.units[unit].offset; }
+  void release(int) override {}
+  float* open(int unit) override { return grads.data() + table_.units[unit].offset; }
+  void ready(int) override {}
+
+  std::vector<float> params, grads;
+
+ private:
+  const gpt::ParamTable& table_;
+};
+
+struct Run {
+  float loss = 0;
+  std::vector<float> grads;  // this rank's slice
+  gpt::ParamTable table;
+};
+
+// Two accumulated micro-steps with dropout on, on rank `slice.rank` of the group (size 1: no group).
+Run run_rank(const std::vector<float>& whole, const gpt::ParamTable& whole_table, gpt::TensorSlice slice,
+             gpt::TensorGroup* group, bool sequence_parallel, const Recompute& recompute) {
+  const gpt::GPTConfig config = small_model();
+  Run r;
+  r.table = gpt::make_param_table(config, 1, slice);
+  std::vector<float> mine(r.table.total);
+  for (size_t p = 0; p < r.table.params.size(); ++p) {
+    const gpt::ParamInfo& info = r.table.params[p];
+    const int64_t base = whole_table.params[p].offset;
+    gpt::for_each_run(info, slice, [&](int64_t local, int64_t full, int64_t n) {
+      std::memcpy(mine.data() + info.offset + local, whole.data() + base + full, n * sizeof(float));
+    });
+  }
+  gpt::Arena arena;
+  gpt::LayerLoop<float> loop(config, kB, recompute, gpt::cpu_ops(), arena, 1,
+                             gpt::TensorParallel{group, sequence_parallel});
+  Slices slices(r.table, std::move(mine));
+  for (int step = 0; step < 2; ++step) {
+    const int n = kB * config.seq_len;
+    const std::vector<int32_t> x = tokens(n, config.vocab, 30 + step), y = tokens(n, config.vocab, 40 + step);
+    const int64_t windows[kB] = {5 + 2 * step, 6 + 2 * step};
+    r.loss += loop.forward(slices, x.data(), y.data(), gpt::Dropout{0.1, 0.1, 77, windows}, true);
+    loop.backward(slices, slices, 0.5f);
+  }
+  r.grads = slices.grads;
+  return r;
+}
+
+// ||a - b|| / ||b||.
+double relative_error(const std::vector<double>& a, const std::vector<double>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    norm += b[i] * b[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+void check_against_whole(int t, bool sequence_parallel, const Recompute& recompute) {
+  const gpt::GPTConfig config = small_model();
+  gpt::GPT2<float> init(config, kB);
+  init.init(9);
+  const gpt::ParamTable whole_table = gpt::make_param_table(config);
+  const Run whole = run_rank(init.params, whole_table, {}, nullptr, false, Recompute{});
+
+  SharedGroup shared(t);
+  std::vector<ThreadMember> members;
+  for (int r = 0; r < t; ++r) members.emplace_back(shared, r);
+  std::vector<Run> runs(t);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < t; ++r) {
+    threads.emplace_back([&, r] {
+      runs[r] = run_rank(init.params, whole_table, {t, r}, &members[r], sequence_parallel, recompute);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+
+  for (int r = 0; r < t; ++r) CHECK(std::abs(runs[r].loss - whole.loss) <= 1e-5 * std::abs(whole.loss));
+  // Each parameter's gradient, reassembled from the slices (replicated ones from every rank in turn).
+  for (size_t p = 0; p < whole_table.params.size(); ++p) {
+    const gpt::ParamInfo& info = whole_table.params[p];
+    CAPTURE(info.name);
+    std::vector<double> expected(whole.grads.begin() + info.offset,
+                                 whole.grads.begin() + info.offset + info.numel);
+    const bool replicated = runs[0].table.params[p].split == gpt::TensorSplit::kReplicated;
+    for (int check = 0; check < (replicated ? t : 1); ++check) {
+      std::vector<double> got(info.numel, 0.0);
+      for (int r = 0; r < t; ++r) {
+        if (replicated && r != check) continue;
+        const gpt::ParamInfo& local = runs[r].table.params[p];
+        gpt::for_each_run(local, {t, r}, [&](int64_t l, int64_t f, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) got[f + i] = runs[r].grads[local.offset + l + i];
+        });
+      }
+      CHECK(relative_error(got, expected) < 2e-5);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the sliced table holds each rank's share and maps back onto the whole model") {
+  const gpt::GPTConfig config = small_model();
+  const gpt::ParamTable whole = gpt::make_param_table(config);
+  for (int t : {2, 4}) {
+    std::vector<int> covered(whole.total, 0);
+    for (int r = 0; r < t; ++r) {
+      const gpt::ParamTable slice = gpt::make_param_table(config, 1, {t, r});
+      int64_t elements = 0;
+      for (const gpt::ParamInfo& p : slice.params) elements += p.numel;
+      CHECK(slice.total == elements);
+      CHECK(slice.units[2].numel == gpt::block_numel(config.hidden, t));
+      for (size_t p = 0; p < slice.params.size(); ++p) {
+        gpt::for_each_run(slice.params[p], {t, r}, [&](int64_t, int64_t f, int64_t n) {
+          for (int64_t i = 0; i < n; ++i) ++covered[whole.params[p].offset + f + i];
+        });
+      }
+    }
+    // Split parameters are covered once, replicated ones t times.
+    for (const gpt::ParamInfo& p : gpt::make_param_table(config, 1, {t, 0}).params) {
+      const gpt::ParamInfo& w = whole.find(p.name);
+      const int expected = p.split == gpt::TensorSplit::kReplicated ? t : 1;
+      for (int64_t i = 0; i < w.numel; ++i) REQUIRE(covered[w.offset + i] == expected);
+    }
+  }
+  CHECK(gpt::tensor_slice_problem(config, 3).find("does not divide --num-attention-heads 4") !=
+        std::string::npos);
+}
+
+TEST_CASE("t ranks give the whole model's loss and gradients") {
+  for (int t : {2, 4}) {
+    for (bool sequence_parallel : {false, true}) {
+      CAPTURE(t);
+      CAPTURE(sequence_parallel);
+      check_against_whole(t, sequence_parallel, Recompute{});
+    }
+  }
+}
+
+TEST_CASE("tensor parallelism with selective and full recomputation") {
+  check_against_whole(2, true, Recompute::selective());
+  check_against_whole(2, false, Recompute::full());
+  check_against_whole(2, true, Recompute::full(gpt::RecomputeMethod::kUniform, 2));
+}
