@@ -13,6 +13,12 @@ const char* phase_name(Phase phase) {
       return "param_gather_bwd";
     case Phase::kGradReduce:
       return "grad_reduce";
+    case Phase::kTpFwd:
+      return "tp_fwd";
+    case Phase::kTpBwd:
+      return "tp_bwd";
+    case Phase::kActGather:
+      return "act_gather";
     case Phase::kEval:
       return "eval";
     case Phase::kOther:

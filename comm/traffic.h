@@ -10,9 +10,21 @@
 
 namespace gpt::comm {
 
-enum class Phase : uint8_t { kParamGatherFwd, kParamGatherBwd, kGradReduce, kEval, kOther };
-inline constexpr int kNumPhases = 5;
-// "param_gather_fwd", "param_gather_bwd", "grad_reduce", "eval", "other" (the metrics file's names).
+// The tensor-parallel phases: the layers' collectives in the forward (tp_fwd) and in the backward, with the
+// recomputation's (tp_bwd), and partitioned activation checkpoints gathered for the recomputation.
+enum class Phase : uint8_t {
+  kParamGatherFwd,
+  kParamGatherBwd,
+  kGradReduce,
+  kTpFwd,
+  kTpBwd,
+  kActGather,
+  kEval,
+  kOther
+};
+inline constexpr int kNumPhases = 8;
+// "param_gather_fwd", "param_gather_bwd", "grad_reduce", "tp_fwd", "tp_bwd", "act_gather", "eval", "other"
+// (the metrics file's names).
 const char* phase_name(Phase phase);
 
 enum class Link : uint8_t { kIntraNode, kInterNode };

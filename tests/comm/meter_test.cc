@@ -109,9 +109,9 @@ TEST_CASE("sum_over_ranks: exact 64-bit sums, and its own traffic only in later 
     CHECK(sum.bytes[p][1] == 1000 * rank_sum + uint64_t(w) * p);
     CHECK(sum.wait_ms[p] == doctest::Approx(0.25 * rank_sum));
   }
-  // It gathered 15 words of 8 bytes from every rank: W-1 messages of 120 bytes sent by this rank, in kOther.
+  // It gathered 3 words of 8 bytes per phase from every rank: W-1 messages sent by this rank, in kOther.
   const TrafficCounts own = second - first;
-  CHECK(own.at(Phase::kOther) == uint64_t(w - 1) * 120);
+  CHECK(own.at(Phase::kOther) == uint64_t(w - 1) * 3 * kNumPhases * 8);
   CHECK(own.total() == own.at(Phase::kOther));
 }
 
