@@ -159,22 +159,30 @@ const Tensor& full_sequence(const TensorParallel& tp, const Tensor& x) {
   return tp.gathered;
 }
 
+// Where a rank computes its partial of a sum over the group that lands in `out`: out itself, or with
+// sequence parallelism (out holds this rank's positions) tp.partial, of whole sequences.
+const Tensor& partial_buffer(const TensorParallel& tp, const Tensor& out) {
+  return tp.sequence_parallel ? tp.partial : out;
+}
+
+// out = the group's sum of the partials in partial_buffer(tp, out): all-reduced in place, or with sequence
+// parallelism reduce-scattered to this rank's positions. Nothing to do for t = 1.
+void sum_over_group(const TensorParallel& tp, const Tensor& out, const Tensor& partial) {
+  if (tp.sequence_parallel) {
+    scatter_sequence(tp, out, partial);
+  } else if (tp.size() > 1) {
+    tp.group->all_reduce(out, tp.traffic);
+  }
+}
+
 // A row-parallel layer: out = x W^T + b, the sum over the group of each rank's x (its features) times its
 // columns of W; with sequence parallelism out is this rank's positions of the sum.
 template <typename Real>
 void row_parallel_forward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, const Tensor& out,
                           const Tensor& x, const Tensor& bias, const TensorParallel& tp) {
-  if (tp.size() == 1) {
-    tiled_linear_forward(ops, w, linear, out, x, bias);
-    return;
-  }
-  const Tensor& partial = tp.sequence_parallel ? tp.partial : out;
+  const Tensor& partial = partial_buffer(tp, out);
   tiled_linear_forward(ops, w, linear, partial, x, tp.rank() == 0 ? bias : Tensor{});  // the bias once
-  if (tp.sequence_parallel) {
-    scatter_sequence(tp, out, partial);
-  } else {
-    tp.group->all_reduce(out, tp.traffic);
-  }
+  sum_over_group(tp, out, partial);
 }
 
 // A column-parallel layer's backward: dx = the group's sum of dout times each rank's rows of W (overwritten;
@@ -183,16 +191,10 @@ template <typename Real>
 void column_parallel_backward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, const Tensor& dx,
                               const Tensor& dbias, const Tensor& dout, const Tensor& x,
                               const TensorParallel& tp) {
-  if (!tp.sequence_parallel) {
-    ops.fill(dx, 0);
-    tiled_linear_backward(ops, w, linear, dx, dbias, dout, x);
-    if (tp.size() > 1) tp.group->all_reduce(dx, tp.traffic);
-    return;
-  }
-  const Tensor& x_full = full_sequence(tp, x);
-  ops.fill(tp.partial, 0);
-  tiled_linear_backward(ops, w, linear, tp.partial, dbias, dout, x_full);
-  scatter_sequence(tp, dx, tp.partial);
+  const Tensor& partial = partial_buffer(tp, dx);
+  ops.fill(partial, 0);
+  tiled_linear_backward(ops, w, linear, partial, dbias, dout, full_sequence(tp, x));
+  sum_over_group(tp, dx, partial);
 }
 
 // LayerNorm's backward. With sequence parallelism the parameter gradients of this rank's positions are
@@ -278,10 +280,10 @@ size_t BlockScratch::bytes() const {
 
 void HeadActivations::allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T,
                                const TensorParallel& tp) {
-  const int64_t t = tp.size(), C = config.hidden, BT = int64_t(B) * T,
-                BTl = int64_t(B) * tp.local_positions(T);
-  lnf = gpt::allocate(arena, dtype, {B, BTl / B, C});
-  dlnf = gpt::allocate(arena, dtype, {B, BTl / B, C});
+  const int64_t t = tp.size(), C = config.hidden, BT = int64_t(B) * T, Tl = tp.local_positions(T),
+                BTl = B * Tl;
+  lnf = gpt::allocate(arena, dtype, {B, Tl, C});
+  dlnf = gpt::allocate(arena, dtype, {B, Tl, C});
   lnf_mean = gpt::allocate(arena, dtype, {BTl});
   lnf_rstd = gpt::allocate(arena, dtype, {BTl});
   probs = gpt::allocate(arena, dtype, {BT, config.padded_vocab() / t});
@@ -310,14 +312,10 @@ void embed_forward(Ops& ops, const GPTConfig& config, const Real* wte, const Rea
   } else {
     // The vocabulary-parallel embedding: each rank looks up the tokens of its rows (the positions on rank 0
     // only), and the group sums.
-    const Tensor& sum = tp.sequence_parallel ? tp.partial : x0;
-    ops.embedding_forward_rows(sum, tokens, view(ops, wte, {rows, C}), tp.rank() * rows,
+    const Tensor& partial = partial_buffer(tp, x0);
+    ops.embedding_forward_rows(partial, tokens, view(ops, wte, {rows, C}), tp.rank() * rows,
                                tp.rank() == 0 ? positions : Tensor{});
-    if (tp.sequence_parallel) {
-      scatter_sequence(tp, x0, sum);
-    } else {
-      tp.group->all_reduce(x0, tp.traffic);
-    }
+    sum_over_group(tp, x0, partial);
   }
   drop_hidden(ops, dropout, kEmbeddingLayer, DropoutSite::kEmbedding, x0, tp);
 }
@@ -495,15 +493,11 @@ void head_backward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const R
     ops.cross_entropy_backward_columns(a.probs, a.probs, targets, a.dlosses, tp.rank() * rows, config.vocab);
   }
   // The tied projection is column-parallel over the vocabulary: dlnf sums the group's partial products.
-  const Tensor& dlnf = tp.sequence_parallel ? tp.partial : a.dlnf;
+  const Tensor& dlnf = partial_buffer(tp, a.dlnf);
   ops.fill(dlnf, 0);
   ops.linear_backward(dlnf, view(ops, dwte, {rows, C}), Tensor{}, a.probs,
                       tp.sequence_parallel ? a.lnf_full : a.lnf, view(ops, wte, {rows, C}));
-  if (tp.sequence_parallel) {
-    scatter_sequence(tp, a.dlnf, dlnf);
-  } else if (tp.size() > 1) {
-    tp.group->all_reduce(a.dlnf, tp.traffic);
-  }
+  sum_over_group(tp, a.dlnf, dlnf);
   ops.fill(dx, 0);
   norm_backward(ops, tp, dx, view(ops, dlnf_w, {C}), view(ops, dlnf_b, {C}), a.dlnf, x, view(ops, lnf_w, {C}),
                 a.lnf_mean, a.lnf_rstd);

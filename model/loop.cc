@@ -134,10 +134,6 @@ class SourcedTiles final : public BlockWeights<Real> {
   BlockParams<Real*> small_gradients_{};
 };
 
-}  // namespace
-
-namespace {
-
 // Which slot of the residual stream and which activation set each block uses (loop.h's members).
 struct Slots {
   std::vector<int> residual;  // L+1

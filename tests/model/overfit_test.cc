@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "model/model.h"
 #include "kernels/cpu/adamw.h"
+#include "model/model.h"
 #include "zero/optimizer.h"
 
 TEST_CASE("a 2-layer model overfits one repeated batch") {

@@ -12,6 +12,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "model/loop.h"
 #include "model/model.h"
+#include "tests/model/flat_model.h"
 
 namespace {
 
@@ -29,22 +30,10 @@ gpt::GPTConfig small_model() {
   return c;
 }
 
-std::vector<int32_t> tokens(int n, int vocab, uint32_t seed) {
-  std::vector<int32_t> out(n);
-  for (auto& t : out) {
-    seed = seed * 1664525u + 1013904223u;
-    t = int32_t((seed >> 8) % uint32_t(vocab));
-  }
-  return out;
-}
-
 // The model's flat vectors as weight source and gradient sink, recording what the loop asks for.
-class RecordingSlices final : public gpt::WeightSource<float>, public gpt::GradientSink<float> {
+class RecordingSlices final : public gpt::test::FlatSlices {
  public:
-  RecordingSlices(const gpt::ParamTable& table, const std::vector<float>& params)
-      : table_(table), params_(params) {
-    grads.assign(params.size(), 0.0f);
-  }
+  using FlatSlices::FlatSlices;
   void begin_pass(gpt::Pass, const std::vector<int>& schedule) override {
     announced = schedule;
     acquired.clear();
@@ -52,13 +41,12 @@ class RecordingSlices final : public gpt::WeightSource<float>, public gpt::Gradi
   const float* acquire(int unit) override {
     acquired.push_back(unit);
     ++held_[unit];
-    return params_.data() + table_.units[unit].offset;
+    return FlatSlices::acquire(unit);
   }
   void release(int unit) override {
     CHECK(held_[unit] > 0);
     --held_[unit];
   }
-  float* open(int unit) override { return grads.data() + table_.units[unit].offset; }
   void ready(int unit) override { finals.push_back(unit); }
   bool all_released() const {
     for (const auto& [unit, count] : held_) {
@@ -68,11 +56,8 @@ class RecordingSlices final : public gpt::WeightSource<float>, public gpt::Gradi
   }
 
   std::vector<int> announced, acquired, finals;
-  std::vector<float> grads;
 
  private:
-  const gpt::ParamTable& table_;
-  const std::vector<float>& params_;
   std::map<int, int> held_;
 };
 
@@ -92,8 +77,8 @@ Result run(const Recompute& recompute, int tile_factor) {
   RecordingSlices slices(loop.table(), init.params);
   Result r;
   for (int step = 0; step < 2; ++step) {
-    const std::vector<int32_t> x = tokens(B * T, config.vocab, 10 + step),
-                               y = tokens(B * T, config.vocab, 20 + step);
+    const std::vector<int32_t> x = gpt::test::lcg_tokens(B * T, config.vocab, 10 + step),
+                               y = gpt::test::lcg_tokens(B * T, config.vocab, 20 + step);
     const int64_t windows[2] = {7 + 2 * step, 8 + 2 * step};
     gpt::Dropout dropout{0.1, 0.15, 99, windows};
     r.loss += loop.forward(slices, x.data(), y.data(), dropout, true);

@@ -17,6 +17,7 @@
 #include "model/loop.h"
 #include "model/model.h"
 #include "model/tensor_parallel.h"
+#include "tests/model/flat_model.h"
 
 namespace {
 
@@ -79,44 +80,7 @@ class ThreadMember final : public gpt::TensorGroup {
   int rank_;
 };
 
-gpt::GPTConfig small_model() {
-  gpt::GPTConfig c;
-  c.num_layers = 2;
-  c.hidden = 64;
-  c.heads = 4;
-  c.seq_len = 16;
-  c.max_positions = 16;
-  c.vocab = 200;  // padded to 256
-  return c;
-}
-
 constexpr int kB = 2;
-
-std::vector<int32_t> tokens(int n, int vocab, uint32_t seed) {
-  std::vector<int32_t> out(n);
-  for (auto& t : out) {
-    seed = seed * 1664525u + 1013904223u;
-    t = int32_t((seed >> 8) % uint32_t(vocab));
-  }
-  return out;
-}
-
-// The flat vectors of one slice as weight source and gradient sink.
-class Slices final : public gpt::WeightSource<float>, public gpt::GradientSink<float> {
- public:
-  Slices(const gpt::ParamTable& table, std::vector<float> weights)
-      : params(std::move(weights)), grads(table.total, 0.0f), table_(table) {}
-  void begin_pass(gpt::Pass, const std::vector<int>&) override {}
-  const float* acquire(int unit) override { return params.data() + table_.units[unit].offset; }
-  void release(int) override {}
-  float* open(int unit) override { return grads.data() + table_.units[unit].offset; }
-  void ready(int) override {}
-
-  std::vector<float> params, grads;
-
- private:
-  const gpt::ParamTable& table_;
-};
 
 struct Run {
   float loss = 0;
@@ -127,24 +91,17 @@ struct Run {
 // Two accumulated micro-steps with dropout on, on rank `slice.rank` of the group (size 1: no group).
 Run run_rank(const std::vector<float>& whole, const gpt::ParamTable& whole_table, gpt::TensorSlice slice,
              gpt::TensorGroup* group, bool sequence_parallel, const Recompute& recompute) {
-  const gpt::GPTConfig config = small_model();
+  const gpt::GPTConfig config = gpt::test::small_parallel_model();
   Run r;
   r.table = gpt::make_param_table(config, 1, slice);
-  std::vector<float> mine(r.table.total);
-  for (size_t p = 0; p < r.table.params.size(); ++p) {
-    const gpt::ParamInfo& info = r.table.params[p];
-    const int64_t base = whole_table.params[p].offset;
-    gpt::for_each_run(info, slice, [&](int64_t local, int64_t full, int64_t n) {
-      std::memcpy(mine.data() + info.offset + local, whole.data() + base + full, n * sizeof(float));
-    });
-  }
   gpt::Arena arena;
   gpt::LayerLoop<float> loop(config, kB, recompute, gpt::cpu_ops(), arena, 1,
                              gpt::TensorParallel{group, sequence_parallel});
-  Slices slices(r.table, std::move(mine));
+  gpt::test::FlatSlices slices(r.table, gpt::test::slice_weights(whole, whole_table, r.table));
   for (int step = 0; step < 2; ++step) {
     const int n = kB * config.seq_len;
-    const std::vector<int32_t> x = tokens(n, config.vocab, 30 + step), y = tokens(n, config.vocab, 40 + step);
+    const std::vector<int32_t> x = gpt::test::lcg_tokens(n, config.vocab, 30 + step),
+                               y = gpt::test::lcg_tokens(n, config.vocab, 40 + step);
     const int64_t windows[kB] = {5 + 2 * step, 6 + 2 * step};
     r.loss += loop.forward(slices, x.data(), y.data(), gpt::Dropout{0.1, 0.1, 77, windows}, true);
     loop.backward(slices, slices, 0.5f);
@@ -164,7 +121,7 @@ double relative_error(const std::vector<double>& a, const std::vector<double>& b
 }
 
 void check_against_whole(int t, bool sequence_parallel, const Recompute& recompute) {
-  const gpt::GPTConfig config = small_model();
+  const gpt::GPTConfig config = gpt::test::small_parallel_model();
   gpt::GPT2<float> init(config, kB);
   init.init(9);
   const gpt::ParamTable whole_table = gpt::make_param_table(config);
@@ -207,7 +164,7 @@ void check_against_whole(int t, bool sequence_parallel, const Recompute& recompu
 }  // namespace
 
 TEST_CASE("the sliced table holds each rank's share and maps back onto the whole model") {
-  const gpt::GPTConfig config = small_model();
+  const gpt::GPTConfig config = gpt::test::small_parallel_model();
   const gpt::ParamTable whole = gpt::make_param_table(config);
   for (int t : {2, 4}) {
     std::vector<int> covered(whole.total, 0);

@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/threads.h"
 #include "model/model.h"
+#include "tests/model/flat_model.h"
 
 namespace {
 
@@ -25,15 +26,6 @@ gpt::GPTConfig tiling_model() {
   c.max_positions = 32;
   c.vocab = 250;
   return c;
-}
-
-std::vector<int32_t> tokens(int n, int vocab, uint32_t seed) {
-  std::vector<int32_t> out(n);
-  for (auto& t : out) {
-    seed = seed * 1664525u + 1013904223u;
-    t = int32_t((seed >> 8) % uint32_t(vocab));
-  }
-  return out;
 }
 
 // ||a - b|| / ||b|| over one parameter's elements.
@@ -56,7 +48,8 @@ Pass run(int tile_factor, bool with_targets) {
   const int B = 2, T = config.seq_len;
   gpt::GPT2<float> model(config, B, tile_factor);
   model.init(5);
-  const std::vector<int32_t> x = tokens(B * T, config.vocab, 11), y = tokens(B * T, config.vocab, 12);
+  const std::vector<int32_t> x = gpt::test::lcg_tokens(B * T, config.vocab, 11),
+                             y = gpt::test::lcg_tokens(B * T, config.vocab, 12);
   Pass p;
   p.loss = model.forward(x.data(), with_targets ? y.data() : nullptr);
   p.logits.assign(model.logits(), model.logits() + int64_t(B) * T * config.padded_vocab());

@@ -13,6 +13,7 @@
 #include "model/loop.h"
 #include "model/model.h"
 #include "tests/comm/mpi_test_env.h"
+#include "tests/model/flat_model.h"
 #include "zero/tensor_group.h"
 
 namespace {
@@ -21,35 +22,7 @@ gpt::comm::Communicator& world() {
   return gpt::comm::testing::world();
 }
 
-gpt::GPTConfig small_model() {
-  gpt::GPTConfig c;
-  c.num_layers = 2;
-  c.hidden = 64;
-  c.heads = 4;
-  c.seq_len = 16;
-  c.max_positions = 16;
-  c.vocab = 200;
-  return c;
-}
-
 constexpr int kB = 2;
-
-// The flat vectors of a table as weight source and gradient sink.
-class Slices final : public gpt::WeightSource<float>, public gpt::GradientSink<float> {
- public:
-  Slices(const gpt::ParamTable& table, std::vector<float> weights)
-      : params(std::move(weights)), grads(table.total, 0.0f), table_(table) {}
-  void begin_pass(gpt::Pass, const std::vector<int>&) override {}
-  const float* acquire(int unit) override { return params.data() + table_.units[unit].offset; }
-  void release(int) override {}
-  float* open(int unit) override { return grads.data() + table_.units[unit].offset; }
-  void ready(int) override {}
-
-  std::vector<float> params, grads;
-
- private:
-  const gpt::ParamTable& table_;
-};
 
 struct Result {
   float loss = 0;
@@ -58,14 +31,14 @@ struct Result {
 
 // One forward and backward with dropout on; group null: the whole model.
 Result run(gpt::LayerLoop<float>& loop, std::vector<float> params) {
-  const gpt::GPTConfig config = small_model();
+  const gpt::GPTConfig config = gpt::test::small_parallel_model();
   std::vector<int32_t> x(kB * config.seq_len), y(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     x[i] = int32_t((i * 37 + 11) % config.vocab);
     y[i] = int32_t((i * 53 + 7) % config.vocab);
   }
   const int64_t windows[kB] = {3, 4};
-  Slices slices(loop.table(), std::move(params));
+  gpt::test::FlatSlices slices(loop.table(), std::move(params));
   Result r;
   r.loss = loop.forward(slices, x.data(), y.data(), gpt::Dropout{0.1, 0.1, 5, windows}, true);
   loop.backward(slices, slices, 1.0f);
@@ -77,7 +50,7 @@ Result run(gpt::LayerLoop<float>& loop, std::vector<float> params) {
 
 TEST_CASE("the world as one tensor-parallel group equals the whole model") {
   const int t = world().size();
-  const gpt::GPTConfig config = small_model();
+  const gpt::GPTConfig config = gpt::test::small_parallel_model();
   gpt::GPT2<float> init(config, kB);
   init.init(21);
   gpt::Arena whole_arena;
@@ -93,16 +66,8 @@ TEST_CASE("the world as one tensor-parallel group equals the whole model") {
     gpt::LayerLoop<float> loop(config, kB, gpt::Recompute::selective(), gpt::cpu_ops(), device, 1,
                                gpt::TensorParallel{&group, sequence_parallel});
     const gpt::TensorSlice slice{t, world().rank()};
-    std::vector<float> mine(loop.table().total);
-    for (size_t p = 0; p < whole_table.params.size(); ++p) {
-      const gpt::ParamInfo& local = loop.table().params[p];
-      gpt::for_each_run(local, slice, [&](int64_t l, int64_t f, int64_t n) {
-        std::memcpy(mine.data() + local.offset + l, init.params.data() + whole_table.params[p].offset + f,
-                    n * sizeof(float));
-      });
-    }
     const gpt::comm::TrafficCounts before = world().meter().snapshot();
-    const Result tp = run(loop, std::move(mine));
+    const Result tp = run(loop, gpt::test::slice_weights(init.params, whole_table, loop.table()));
     const gpt::comm::TrafficCounts used = world().meter().snapshot() - before;
 
     CHECK(std::abs(tp.loss - whole.loss) <= 1e-5 * std::abs(whole.loss));
