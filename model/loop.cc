@@ -349,6 +349,7 @@ template <typename Real>
 size_t LayerLoop<Real>::activation_bytes() const {
   size_t total = residual_.nbytes() + dresidual_.nbytes() +
                  (recompute_.is_full() ? recompute_out_.nbytes() : 0) + scratch_.bytes() + head_.bytes();
+  if (tp_.sequence_parallel) total += tp_.gathered.nbytes() + tp_.partial.nbytes() + tp_.norm_grads.nbytes();
   for (const auto& block : blocks_) total += block.bytes();
   return total;
 }

@@ -97,6 +97,13 @@ Run run_rank(const std::vector<float>& whole, const gpt::ParamTable& whole_table
   gpt::Arena arena;
   gpt::LayerLoop<float> loop(config, kB, recompute, gpt::cpu_ops(), arena, 1,
                              gpt::TensorParallel{group, sequence_parallel});
+  // The loop's own count of its activations is what the arena holds in that category, but for each
+  // allocation's rounding up to the arena's alignment.
+  for (const auto& usage : arena.usage_by_category()) {
+    if (usage.category != "activations") continue;
+    CHECK(usage.current_bytes >= loop.activation_bytes());
+    CHECK(usage.current_bytes - loop.activation_bytes() < gpt::Arena::kAlignment * usage.blocks);
+  }
   gpt::test::FlatSlices slices(r.table, gpt::test::slice_weights(whole, whole_table, r.table));
   for (int step = 0; step < 2; ++step) {
     const int n = kB * config.seq_len;
