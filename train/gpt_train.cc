@@ -33,6 +33,7 @@
 #include "train/planner.h"
 #include "zero/checkpoint.h"
 #include "zero/engine.h"
+#include "zero/parallel_groups.h"
 #include "zero/qgz.h"
 #include "zero/traffic_model.h"
 
@@ -72,8 +73,9 @@ std::string duration_text(double seconds) {
   return text;
 }
 
-void print_banner(const TrainOptions& o, const comm::Communicator& world, const ZeroEngine& engine,
+void print_banner(const TrainOptions& o, const ParallelGroups& groups, const ZeroEngine& engine,
                   const data::TrainLoader& loader, bool has_validation) {
+  const comm::Communicator& world = groups.world();
   const GPTConfig& m = o.model;
   std::printf(
       "gpt_train: GPT-2 %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d): %.2fM parameters\n",
@@ -82,10 +84,16 @@ void print_banner(const TrainOptions& o, const comm::Communicator& world, const 
               world.size(), world.topology().describe().c_str(), o.zero.stage,
               precision_name(o.zero.precision), o.zero.overlap_comm ? "on" : "off",
               static_cast<long long>(o.zero.reduce_bucket_size));
+  if (groups.tensor_size() > 1) {
+    std::printf(
+        "  tensor parallelism t = %d (consecutive ranks) x data parallelism d = %d; sequence parallelism "
+        "%s; ZeRO shards each rank's tensor-parallel slice over its data-parallel group\n",
+        groups.tensor_size(), groups.data().size(), o.zero.sequence_parallel ? "on" : "off");
+  }
   std::printf(
-      "  batch: micro %d x accumulation %d x %d ranks = global %lld sequences (%lld tokens); %lld "
-      "training windows%s\n",
-      o.micro_batch, o.accumulation_steps, world.size(), static_cast<long long>(o.global_batch),
+      "  batch: micro %d x accumulation %d x %d data-parallel ranks = global %lld sequences (%lld tokens); "
+      "%lld training windows%s\n",
+      o.micro_batch, o.accumulation_steps, groups.data().size(), static_cast<long long>(o.global_batch),
       static_cast<long long>(o.global_batch * m.seq_len), static_cast<long long>(loader.num_windows()),
       has_validation ? "" : ", no validation data");
   std::printf("  optimizer %s (betas %g, %g, eps %g, weight decay %g), %s; clip %g; %d steps\n",
@@ -110,15 +118,17 @@ void print_banner(const TrainOptions& o, const comm::Communicator& world, const 
   TrafficModelInput model_input;
   model_input.partition = &engine.partition();
   model_input.zero = o.zero;
-  model_input.ranks_per_node = world.topology().ranks_per_node;
+  model_input.ranks_per_node = groups.data_topology().ranks_per_node;
   model_input.accumulation_steps = o.accumulation_steps;
   const comm::TrafficCounts expected = expected_step_traffic(model_input);
+  // One data-parallel group's closed forms; the t groups move the same bytes each.
+  const double t = groups.tensor_size();
   std::printf("  expected bytes per step (closed forms, all ranks):");
   for (comm::Phase phase :
        {comm::Phase::kParamGatherFwd, comm::Phase::kParamGatherBwd, comm::Phase::kGradReduce}) {
     std::printf(" %s intra %s inter %s;", comm::phase_name(phase),
-                bytes_text(double(expected.at(phase, comm::Link::kIntraNode))).c_str(),
-                bytes_text(double(expected.at(phase, comm::Link::kInterNode))).c_str());
+                bytes_text(t * double(expected.at(phase, comm::Link::kIntraNode))).c_str(),
+                bytes_text(t * double(expected.at(phase, comm::Link::kInterNode))).c_str());
   }
   std::printf("\n");
   if (!o.vocab_file.empty() || !o.merge_file.empty()) {
@@ -140,8 +150,8 @@ struct Validation {
   std::string note;
 };
 
-Validation make_validation(const TrainOptions& o, const comm::Communicator& world) {
-  const int B = o.micro_batch, T = o.model.seq_len, W = world.size();
+Validation make_validation(const TrainOptions& o, const comm::Communicator& data_parallel) {
+  const int B = o.micro_batch, T = o.model.seq_len, W = data_parallel.size();
   Validation v;
   if (!o.valid_data_path.empty()) {
     v.loader =
@@ -172,9 +182,10 @@ Validation make_validation(const TrainOptions& o, const comm::Communicator& worl
 
 // The memory guard, then the ZeRO++ settings against the topology: a model that cannot fit is the first
 // thing to say (the ZeRO++ tutorial's hpZ 16 needs 16 ranks per node, but so does its memory).
-MemoryVerdict guard_then_check(const TrainOptions& o, comm::Communicator& host_world) {
+MemoryVerdict guard_then_check(const TrainOptions& o, comm::Communicator& host_world,
+                               const comm::Topology& data_parallel) {
   MemoryVerdict verdict = check_memory(o, host_world);
-  if (std::string problem = ZeroEngine::check_zeropp(o.zero, host_world.topology()); !problem.empty()) {
+  if (std::string problem = ZeroEngine::check_zeropp(o.zero, data_parallel); !problem.empty()) {
     throw UsageError(problem);
   }
   return verdict;
@@ -191,9 +202,10 @@ struct Interval {
 // is all the state a resume needs besides the engine's).
 class Run {
  public:
-  // backend: the device seam's backend (null: the CPU's); transport: what world runs on, for the banner;
-  // host_world: the MPI world (world may be NCCL's), for the memory guard and the peak RSS reports.
-  Run(const TrainOptions& o, comm::Communicator& world, Ops* backend, const std::string& transport,
+  // groups: the world (MPI's or NCCL's) and its tensor- and data-parallel groups; backend: the device
+  // seam's backend (null: the CPU's); transport: what the world runs on, for the banner; host_world: the MPI
+  // world, for the memory guard and the peak RSS reports.
+  Run(const TrainOptions& o, const ParallelGroups& groups, Ops* backend, const std::string& transport,
       comm::Communicator& host_world);
   void loop();
   void hang_if_asked(int64_t step) const;
@@ -210,6 +222,7 @@ class Run {
 
   const TrainOptions& o_;
   comm::Communicator& world_;
+  comm::Communicator& data_parallel_;
   comm::Communicator& host_world_;
   Ops* const backend_;
   const bool rank0_;
@@ -224,25 +237,26 @@ class Run {
   Interval interval_;
 };
 
-Run::Run(const TrainOptions& o, comm::Communicator& world, Ops* backend, const std::string& transport,
+Run::Run(const TrainOptions& o, const ParallelGroups& groups, Ops* backend, const std::string& transport,
          comm::Communicator& host_world)
     : o_(o),
-      world_(world),
+      world_(groups.world()),
+      data_parallel_(groups.data()),
       host_world_(host_world),
       backend_(backend),
-      rank0_(world.rank() == 0),
-      batches_(o.data_path, o.model.vocab, o.model.seq_len, o.micro_batch, o.accumulation_steps, world,
-               uint64_t(o.seed), 0.0, o.valid_data_path.empty() ? o.split_train : 1.0),
-      valid_(make_validation(o, world)),
-      memory_(guard_then_check(o, host_world)),
-      engine_(o.model, o.zero, o.micro_batch, world, uint64_t(o.seed), backend) {
+      rank0_(world_.rank() == 0),
+      batches_(o.data_path, o.model.vocab, o.model.seq_len, o.micro_batch, o.accumulation_steps,
+               data_parallel_, uint64_t(o.seed), 0.0, o.valid_data_path.empty() ? o.split_train : 1.0),
+      valid_(make_validation(o, data_parallel_)),
+      memory_(guard_then_check(o, host_world, groups.data_topology())),
+      engine_(o.model, o.zero, o.micro_batch, data_parallel_, uint64_t(o.seed), backend, groups.tensor()) {
   start_from_model_file_or_checkpoint();
   if (rank0_ && !o.metrics_file.empty())
     metrics_ = std::make_unique<MetricsFile>(o.metrics_file, iteration_ > 0);
   // MFU's denominator: the GEMM rate of the device the model runs on, measured now.
   sgemm_gflops_ = backend ? measure_gemm_gflops(*backend, 2048) : measure_sgemm_gflops(512);
   if (rank0_) {
-    print_banner(o, world, engine_, batches_.loader(), valid_.loader != nullptr);
+    print_banner(o, groups, engine_, batches_.loader(), valid_.loader != nullptr);
     std::printf("  device %s, communication over %s\n", describe_backend(backend).c_str(), transport.c_str());
     std::printf(
         "  memory guard: each rank needs up to %s at its peak; this one may use %s (%s %s shared by %d "
@@ -443,8 +457,8 @@ void Run::print_memory_after_first_step() {
 }
 
 double Run::evaluate() {
-  const double loss =
-      validation_loss(engine_, *valid_.loader, o_.micro_batch, o_.model.seq_len, o_.eval_iters, world_);
+  const double loss = validation_loss(engine_, *valid_.loader, o_.micro_batch, o_.model.seq_len,
+                                      o_.eval_iters, data_parallel_);
   if (rank0_) {
     std::printf("validation after step %lld | val loss %.4f | ppl %.2f\n", static_cast<long long>(iteration_),
                 loss, std::exp(loss));
@@ -466,7 +480,8 @@ int train(const TrainOptions& o, comm::Communicator& world) {
   if (o.threads > 0) cpu::set_num_threads(o.threads);
   const std::unique_ptr<Ops> backend = make_backend(o.device, world.topology().machine_rank());
   const DeviceWorld device_world = make_device_world(world, backend.get(), o.comm_timeout);
-  Run run(o, device_world.nccl ? *device_world.nccl : world, backend.get(), device_world.description, world);
+  const ParallelGroups groups(device_world.nccl ? *device_world.nccl : world, o.tensor_parallel);
+  Run run(o, groups, backend.get(), device_world.description, world);
   run.loop();
   return 0;
 }

@@ -27,17 +27,18 @@ std::string str(int64_t v) {
 // Batch sizes: any two of (micro, accumulation, global) determine the third; all three must agree.
 void resolve_batch(std::optional<int64_t> micro, std::optional<int64_t> accumulation,
                    std::optional<int64_t> global, int world_size, TrainOptions* o) {
-  const int64_t W = world_size;
+  const int64_t W = world_size;  // the data-parallel ranks: the world at t = 1
+  const std::string ranks = o->tensor_parallel > 1 ? " x data-parallel size " : " x world size ";
   if (micro && accumulation && global && *micro * *accumulation * W != *global) {
     throw UsageError("global batch " + str(*global) + " != micro-batch " + str(*micro) +
-                     " x accumulation steps " + str(*accumulation) + " x world size " + str(W) +
+                     " x accumulation steps " + str(*accumulation) + ranks + str(W) +
                      "; change --global-batch-size (train_batch_size) or the micro-batch size so they agree");
   }
   if (!micro) {
     if (global && accumulation) {
       if (*global % (*accumulation * W) != 0) {
         throw UsageError("global batch " + str(*global) + " is not divisible by accumulation steps " +
-                         str(*accumulation) + " x world size " + str(W) + "; change --global-batch-size");
+                         str(*accumulation) + ranks + str(W) + "; change --global-batch-size");
       }
       micro = *global / (*accumulation * W);
     } else {
@@ -48,7 +49,7 @@ void resolve_batch(std::optional<int64_t> micro, std::optional<int64_t> accumula
     if (global) {
       if (*global % (*micro * W) != 0) {
         throw UsageError("global batch " + str(*global) + " is not divisible by micro-batch " + str(*micro) +
-                         " x world size " + str(W) +
+                         ranks + str(W) +
                          "; choose --global-batch-size as a multiple of micro-batch x ranks");
       }
       accumulation = *global / (*micro * W);
@@ -127,7 +128,9 @@ void add_model_group(FlagParser& flags, TrainOptions& o, Values& v) {
   flags.add_double("--attention-dropout", &o.zero.attention_dropout, "dropout on attention probabilities",
                    0.0, 0.99);
   flags.add_int("--tensor-model-parallel-size", &v.tensor_parallel,
-                "tensor parallelism (only 1 is supported)", 1, 1 << 20);
+                "ranks of one tensor-parallel group (Megatron's t: consecutive ranks inside one node); the "
+                "world is t x data-parallel size",
+                1, 1 << 20);
   flags.add_int("--pipeline-model-parallel-size", &v.pipeline_parallel,
                 "pipeline parallelism (only 1 is supported)", 1, 1 << 20);
   flags.add_switch("--sequence-parallel", &v.sequence_parallel,
@@ -299,13 +302,25 @@ void resolve_timeout(const FlagParser& flags, const Values& v, TrainOptions& o) 
   o.comm_timeout = 60.0 * v.timeout_minutes;
 }
 
-void check_parallelism(const Values& v) {
-  if (v.tensor_parallel != 1 || v.pipeline_parallel != 1) {
-    throw UsageError(
-        std::string(v.tensor_parallel != 1 ? "--tensor-model-parallel-size " + str(v.tensor_parallel)
-                                           : "--pipeline-model-parallel-size " + str(v.pipeline_parallel)) +
-        ": tensor and pipeline parallelism are not supported yet; use 1 (ZeRO data parallelism only)");
+// Tensor parallelism's size against the world and the model: returns the data-parallel size.
+int check_parallelism(const Values& v, int world_size, const TrainOptions& o) {
+  if (v.pipeline_parallel != 1) {
+    throw UsageError("--pipeline-model-parallel-size " + str(v.pipeline_parallel) +
+                     ": pipeline parallelism is not supported yet; use 1 (tensor and ZeRO data parallelism)");
   }
+  const int t = v.tensor_parallel;
+  if (world_size % t != 0) {
+    throw UsageError("--tensor-model-parallel-size " + str(t) + " does not divide the world size " +
+                     str(world_size) + "; choose a divisor of the number of ranks");
+  }
+  if (o.ranks_per_node > 0 && o.ranks_per_node % t != 0) {
+    throw UsageError(
+        "--tensor-model-parallel-size " + str(t) + " does not divide --ranks-per-node " +
+        str(o.ranks_per_node) +
+        "; a tensor-parallel group must stay inside one node (our rule): choose a divisor of it");
+  }
+  if (std::string problem = tensor_slice_problem(o.model, t); !problem.empty()) throw UsageError(problem);
+  return world_size / t;
 }
 
 // The plan is for the described cluster, not for the processes running this command: returns its size.
@@ -445,7 +460,7 @@ void check_distribute_saved(const std::string& source, const TrainOptions& o) {
                      " partitions the block inputs that full recomputation keeps: it needs "
                      "--recompute-granularity full (or --checkpoint-activations)");
   }
-  if (o.sequence_parallel) {
+  if (o.zero.sequence_parallel) {
     throw UsageError(source +
                      " cannot be combined with --sequence-parallel, which already splits the block inputs "
                      "over the tensor-parallel group (Megatron's rule); drop one of them");
@@ -456,12 +471,12 @@ void check_distribute_saved(const std::string& source, const TrainOptions& o) {
 // memory. At t = 1 both have nothing to split over.
 void resolve_tensor_parallel_memory(const DeepSpeedConfig& ds, const Values& v, TrainOptions& o) {
   const int t = o.tensor_parallel;
-  o.sequence_parallel = v.sequence_parallel && t > 1;
+  o.zero.sequence_parallel = v.sequence_parallel && t > 1;
   if (v.sequence_parallel && t == 1) {
     o.notes.push_back(
         "--sequence-parallel turned off: it needs --tensor-model-parallel-size > 1 (Megatron does the same)");
   }
-  if (o.sequence_parallel && o.model.seq_len % t != 0) {
+  if (o.zero.sequence_parallel && o.model.seq_len % t != 0) {
     throw UsageError("--sequence-parallel splits --seq-length " + str(o.model.seq_len) +
                      " over --tensor-model-parallel-size " + str(t) +
                      ": choose a sequence length divisible by " + str(t));
@@ -727,15 +742,15 @@ TrainFlags::TrainFlags(FlagParser& flags, TrainOptions* options) : flags_(flags)
 }
 
 void TrainFlags::finish(int world_size) {
-  check_parallelism(v_);
   o_.tensor_parallel = v_.tensor_parallel;
   resolve_timeout(flags_, v_, o_);
   world_size = apply_plan(v_, world_size, o_);
+  const int data_parallel = check_parallelism(v_, world_size, o_);
   DeepSpeedConfig ds;
   if (!o_.deepspeed_config.empty()) ds = read_deepspeed_config(o_.deepspeed_config);
   for (const std::string& w : ds.warnings) o_.notes.push_back(ds.path + ": " + w);
   const FlagOrJson pick(flags_, ds, o_.notes);
-  resolve_stage_and_batch(pick, ds, v_, world_size, o_);
+  resolve_stage_and_batch(pick, ds, v_, data_parallel, o_);
   resolve_precision(ds, v_, o_);
   resolve_activations(flags_, ds, v_, o_);
   resolve_zero_keys(ds, o_);
@@ -744,7 +759,13 @@ void TrainFlags::finish(int world_size) {
   resolve_schedule(flags_, pick, ds, v_, o_);
   check_whole(world_size, o_);
   resolve_tiling(flags_, pick, ds, v_, o_);
-  if (std::string problem = ZeroEngine::check_offload(o_.zero, o_.model, world_size); !problem.empty()) {
+  if (o_.tensor_parallel > 1 && o_.zero.tile_factor > 1) {
+    throw UsageError("--tile-factor " + str(o_.zero.tile_factor) + " and --tensor-model-parallel-size " +
+                     str(o_.tensor_parallel) +
+                     ": memory-centric tiling and tensor parallelism do not combine yet; drop one of them");
+  }
+  if (std::string problem = ZeroEngine::check_offload(o_.zero, o_.model, data_parallel, o_.tensor_parallel);
+      !problem.empty()) {
     throw UsageError(ds.path.empty() ? problem : ds.path + ": " + problem);
   }
 }

@@ -34,9 +34,8 @@ struct TrainOptions {
 
   // --tensor-model-parallel-size: ranks of one tensor-parallel group (consecutive ranks, inside one node).
   int tensor_parallel = 1;
-  // --sequence-parallel: LayerNorm and dropout on 1/t of the sequence. Needs t > 1; at t = 1 it is turned off
-  // with a note, as Megatron does, so that the arithmetic stays that of t = 1.
-  bool sequence_parallel = false;
+  // --sequence-parallel is zero.sequence_parallel: LayerNorm and dropout on 1/t of the sequence. Needs t > 1;
+  // at t = 1 it is turned off with a note, as Megatron does, so that the arithmetic stays that of t = 1.
   // --distribute-saved-activations (or activation_checkpointing.partition_activations at t > 1): each rank
   // of a tensor-parallel group keeps 1/t of every checkpointed block input and all-gathers it for the
   // recomputation (ZeRO-R's partitioned activation checkpoints). Needs t > 1, full recomputation and no
@@ -45,7 +44,7 @@ struct TrainOptions {
 
   int micro_batch = 4;  // sequences per rank per micro-step
   int accumulation_steps = 1;
-  int64_t global_batch = 0;  // micro_batch x accumulation_steps x world size
+  int64_t global_batch = 0;  // micro_batch x accumulation_steps x data-parallel size (world size / t)
   int train_iters = 20;
   LrSchedule schedule;  // from --lr, --min-lr, --lr-decay-style... or the JSON scheduler
   int64_t seed = 1234;

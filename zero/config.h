@@ -62,15 +62,18 @@ struct ZeroConfig {
   int64_t reduce_bucket_size = 500'000'000;  // elements per gradient bucket (DeepSpeed's default 5e8)
   bool overlap_comm = false;  // prefetch the next gather, reduce buckets while backward goes on
   DType precision = DType::kF32;
-  LossScalerConfig loss_scaler;         // used with fp16
-  double gradient_clipping = 0;         // global L2 norm; 0 = off
-  AdamWHyper adam;                      // lr is set per step by the schedule
+  LossScalerConfig loss_scaler;  // used with fp16
+  double gradient_clipping = 0;  // global L2 norm; 0 = off
+  AdamWHyper adam;               // lr is set per step by the schedule
   // Activation recomputation (--recompute-granularity/-method/-num-layers, --checkpoint-activations; the
   // model's recompute.h).
   Recompute recompute;
   // Memory-centric tiling (zero_optimization.memory_centric_tiling_factor, --tile-factor): each block matrix
   // is this many gather units of output rows (model/params.h); 1 is off.
   int tile_factor = 1;
+  // Megatron's sequence parallelism (--sequence-parallel) over the engine's tensor-parallel group
+  // (model/tensor_parallel.h); meaningless without one.
+  bool sequence_parallel = false;
   double hidden_dropout = 0;     // Megatron's --hidden-dropout (embedding and residual branches)
   double attention_dropout = 0;  // Megatron's --attention-dropout (attention probabilities)
   bool record_events = false;    // keep an event log of posts and computes (tests)

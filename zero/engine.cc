@@ -11,6 +11,7 @@
 #include "model/init.h"
 #include "zero/memory_model.h"
 #include "zero/optimizer.h"
+#include "zero/tensor_group.h"
 
 namespace gpt {
 
@@ -27,25 +28,51 @@ const char* offload_device_name(OffloadDevice device) {
   return "none";
 }
 
+namespace {
+
+TensorSlice slice_of(const comm::Communicator* tensor_parallel) {
+  return tensor_parallel ? TensorSlice{tensor_parallel->size(), tensor_parallel->rank()} : TensorSlice{};
+}
+
+// Why this engine cannot split the model over its tensor-parallel group (empty when it can).
+std::string check_tensor_parallel(const GPTConfig& model, const ZeroConfig& config, int t) {
+  if (t == 1) return config.sequence_parallel ? "sequence parallelism needs a tensor-parallel group" : "";
+  if (std::string problem = tensor_slice_problem(model, t); !problem.empty()) return problem;
+  if (config.tile_factor > 1) return "memory-centric tiling and tensor parallelism do not combine yet";
+  if (config.sequence_parallel && model.seq_len % t != 0) return "the sequence length must divide by t";
+  return "";
+}
+
+}  // namespace
+
 ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int micro_batch,
-                       comm::Communicator& dp, uint64_t seed, Ops* ops)
+                       comm::Communicator& dp, uint64_t seed, Ops* ops, comm::Communicator* tensor_parallel)
     : model_(model),
       config_(config),
       dp_(dp),
+      tp_comm_(tensor_parallel),
+      dp_topology_(data_parallel_topology(dp.topology(), slice_of(tensor_parallel).size, dp.rank())),
       seed_(seed),
-      table_(make_param_table(model, config.tile_factor)),
+      table_(make_param_table(model, config.tile_factor, slice_of(tensor_parallel))),
       partition_(table_, dp.size(), config.stage == 0 ? 1 : dp.size()),
       ops_(ops ? *ops : cpu_ops()),
       arena_("device", Arena::kUnlimited, &ops_.device_memory()),
       wire_arena_("wire", Arena::kUnlimited, &ops_.wire_memory()),
       events_(config.record_events),
       scaler_(config.loss_scaler, config.precision == DType::kF16 && config.loss_scaler.loss_scale == 0),
-      loop_(model, micro_batch, config.recompute, ops_, arena_, config.tile_factor) {
+      tensor_group_(tensor_parallel ? std::make_unique<CommTensorGroup>(*tensor_parallel, context_)
+                                    : nullptr),
+      loop_(model, micro_batch, config.recompute, ops_, arena_, config.tile_factor,
+            TensorParallel{tensor_group_.get(), config.sequence_parallel}) {
   if (config.stage < 0 || config.stage > 3) throw std::invalid_argument("ZeRO stage must be 0, 1, 2 or 3");
-  if (std::string problem = check_zeropp(config, dp.topology()); !problem.empty()) {
+  if (std::string problem = check_tensor_parallel(model, config, tensor_parallel_size()); !problem.empty()) {
     throw std::invalid_argument(problem);
   }
-  if (std::string problem = check_offload(config, model, dp.size()); !problem.empty()) {
+  if (std::string problem = check_zeropp(config, dp_topology_); !problem.empty()) {
+    throw std::invalid_argument(problem);
+  }
+  if (std::string problem = check_offload(config, model, dp.size(), tensor_parallel_size());
+      !problem.empty()) {
     throw std::invalid_argument(problem);
   }
   for (const UnitInfo& u : table_.units) unit_names_.push_back(u.name);
@@ -130,7 +157,8 @@ std::string ZeroEngine::check_zeropp(const ZeroConfig& config, const comm::Topol
   return "";
 }
 
-std::string ZeroEngine::check_offload(const ZeroConfig& config, const GPTConfig& model, int world_size) {
+std::string ZeroEngine::check_offload(const ZeroConfig& config, const GPTConfig& model, int world_size,
+                                      int tensor_parallel_size) {
   const OffloadConfig& f = config.offload;
   const std::string stage = std::to_string(config.stage);
   if (f.optimizer_on_nvme() && config.stage != 3) {
@@ -151,7 +179,8 @@ std::string ZeroEngine::check_offload(const ZeroConfig& config, const GPTConfig&
     return "zero_optimization.offload_param.buffer_count is " + std::to_string(f.param_buffer_count) +
            "; it must be at least 2 (one unit's shard is sent while the next one is read)";
   }
-  const ParamTable table = make_param_table(model, config.tile_factor);
+  // Every tensor-parallel rank's slice has the same shard sizes: rank 0's stands for all.
+  const ParamTable table = make_param_table(model, config.tile_factor, TensorSlice{tensor_parallel_size, 0});
   const Partition partition(table, world_size, world_size);
   for (int u = 0; u < int(partition.units().size()); ++u) {
     if (partition.unit(u).shard > f.param_buffer_size) {
@@ -164,21 +193,31 @@ std::string ZeroEngine::check_offload(const ZeroConfig& config, const GPTConfig&
   return "";
 }
 
-void ZeroEngine::create_zeropp_groups() {
-  // Every rank creates the same sequence of subgroups, each with its own members' list.
-  const comm::Topology& t = dp_.topology();
-  const int rank = t.world_rank, L = t.ranks_per_node, N = t.num_nodes(), h = config_.hpz_partition_size;
-  if (h > 1) {
-    std::vector<int> members;
-    for (int i = rank / h * h; i < rank / h * h + h; ++i) members.push_back(i);
-    hpz_group_ = dp_.subgroup(members);
+comm::Topology ZeroEngine::data_parallel_topology(const comm::Topology& world, int t, int dp_rank) {
+  if (world.ranks_per_node % t != 0) {
+    throw comm::TopologyError(
+        "--tensor-model-parallel-size " + std::to_string(t) + " does not divide the " +
+        std::to_string(world.ranks_per_node) +
+        " ranks per node; a tensor-parallel group must stay inside one node (our rule): "
+        "choose a divisor of the ranks per node");
   }
+  return comm::make_topology(world.world_size / t, dp_rank, world.ranks_per_node / t, world.simulated);
+}
+
+void ZeroEngine::create_zeropp_groups() {
+  // Every rank of the data-parallel group creates the same sequence of subgroups, each with its own members'
+  // list, named by data-parallel rank and handed to the communicator as world ranks.
+  const comm::Topology& t = dp_topology_;
+  const int rank = t.world_rank, L = t.ranks_per_node, N = t.num_nodes(), h = config_.hpz_partition_size;
+  auto world_ranks = [&](int first, int count, int stride) {
+    std::vector<int> members;
+    for (int i = 0; i < count; ++i) members.push_back(dp_.world_rank_of(first + i * stride));
+    return members;
+  };
+  if (h > 1) hpz_group_ = dp_.subgroup(world_ranks(rank / h * h, h, 1));
   if (config_.quantized_gradients && N >= 2) {
-    std::vector<int> node, cross;
-    for (int i = t.node() * L; i < t.node() * L + L; ++i) node.push_back(i);
-    for (int n = 0; n < N; ++n) cross.push_back(n * L + t.local_rank());
-    node_group_ = dp_.subgroup(node);
-    cross_group_ = dp_.subgroup(cross);
+    node_group_ = dp_.subgroup(world_ranks(t.node() * L, L, 1));
+    cross_group_ = dp_.subgroup(world_ranks(t.local_rank(), N, L));
   } else if (config_.quantized_gradients) {
     notes_.push_back("qgZ: all ranks are on one node, so gradients use the plain ring reduce-scatter" +
                      std::string(config_.loco ? " (and zeropp_loco_param has nothing to compensate)" : ""));
@@ -202,7 +241,19 @@ bool ZeroEngine::local_overflow() {
 double ZeroEngine::local_sum_of_squares() {
   // One shard (stage 0): the gradients are identical on every rank, so only rank 0 counts them.
   if (partition_.num_shards() == 1 && dp_.rank() != 0) return 0.0;
-  return ops_.sum_of_squares(state_tensor(gradients_->shard()));
+  const Tensor shard = state_tensor(gradients_->shard());
+  if (tensor_parallel_rank() == 0) return ops_.sum_of_squares(shard);
+  // The replicated parameters' gradients are the same on every tensor-parallel rank: rank 0 counts them.
+  double sum = 0;
+  for_each_owned_range(0, partition_.shard_total(), [&](int64_t model_begin, int64_t model_end, int64_t at) {
+    for (const ParamInfo& p : table_.params) {
+      const int64_t lo = std::max(model_begin, p.offset), hi = std::min(model_end, p.offset + p.numel);
+      if (p.split == TensorSplit::kReplicated || lo >= hi) continue;
+      sum += ops_.sum_of_squares(
+          context_.view(gradients_->shard() + at + (lo - model_begin), hi - lo, DType::kF32));
+    }
+  });
+  return sum;
 }
 
 void ZeroEngine::update_weights(double lr, float grad_scale) {
@@ -255,12 +306,13 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
   const auto optimizer_start = Clock::now();
   gradients_->end_step();
 
-  // One small fp32 all-reduce per step: the loss sum, the squared gradient norm and the overflow flag.
+  // One small fp32 all-reduce per step: the loss sum, the squared gradient norm and the overflow flag. A
+  // tensor-parallel group computes one loss: its rank 0 counts it.
   const bool local_nonfinite = !gradients_->take_local_finite();
-  float totals[4] = {float(loss_sum), float(local_sum_of_squares()),
+  float totals[4] = {tensor_parallel_rank() == 0 ? float(loss_sum) : 0.0f, float(local_sum_of_squares()),
                      local_overflow() || local_nonfinite ? 1.0f : 0.0f, stop_request ? 1.0f : 0.0f};
   const comm::OperationLabel serving("the step's agreement on loss, norm and overflow");
-  dp_.all_reduce(totals, DType::kF32, 4, 1.0f, comm::Phase::kOther).wait();
+  sum_over_world(totals, 4, 1.0f, comm::Phase::kOther);
   result.stop = totals[3] > 0;
   result.loss = totals[0] / (double(k) * dp_.size());
   result.skipped = totals[2] > 0 || !std::isfinite(totals[1]);
@@ -282,6 +334,11 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
   update_weights(lr, float(clip / result.loss_scale));
   result.optimizer_ms = since(optimizer_start);
   return result;
+}
+
+void ZeroEngine::sum_over_world(float* values, int n, float scale, comm::Phase phase) {
+  dp_.all_reduce(values, DType::kF32, size_t(n), scale, phase).wait();
+  if (tp_comm_) tp_comm_->all_reduce(values, DType::kF32, size_t(n), 1.0f, phase).wait();
 }
 
 double ZeroEngine::evaluate(const MicroBatch& micro_batch) {

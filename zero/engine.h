@@ -12,6 +12,13 @@
 // The model's one layer loop (model/loop.h) computes one unit at a time on full fp32 weights; the engine
 // decides, once, where those weights come from and where the gradients go: the weight source and gradient
 // sink of its stage (weight_sources.h, gradient_sinks.h).
+//
+// With tensor parallelism (Megatron) the world is t x d: each tensor-parallel group is t consecutive ranks
+// inside one node, computing every layer together on its slices of the weights (model/params.h,
+// TensorSlice), and the data-parallel group is the d ranks with the same tensor-parallel rank (stride t).
+// Everything above applies to the data-parallel group, with P the slice's parameter count: each rank shards
+// its tensor-parallel slice. The hpZ and qgZ groups are drawn from the data-parallel group's members on each
+// node (L/t of them).
 #pragma once
 
 #include <cstdint>
@@ -65,9 +72,11 @@ class ZeroEngine {
         "device";  // where the formula's bytes live: "device", "cpu" or "nvme" (memory_model.h)
   };
 
-  // ops: the device seam's backend that holds and computes all model state (null: the CPU's).
+  // dp: the data-parallel group. ops: the device seam's backend that holds and computes all model state
+  // (null: the CPU's). tensor_parallel: this rank's tensor-parallel group, consecutive world ranks inside one
+  // node (null: t = 1); config.sequence_parallel splits the sequence over it too.
   ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int micro_batch, comm::Communicator& dp,
-             uint64_t seed, Ops* ops = nullptr);
+             uint64_t seed, Ops* ops = nullptr, comm::Communicator* tensor_parallel = nullptr);
   ~ZeroEngine();
 
   // One optimizer step over this rank's micro-batches (the accumulation steps), at learning rate lr.
@@ -78,6 +87,10 @@ class ZeroEngine {
   double evaluate(const MicroBatch& micro_batch);
 
   const Partition& partition() const { return partition_; }
+  // The data-parallel group's own topology: its d ranks, L/t of them per node (hpZ and qgZ use it).
+  const comm::Topology& data_parallel_topology() const { return dp_topology_; }
+  int tensor_parallel_size() const { return tp_comm_ ? tp_comm_->size() : 1; }
+  int tensor_parallel_rank() const { return tp_comm_ ? tp_comm_->rank() : 0; }
   const ParamTable& table() const { return table_; }
   const GPTConfig& model() const { return model_; }
   const ZeroConfig& config() const { return config_; }
@@ -96,10 +109,17 @@ class ZeroEngine {
   }
   // Lines for the start-up banner (for example that qgZ fell back to the ring on a single node).
   const std::vector<std::string>& notes() const { return notes_; }
-  // Empty when the ZeRO++ settings fit the stage and topology; otherwise one line naming the key and the fix.
-  static std::string check_zeropp(const ZeroConfig& config, const comm::Topology& topology);
-  // The same for ZeRO-Infinity's offload settings against the model's partition at this world size.
-  static std::string check_offload(const ZeroConfig& config, const GPTConfig& model, int world_size);
+  // Empty when the ZeRO++ settings fit the stage and the data-parallel topology; otherwise one line naming
+  // the key and the fix.
+  static std::string check_zeropp(const ZeroConfig& config, const comm::Topology& data_parallel);
+  // The same for ZeRO-Infinity's offload settings against the model's partition at this data-parallel size
+  // (the tensor-parallel slice's partition at t > 1).
+  static std::string check_offload(const ZeroConfig& config, const GPTConfig& model, int data_parallel_size,
+                                   int tensor_parallel_size = 1);
+  // The data-parallel group's topology in a world whose tensor-parallel groups are t consecutive ranks: its
+  // rank `dp_rank` of world.world_size / t, with ranks_per_node / t members per node. Throws TopologyError
+  // when t does not divide the ranks per node (our rule: a tensor-parallel group stays inside one node).
+  static comm::Topology data_parallel_topology(const comm::Topology& world, int t, int dp_rank);
 
   // A test hook that sees (and may change) each unit's local gradient on this rank before it is reduced:
   // at stages 2 and 3 the unit's gradient of one micro-step, at stages 0 and 1 the accumulating full
@@ -133,11 +153,14 @@ class ZeroEngine {
   std::string feedback_layout() const { return gradients_->feedback_layout(); }
   void restore_feedback(const std::vector<uint8_t>& bytes) { gradients_->upload_feedback(bytes); }
 
-  // The full fp32 master weights in the model layout, gathered from every rank (for tests and export).
+  // The full fp32 master weights in the model layout (this rank's tensor-parallel slice at t > 1), gathered
+  // from every rank of the data-parallel group (for tests and export).
   std::vector<float> gather_master();
 
  private:
   double forward(const MicroBatch& mb, bool training, comm::Phase phase);
+  // Sums values over the whole world: the data-parallel group, then the tensor-parallel group.
+  void sum_over_world(float* values, int n, float scale, comm::Phase phase);
   // The dropout of a training micro-batch (masks keyed by seed and window), or none for evaluation.
   Dropout dropout_for(const MicroBatch& mb, bool training) const;
   void create_zeropp_groups();  // hpZ group; qgZ's node and cross-node groups
@@ -154,6 +177,8 @@ class ZeroEngine {
   GPTConfig model_;
   ZeroConfig config_;
   comm::Communicator& dp_;
+  comm::Communicator* tp_comm_;  // null at t = 1
+  comm::Topology dp_topology_;
   uint64_t seed_;
   ParamTable table_;
   Partition partition_;
@@ -176,6 +201,7 @@ class ZeroEngine {
 
   std::vector<std::string> notes_;
   std::unique_ptr<comm::Communicator> hpz_group_, node_group_, cross_group_;
+  std::unique_ptr<TensorGroup> tensor_group_;  // the layers' collectives over tp_comm_; null at t = 1
   LayerLoop<float> loop_;
   std::unique_ptr<EngineWeights<float>> weights_;
   std::unique_ptr<EngineGradients<float>> gradients_;

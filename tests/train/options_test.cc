@@ -78,7 +78,7 @@ TEST_CASE("recomputation flags resolve to Megatron's meanings") {
     const TrainOptions o = parse({});
     CHECK(o.zero.recompute.granularity == RecomputeGranularity::kNone);
     CHECK(o.tensor_parallel == 1);
-    CHECK_FALSE(o.sequence_parallel);
+    CHECK_FALSE(o.zero.sequence_parallel);
     CHECK_FALSE(o.distribute_saved_activations);
   }
   SUBCASE("--checkpoint-activations is full, uniform, 1") {
@@ -112,7 +112,7 @@ TEST_CASE("recomputation flags resolve to Megatron's meanings") {
   }
   SUBCASE("--sequence-parallel at t = 1 is turned off with a note") {
     const TrainOptions o = parse({"--sequence-parallel"});
-    CHECK_FALSE(o.sequence_parallel);
+    CHECK_FALSE(o.zero.sequence_parallel);
     CHECK(has_note(o, "--sequence-parallel turned off: it needs --tensor-model-parallel-size > 1"));
   }
   SUBCASE("--deepspeed-activation-checkpointing alone says what turns recomputation on") {

@@ -2,11 +2,13 @@
 // through the communicator (zero/tensor_group.h, CommTensorGroup). Every rank also computes the whole model
 // alone; the group's loss equals it within 1e-5 relative and each rank's gradient slice equals the whole
 // model's elements within fp32 rounding, with and without sequence parallelism (dropout on). The meter counts
-// the layers' collectives in tp_fwd and tp_bwd and nothing else.
+// the layers' collectives in tp_fwd and tp_bwd and nothing else, and their bytes summed over the ranks equal
+// the closed form of zero/tensor_parallel_traffic.h exactly, for every recomputation.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -15,6 +17,7 @@
 #include "tests/comm/mpi_test_env.h"
 #include "tests/model/flat_model.h"
 #include "zero/tensor_group.h"
+#include "zero/tensor_parallel_traffic.h"
 
 namespace {
 
@@ -88,5 +91,127 @@ TEST_CASE("the world as one tensor-parallel group equals the whole model") {
     CHECK(used.at(Phase::kTpFwd) > 0);
     CHECK(used.at(Phase::kTpBwd) > 0);
     CHECK(used.total() == used.at(Phase::kTpFwd) + used.at(Phase::kTpBwd));
+  }
+}
+
+TEST_CASE("the tensor-parallel bytes of a forward and backward equal their closed form") {
+  using gpt::Recompute;
+  using gpt::RecomputeMethod;
+  using gpt::comm::Phase;
+  const gpt::GPTConfig config = gpt::test::small_parallel_model();
+  gpt::GPT2<float> init(config, kB);
+  init.init(21);
+  gpt::Arena whole_arena;
+  const gpt::ParamTable whole_table =
+      gpt::LayerLoop<float>(config, kB, Recompute{}, gpt::cpu_ops(), whole_arena).table();
+  const Recompute recomputes[] = {
+      Recompute{}, Recompute::selective(), Recompute::full(RecomputeMethod::kUniform, 1),
+      Recompute::full(RecomputeMethod::kUniform, 2), Recompute::full(RecomputeMethod::kBlock, 1)};
+  for (bool sequence_parallel : {false, true}) {
+    for (const Recompute& recompute : recomputes) {
+      CAPTURE(sequence_parallel);
+      CAPTURE(recompute.describe());
+      gpt::Arena device, wire("wire", gpt::Arena::kUnlimited, &gpt::cpu_ops().wire_memory());
+      gpt::EventLog events(false);
+      gpt::CommTensorGroup group(world(), gpt::EngineContext{gpt::cpu_ops(), device, wire, events});
+      gpt::LayerLoop<float> loop(config, kB, recompute, gpt::cpu_ops(), device, 1,
+                                 gpt::TensorParallel{&group, sequence_parallel});
+      const gpt::comm::TrafficCounts before = world().meter().snapshot();
+      run(loop, gpt::test::slice_weights(init.params, whole_table, loop.table()));
+      const gpt::comm::TrafficCounts measured =
+          gpt::comm::sum_over_ranks(world(), world().meter().snapshot() - before);
+
+      gpt::TensorTrafficInput input;
+      input.model = config;
+      input.micro_batch = kB;
+      input.tensor_parallel = world().size();
+      input.sequence_parallel = sequence_parallel;
+      input.recompute = recompute;
+      const gpt::comm::TrafficCounts expected = gpt::expected_tensor_parallel_traffic(input);
+      INFO("measured: ", measured.describe());
+      INFO("expected: ", expected.describe());
+      CHECK(measured.at(Phase::kTpFwd) == expected.at(Phase::kTpFwd));
+      CHECK(measured.at(Phase::kTpBwd) == expected.at(Phase::kTpBwd));
+      CHECK(measured.at(Phase::kActGather) == 0);
+      CHECK(measured.bytes == expected.bytes);  // every phase and link class, byte for byte
+    }
+  }
+}
+
+namespace {
+
+gpt::TensorTrafficInput traffic_input(int t, bool sequence_parallel, const gpt::Recompute& recompute) {
+  gpt::TensorTrafficInput in;
+  in.model = gpt::test::small_parallel_model();
+  in.micro_batch = kB;
+  in.tensor_parallel = t;
+  in.sequence_parallel = sequence_parallel;
+  in.recompute = recompute;
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("the closed form: linear in the groups and the micro-steps, zero at t = 1, Megatron's totals") {
+  using gpt::Recompute;
+  using gpt::comm::Link;
+  using gpt::comm::Phase;
+  const Recompute full = Recompute::full();
+  for (bool sequence_parallel : {false, true}) {
+    CAPTURE(sequence_parallel);
+    gpt::TensorTrafficInput in = traffic_input(2, sequence_parallel, full);
+    in.distribute_saved_activations = true;
+    const gpt::comm::TrafficCounts one = gpt::expected_tensor_parallel_traffic(in);
+    in.data_parallel = 3;
+    in.accumulation_steps = 5;
+    const gpt::comm::TrafficCounts many = gpt::expected_tensor_parallel_traffic(in);
+    for (int p = 0; p < gpt::comm::kNumPhases; ++p) {
+      CHECK(many.bytes[p][0] == 15 * one.bytes[p][0]);
+      CHECK(many.bytes[p][1] == 0);  // tensor-parallel groups live inside one node
+    }
+    in.tensor_parallel = 1;
+    CHECK(gpt::expected_tensor_parallel_traffic(in).total() == 0);
+  }
+  // Shapes the collectives cannot split (the hidden size 64 by 3; with sequence parallelism 16 positions by
+  // 32).
+  CHECK_THROWS_AS(gpt::expected_tensor_parallel_traffic(traffic_input(3, false, {})), std::invalid_argument);
+  CHECK_THROWS_AS(gpt::expected_tensor_parallel_traffic(traffic_input(32, true, {})), std::invalid_argument);
+  CHECK_NOTHROW(gpt::expected_tensor_parallel_traffic(traffic_input(32, false, {})));
+
+  // No recomputation, per micro-step and group (B T C elements of the residual stream, fp32): Megatron's four
+  // all-reduces per block (two in the forward, two in the backward) plus the embedding's and the head's; with
+  // sequence parallelism each all-reduce becomes an all-gather and a reduce-scatter of the same bytes, the
+  // backward gathers each column-parallel input again, and the LayerNorms' [2C] gradients are all-reduced.
+  const gpt::GPTConfig c = gpt::test::small_parallel_model();
+  const uint64_t L = c.num_layers, E = uint64_t(kB) * c.seq_len * c.hidden, BT = uint64_t(kB) * c.seq_len;
+  for (uint64_t t : {2, 4}) {
+    CAPTURE(t);
+    const uint64_t residual = (t - 1) * E * 4, stats = t * (t - 1) * BT * 3 * 4;
+    const gpt::comm::TrafficCounts plain =
+        gpt::expected_tensor_parallel_traffic(traffic_input(int(t), false, {}));
+    CHECK(plain.at(Phase::kTpFwd) == (2 * L + 1) * 2 * residual + stats);
+    CHECK(plain.at(Phase::kTpBwd) == (2 * L + 1) * 2 * residual);
+    const gpt::comm::TrafficCounts sp =
+        gpt::expected_tensor_parallel_traffic(traffic_input(int(t), true, {}));
+    CHECK(sp.at(Phase::kTpFwd) == (4 * L + 2) * residual + stats);
+    CHECK(sp.at(Phase::kTpBwd) == (6 * L + 2) * residual + (2 * L + 1) * 2 * (t - 1) * 2 * c.hidden * 4);
+    // Selective recomputation adds no collective; full uniform 1 repeats each block's forward up to the MLP
+    // projection.
+    CHECK(gpt::expected_tensor_parallel_traffic(traffic_input(int(t), false, Recompute::selective())) ==
+          plain);
+    CHECK(gpt::expected_tensor_parallel_traffic(traffic_input(int(t), false, Recompute::full()))
+              .at(Phase::kTpBwd) == plain.at(Phase::kTpBwd) + L * 2 * residual);
+
+    // Partitioned activation checkpoints: one gather of a chunk input per recomputed chunk, none when the
+    // sequence is split already or nothing is checkpointed.
+    for (bool sequence_parallel : {false, true}) {
+      for (const Recompute& recompute : {Recompute{}, Recompute::selective(), Recompute::full()}) {
+        gpt::TensorTrafficInput in = traffic_input(int(t), sequence_parallel, recompute);
+        in.distribute_saved_activations = true;
+        const bool gathers = recompute.is_full() && !sequence_parallel;
+        CHECK(gpt::expected_tensor_parallel_traffic(in).at(Phase::kActGather, Link::kIntraNode) ==
+              (gathers ? L * residual : 0));
+      }
+    }
   }
 }
