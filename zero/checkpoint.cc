@@ -120,16 +120,18 @@ std::string check_shard(const fs::path& path, const CheckpointManifest::ShardFil
 
 }  // namespace
 
-CheckpointWeights read_checkpoint_weights(const std::string& dir) {
-  const auto [path, manifest] = read_manifest(dir);
-  CheckpointWeights out;
-  out.model = manifest.model;
-  const ParamTable table = make_param_table(out.model, manifest.tile_factor);
-  const Partition saved(table, manifest.world_size, manifest.num_shards());  // the manifest's, as it checked
-  out.params.assign(table.total, 0.0f);
-  std::vector<float> shard(manifest.shard_total);
+namespace {
+
+// The master weights of tensor-parallel slice `tensor_rank` in the slice's model layout, from its shard
+// files.
+std::vector<float> read_slice_weights(const fs::path& path, const CheckpointManifest& manifest,
+                                      int tensor_rank) {
+  const ParamTable table = make_param_table(manifest.model, manifest.tile_factor,
+                                            TensorSlice{manifest.tensor_parallel, tensor_rank});
+  const Partition saved(table, manifest.data_parallel(), manifest.num_shards());  // as the manifest checked
+  std::vector<float> params(table.total, 0.0f), shard(manifest.shard_total);
   for (int p = 0; p < manifest.num_shards(); ++p) {
-    const CheckpointManifest::ShardFile& file = manifest.files[p];
+    const CheckpointManifest::ShardFile& file = manifest.file(tensor_rank, p);
     if (std::string problem = check_shard(path, file); !problem.empty()) throw CheckpointError(problem);
     std::ifstream in(path / file.name, std::ios::binary);
     // The file's first third is the fp32 master shard: the weights.
@@ -138,7 +140,34 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
     for (int u = 0; u < int(saved.units().size()); ++u) {
       const Partition::Range range = saved.owned_model_range(u, p);
       const auto piece = shard.begin() + saved.unit(u).shard_offset;
-      std::copy(piece, piece + (range.end - range.begin), out.params.begin() + range.begin);
+      std::copy(piece, piece + (range.end - range.begin), params.begin() + range.begin);
+    }
+  }
+  return params;
+}
+
+}  // namespace
+
+CheckpointWeights read_checkpoint_weights(const std::string& dir) {
+  const auto [path, manifest] = read_manifest(dir);
+  CheckpointWeights out;
+  out.model = manifest.model;
+  const int t = manifest.tensor_parallel;
+  if (t == 1) {
+    out.params = read_slice_weights(path, manifest, 0);
+    return out;
+  }
+  // Each slice's parameters go back to their places in the whole model.
+  const ParamTable whole = make_param_table(out.model);
+  out.params.assign(whole.total, 0.0f);
+  for (int r = 0; r < t; ++r) {
+    const std::vector<float> slice = read_slice_weights(path, manifest, r);
+    const ParamTable table = make_param_table(out.model, 1, TensorSlice{t, r});
+    for (size_t k = 0; k < table.params.size(); ++k) {
+      const ParamInfo& p = table.params[k];
+      for_each_run(p, table.slice, [&](int64_t local, int64_t at, int64_t n) {
+        std::copy_n(slice.begin() + p.offset + local, n, out.params.begin() + whole.params[k].offset + at);
+      });
     }
   }
   return out;
@@ -157,6 +186,7 @@ CheckpointManifest make_manifest(const ZeroEngine& engine, int world_size, const
   manifest.scaler = engine.loss_scaler().state();
   manifest.model = engine.model();
   manifest.world_size = world_size;
+  manifest.tensor_parallel = engine.tensor_parallel_size();
   manifest.stage = engine.config().stage;
   manifest.precision = precision_name(engine.config().precision);
   manifest.tile_factor = engine.config().tile_factor;
@@ -165,9 +195,13 @@ CheckpointManifest make_manifest(const ZeroEngine& engine, int world_size, const
     manifest.units.push_back({engine.table().units[u].name, p.numel, p.shard, p.shard_offset});
   }
   manifest.shard_total = partition.shard_total();
-  for (int r = 0; r < partition.num_shards(); ++r) {
-    manifest.files.push_back({shard_file_name(r, partition.num_shards()),
-                              3 * partition.shard_total() * int64_t(sizeof(float)), digests[r]});
+  // Slice-major; the shard of data-parallel rank p in slice r was written by world rank p t + r.
+  const int t = manifest.tensor_parallel, shards = partition.num_shards();
+  for (int r = 0; r < t; ++r) {
+    for (int p = 0; p < shards; ++p) {
+      manifest.files.push_back({shard_file_name(p, shards, r, t),
+                                3 * partition.shard_total() * int64_t(sizeof(float)), digests[p * t + r]});
+    }
   }
   for (int r = 0; r < int(feedback_digests.size()); ++r) {
     manifest.feedback_files.push_back(
@@ -250,8 +284,11 @@ void write_state_file(ZeroEngine& engine, const std::string& path) {
 // (no shard) or "failed MESSAGE".
 std::string write_own_shard(ZeroEngine& engine, comm::Communicator& world, const fs::path& tmp_path) {
   const int shards = engine.partition().num_shards();
-  if (world.rank() >= shards) return "ok";
-  const std::string file = (tmp_path / shard_file_name(engine.shard_index(), shards)).string();
+  if (engine.data_parallel_rank() >= shards) return "ok";
+  const std::string file =
+      (tmp_path / shard_file_name(engine.shard_index(), shards, engine.tensor_parallel_rank(),
+                                  engine.tensor_parallel_size()))
+          .string();
   return write_outcome(
       file, [&](const std::string& path) { write_state_file(engine, path); }, world);
 }
@@ -371,21 +408,28 @@ void agree_shards_intact(comm::Communicator& world, const fs::path& path,
 // shard elements [begin, begin + n) from the old shards that hold them, into the chunk's arrays. Elements
 // are matched through the model layout, which no partition changes: model element y sits in the saved unit
 // u that covers it, at x = y - (u's model offset), in old shard x / old_shard at its shard_offset +
-// x % old_shard. So the world size and the tile factor may differ from the run that saved.
+// x % old_shard. So the world size and the tile factor may differ from the run that saved. So may the
+// tensor-parallel size: then each parameter's runs in this rank's slice are found, through their indices in
+// the whole model (params.h, for_each_run), in the saved slices that hold them.
 class OwnedRangeReader {
  public:
-  OwnedRangeReader(const fs::path& path, const CheckpointManifest& manifest, const Partition& partition,
-                   int me, bool weights_only)
+  OwnedRangeReader(const fs::path& path, const CheckpointManifest& manifest, const ZeroEngine& engine,
+                   bool weights_only)
       : path_(path),
         manifest_(manifest),
-        partition_(partition),
-        me_(me),
+        table_(engine.table()),
+        partition_(engine.partition()),
+        me_(engine.shard_index()),
         weights_only_(weights_only),
-        fds_(manifest.num_shards(), -1) {
+        fds_(manifest.files.size(), -1) {
     int64_t offset = 0;
     for (const CheckpointManifest::Unit& u : manifest.units) {
       saved_offsets_.push_back(offset);
       offset += u.numel;
+    }
+    if (manifest.tensor_parallel != table_.slice.size) {
+      saved_table_ =
+          make_param_table(manifest.model, manifest.tile_factor, TensorSlice{manifest.tensor_parallel, 0});
     }
   }
   ~OwnedRangeReader() {
@@ -402,17 +446,44 @@ class OwnedRangeReader {
       // Element x of the unit sits at flat shard element now.shard_offset + (x - first).
       const int64_t lo = std::max(first, first + begin - now.shard_offset);
       const int64_t hi = std::min(last, first + begin + n - now.shard_offset);
+      if (lo >= hi) continue;
       float* targets[3] = {master, m, v};
-      for (int64_t x = lo; x < hi;) {
-        x += read_run(now.model_offset + x, now.model_offset + hi, targets,
-                      now.shard_offset + (x - first) - begin);
-      }
+      read_model_range(now.model_offset + lo, now.model_offset + hi, targets,
+                       now.shard_offset + (lo - first) - begin);
     }
   }
 
  private:
-  // Reads model elements [y, end) as far as one old shard of one saved unit holds them; returns how many.
-  int64_t read_run(int64_t y, int64_t end, float* targets[3], int64_t at) {
+  // This slice's model elements [y, end) into targets at `at`.
+  void read_model_range(int64_t y, int64_t end, float* targets[3], int64_t at) {
+    if (saved_table_.params.empty()) {  // the same slice was saved: the same layout
+      for (int64_t x = y; x < end;) x += read_run(table_.slice.rank, x, end, targets, at + (x - y));
+      return;
+    }
+    for (size_t k = 0; k < table_.params.size(); ++k) {
+      const ParamInfo& p = table_.params[k];
+      if (p.offset >= end || p.offset + p.numel <= y) continue;
+      for_each_run(p, table_.slice, [&](int64_t local, int64_t whole, int64_t length) {
+        const int64_t a = std::max(y, p.offset + local), b = std::min(end, p.offset + local + length);
+        if (a < b) read_whole(k, whole + (a - p.offset - local), b - a, targets, at + (a - y));
+      });
+    }
+  }
+  // Elements [w, w + n) of parameter k in the whole parameter, from the saved slices that hold them.
+  void read_whole(size_t k, int64_t w, int64_t n, float* targets[3], int64_t at) {
+    const ParamInfo& saved = saved_table_.params[k];  // every saved slice has the same offsets
+    for (int r = 0; r < manifest_.tensor_parallel; ++r) {
+      for_each_run(saved, TensorSlice{manifest_.tensor_parallel, r},
+                   [&](int64_t local, int64_t whole, int64_t length) {
+                     const int64_t a = std::max(w, whole), b = std::min(w + n, whole + length);
+                     const int64_t y = saved.offset + local + (a - whole), end = y + (b - a);
+                     for (int64_t x = y; x < end;) x += read_run(r, x, end, targets, at + (a - w) + (x - y));
+                   });
+    }
+  }
+  // Reads model elements [y, end) of saved slice r as far as one old shard of one saved unit holds them;
+  // returns how many.
+  int64_t read_run(int r, int64_t y, int64_t end, float* targets[3], int64_t at) {
     const size_t u =
         size_t(std::upper_bound(saved_offsets_.begin(), saved_offsets_.end(), y) - saved_offsets_.begin()) -
         1;
@@ -420,32 +491,34 @@ class OwnedRangeReader {
     const int64_t x = y - saved_offsets_[u];
     const int p = int(x / saved.shard);
     const int64_t run = std::min({end - y, int64_t(p + 1) * saved.shard - x, saved.numel - x});
-    const int fd = open_shard(p);
+    const int fd = open_shard(r * manifest_.num_shards() + p);
     for (int array = 0; array < (weights_only_ ? 1 : 3); ++array) {
       const off_t offset = off_t((array * manifest_.shard_total + saved.shard_offset + x % saved.shard) *
                                  int64_t(sizeof(float)));
       const size_t bytes = size_t(run) * sizeof(float);
       if (::pread(fd, targets[array] + at, bytes, offset) != ssize_t(bytes)) {
-        throw CheckpointError(manifest_.files[p].name + ": short read");
+        throw CheckpointError(manifest_.files[r * manifest_.num_shards() + p].name + ": short read");
       }
     }
     return run;
   }
-  int open_shard(int p) {
-    if (fds_[p] >= 0) return fds_[p];
-    const std::string file = (path_ / manifest_.files[p].name).string();
-    fds_[p] = ::open(file.c_str(), O_RDONLY);
-    if (fds_[p] < 0) throw CheckpointError(file + ": cannot open (" + std::strerror(errno) + ")");
-    return fds_[p];
+  int open_shard(int i) {
+    if (fds_[i] >= 0) return fds_[i];
+    const std::string file = (path_ / manifest_.files[i].name).string();
+    fds_[i] = ::open(file.c_str(), O_RDONLY);
+    if (fds_[i] < 0) throw CheckpointError(file + ": cannot open (" + std::strerror(errno) + ")");
+    return fds_[i];
   }
 
   const fs::path& path_;
   const CheckpointManifest& manifest_;
+  const ParamTable& table_;
   const Partition& partition_;
   int me_;
   bool weights_only_;
-  std::vector<int> fds_;
-  std::vector<int64_t> saved_offsets_;  // each saved unit's start in the model layout
+  std::vector<int> fds_;                // by index in manifest_.files
+  std::vector<int64_t> saved_offsets_;  // each saved unit's start in the saved slice's model layout
+  ParamTable saved_table_;              // a saved slice's table, when the tensor-parallel size differs
 };
 
 // Every rank learns the first non-empty problem of any rank and throws it, so all ranks stop together.
@@ -498,7 +571,7 @@ LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, 
 
   agree_shards_intact(world, path, manifest);
   {
-    OwnedRangeReader reader(path, manifest, engine.partition(), engine.shard_index(), weights_only);
+    OwnedRangeReader reader(path, manifest, engine, weights_only);
     engine.write_state([&](int64_t begin, int64_t n, float* master, float* m, float* v) {
       reader.read(begin, n, master, m, v);
     });

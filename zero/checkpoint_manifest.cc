@@ -158,15 +158,21 @@ void read_feedback_files(const FieldReader& r, const json& root, CheckpointManif
 // The files, then the units: both must be exactly what the saving run's partition made.
 void read_partition(const FieldReader& r, const json& root, CheckpointManifest& m) {
   m.world_size = int(r.integer(root, "", "world_size", 1, 1 << 20));
-  const int expected_shards = m.stage == 0 ? 1 : m.world_size;
+  if (root.contains("tensor_parallel"))  // absent: t = 1 (and in checkpoints from before it existed)
+    m.tensor_parallel = int(r.integer(root, "", "tensor_parallel", 2, m.world_size));
+  const int t = m.tensor_parallel;
+  if (m.world_size % t != 0) r.fail("tensor_parallel " + std::to_string(t) + " does not divide world_size");
+  if (std::string problem = tensor_slice_problem(m.model, t); !problem.empty()) r.fail(problem);
+  if (t > 1 && m.tile_factor > 1) r.fail("tensor_parallel and zero.tile_factor do not combine");
+  const int expected_shards = m.stage == 0 ? 1 : m.data_parallel();
   const int shards = int(r.integer(root, "", "num_shards", expected_shards, expected_shards));
   const json& units = r.array(root, "", "units");
-  const ParamTable table = make_param_table(m.model, m.tile_factor);
+  const ParamTable table = make_param_table(m.model, m.tile_factor, TensorSlice{t, 0});
   if (units.size() != table.units.size()) {
     r.fail("units has " + std::to_string(units.size()) + " entries; the model has " +
            std::to_string(table.units.size()) + " gather units");
   }
-  const Partition partition(table, m.world_size, shards);
+  const Partition partition(table, m.data_parallel(), shards);
   m.shard_total = r.integer(root, "", "shard_total", partition.shard_total(), partition.shard_total());
   for (size_t u = 0; u < units.size(); ++u) {
     const std::string where = "units[" + std::to_string(u) + "].";
@@ -182,22 +188,27 @@ void read_partition(const FieldReader& r, const json& root, CheckpointManifest& 
     m.units.push_back(unit);
   }
   const json& files = r.array(root, "", "files");
-  if (files.size() != size_t(shards)) {
+  if (files.size() != size_t(shards) * t) {
     r.fail("files has " + std::to_string(files.size()) + " entries for " + std::to_string(shards) +
-           " shards");
+           " shards of " + std::to_string(t) + " tensor-parallel slice(s)");
   }
   const int64_t bytes = 3 * m.shard_total * int64_t(sizeof(float));
-  for (int p = 0; p < shards; ++p) {
-    m.files.push_back(read_file_entry(r, files[p], "files[" + std::to_string(p) + "].",
-                                      shard_file_name(p, shards), bytes, bytes));
+  for (int i = 0; i < shards * t; ++i) {
+    m.files.push_back(read_file_entry(r, files[i], "files[" + std::to_string(i) + "].",
+                                      shard_file_name(i % shards, shards, i / shards, t), bytes, bytes));
   }
 }
 
 }  // namespace
 
-std::string shard_file_name(int shard, int shards) {
-  char name[64];
-  std::snprintf(name, sizeof name, "shard_%05d_of_%05d.bin", shard, shards);
+std::string shard_file_name(int shard, int shards, int tensor_rank, int tensor_size) {
+  char name[80];
+  if (tensor_size == 1) {
+    std::snprintf(name, sizeof name, "shard_%05d_of_%05d.bin", shard, shards);
+  } else {
+    std::snprintf(name, sizeof name, "shard_%05d_of_%05d_tp_%02d_of_%02d.bin", shard, shards, tensor_rank,
+                  tensor_size);
+  }
   return name;
 }
 
@@ -226,6 +237,7 @@ std::string manifest_text(const CheckpointManifest& m) {
                          {"last_overflow_iteration", m.scaler.last_overflow_iteration}};
   root["model"] = model_json(m.model);
   root["world_size"] = m.world_size;
+  if (m.tensor_parallel > 1) root["tensor_parallel"] = m.tensor_parallel;
   root["zero"] = {{"stage", m.stage}, {"precision", m.precision}};
   if (m.tile_factor > 1) root["zero"]["tile_factor"] = m.tile_factor;
   root["num_shards"] = m.num_shards();

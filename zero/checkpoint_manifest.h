@@ -35,14 +35,15 @@ struct CheckpointManifest {
   TrainingPosition position;
   int64_t applied_steps = 0;  // optimizer steps applied (iterations minus fp16 overflow skips)
   LossScaler::State scaler{};
-  GPTConfig model;  // seq_len = max_positions
-  int world_size = 0;
+  GPTConfig model;          // seq_len = max_positions
+  int world_size = 0;       // all ranks: tensor_parallel x the data-parallel size
+  int tensor_parallel = 1;  // t ("tensor_parallel", written when above 1): each rank saved its slice
   int stage = 0;
   std::string precision;  // precision_name(): "fp32", "fp16", "bf16", "fp64"
   int tile_factor = 1;    // memory-centric tiling's ("zero.tile_factor", written when above 1)
 
-  // Partition(make_param_table(model, tile_factor), world_size, num_shards) of the run that saved, unit by
-  // unit.
+  // Partition(make_param_table(model, tile_factor, TensorSlice{t, any rank}), world_size / t, num_shards) of
+  // the run that saved, unit by unit (every tensor-parallel slice has the same units).
   struct Unit {
     std::string name;
     int64_t numel = 0, shard = 0, shard_offset = 0;
@@ -50,22 +51,28 @@ struct CheckpointManifest {
   std::vector<Unit> units;
   int64_t shard_total = 0;  // elements of each of master, m and v in one shard file
 
-  // One file per shard: master[shard_total] m[shard_total] v[shard_total] in fp32.
+  // One file per shard of each tensor-parallel slice (slice-major): master[shard_total] m[shard_total]
+  // v[shard_total] in fp32, the slice's model layout cut as the partition says.
   struct ShardFile {
     std::string name;  // a plain file name inside the checkpoint directory
     int64_t bytes = 0;
     std::string sha256;  // 64 lowercase hex digits
   };
   std::vector<ShardFile> files;
-  int num_shards() const { return static_cast<int>(files.size()); }
+  int num_shards() const { return static_cast<int>(files.size()) / tensor_parallel; }
+  int data_parallel() const { return world_size / tensor_parallel; }
+  const ShardFile& file(int tensor_rank, int shard) const {
+    return files[tensor_rank * num_shards() + shard];
+  }
   // With LoCo (qgZ's error feedback): one file per rank of its kept errors, as the engine's feedback_state()
   // (int8 blocks, opaque here); empty when the run that saved had none.
   std::vector<ShardFile> feedback_files;
   std::string feedback_layout;  // ZeroEngine::feedback_layout() of the run that saved them
 };
 
-// The name of shard file `shard` of `shards` in a checkpoint directory: "shard_00003_of_00008.bin".
-std::string shard_file_name(int shard, int shards);
+// The name of shard file `shard` of `shards` in a checkpoint directory: "shard_00003_of_00008.bin"; with
+// tensor parallelism, of slice `tensor_rank` of `tensor_size`: "shard_00003_of_00008_tp_01_of_02.bin".
+std::string shard_file_name(int shard, int shards, int tensor_rank = 0, int tensor_size = 1);
 
 // The name of rank r's file of LoCo's kept errors: "loco_errors_00003_of_00008.bin".
 std::string feedback_file_name(int rank, int ranks);

@@ -91,6 +91,7 @@ class ZeroEngine {
   const comm::Topology& data_parallel_topology() const { return dp_topology_; }
   int tensor_parallel_size() const { return tp_comm_ ? tp_comm_->size() : 1; }
   int tensor_parallel_rank() const { return tp_comm_ ? tp_comm_->rank() : 0; }
+  int data_parallel_rank() const { return dp_.rank(); }
   const ParamTable& table() const { return table_; }
   const GPTConfig& model() const { return model_; }
   const ZeroConfig& config() const { return config_; }
