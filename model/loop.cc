@@ -1,6 +1,9 @@
 // LayerLoop: GPT-2's forward and backward over gather units; see loop.h.
 #include "model/loop.h"
 
+#include <algorithm>
+#include <stdexcept>
+
 namespace gpt {
 
 namespace {
@@ -136,23 +139,35 @@ class SourcedTiles final : public BlockWeights<Real> {
 
 // Which slot of the residual stream and which activation set each block uses (loop.h's members).
 struct Slots {
-  std::vector<int> residual;  // L+1
-  std::vector<int> block;     // L
-  int residuals = 0, blocks = 0;
+  std::vector<int> residual;   // L+1
+  std::vector<int> block;      // L
+  std::vector<int> partition;  // L+1: the kept part of a chunk's first input (partitioned), or -1
+  int residuals = 0, blocks = 0, partitions = 0;
 };
 
-Slots plan_slots(const Recompute& recompute, int L) {
+// partitioned: the chunks' first inputs are kept as parts (loop.h), their whole tensors in two slots taken
+// in turn (a chunk's last block reads one while it writes the next chunk's input into the other).
+Slots plan_slots(const Recompute& recompute, int L, bool partitioned) {
   Slots s;
   s.residual.resize(L + 1);
   s.block.resize(L);
+  s.partition.assign(L + 1, -1);
   const int shared = recompute.longest_chunk(L);  // activation sets, and inner inputs + 1, of any chunk
   s.blocks = shared;
   s.residuals = std::max(shared - 1, 0);
+  const int first_inputs = s.residuals;
+  if (partitioned) s.residuals += 2;
   for (int l = 0; l <= L; ++l) {
     const Recompute::Chunk chunk = l < L ? recompute.chunk(l, L) : Recompute::Chunk{};
     if (l < L) s.block[l] = chunk.empty() ? s.blocks++ : l - chunk.first;
-    // A chunk's first input is kept; its inner inputs are recomputed into the shared slots.
-    s.residual[l] = chunk.empty() || l == chunk.first ? s.residuals++ : l - chunk.first - 1;
+    // A chunk's first input is kept (whole, or as this rank's part); its inner inputs are recomputed into
+    // the shared slots.
+    if (!chunk.empty() && l == chunk.first && partitioned) {
+      s.residual[l] = first_inputs + s.partitions % 2;
+      s.partition[l] = s.partitions++;
+    } else {
+      s.residual[l] = chunk.empty() || l == chunk.first ? s.residuals++ : l - chunk.first - 1;
+    }
   }
   return s;
 }
@@ -175,10 +190,17 @@ LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, const Recom
   auto allocate = [&](std::vector<int64_t> shape, DType type) {
     return arena.allocate_tensor("activation", "activations", std::move(shape), type);
   };
-  const Slots slots = plan_slots(recompute, int(L));
+  const bool partitioned = tp_.distribute_saved_activations && tp_.size() > 1;
+  if (partitioned && (!recompute.is_full() || tp_.sequence_parallel)) {
+    throw std::invalid_argument(
+        "partitioned activation checkpoints need full recomputation and no sequence parallelism");
+  }
+  const Slots slots = plan_slots(recompute, int(L), partitioned);
   residual_slot_ = slots.residual;
   block_slot_ = slots.block;
+  partition_slot_ = slots.partition;
   residual_ = allocate({slots.residuals, B, T, C}, dtype);
+  if (slots.partitions > 0) partitions_ = allocate({slots.partitions, B * T * C / tp_.size()}, dtype);
   blocks_.resize(std::max(slots.blocks, 1));  // evaluation uses set 0
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const bool own_probs = i == 0 || !recompute.is_selective();
@@ -210,6 +232,31 @@ Tensor LayerLoop<Real>::residual(int layer) const {
 }
 
 template <typename Real>
+Tensor LayerLoop<Real>::kept_part(int layer) const {
+  const int64_t n = partitions_.shape[1];
+  return Tensor{static_cast<Real*>(partitions_.data) + partition_slot_[layer] * n,
+                {n},
+                partitions_.dtype,
+                partitions_.device};
+}
+
+template <typename Real>
+void LayerLoop<Real>::keep_partition(int layer) {
+  if (partition_slot_[layer] < 0) return;
+  const Tensor whole = residual(layer), part = kept_part(layer);
+  const int64_t n = part.numel();
+  ops_.copy(part, Tensor{static_cast<Real*>(whole.data) + tp_.rank() * n, {n}, whole.dtype, whole.device});
+}
+
+template <typename Real>
+void LayerLoop<Real>::gather_partition(int layer) {
+  if (partition_slot_[layer] < 0) return;
+  const Tensor whole = residual(layer);
+  tp_.group->all_gather(Tensor{whole.data, {whole.numel()}, whole.dtype, whole.device}, kept_part(layer),
+                        TensorTraffic::kActivationGather);
+}
+
+template <typename Real>
 Dropout LayerLoop<Real>::dropout() const {
   Dropout d = dropout_;
   d.windows = windows_.empty() ? nullptr : windows_.data();
@@ -237,8 +284,10 @@ Real LayerLoop<Real>::forward(WeightSource<Real>& weights, const int32_t* inputs
   embed_forward(ops_, config_, wte, wpe, inputs_, residual(0), drop, tp_);
   weights.release(ParamTable::kWpe);
   // A block whose activations the backward recomputes (or an evaluation) computes into a shared set.
-  for (int l = 0; l < L; ++l)
+  for (int l = 0; l < L; ++l) {
+    if (keep_for_backward) keep_partition(l);
     forward_block(weights, l, keep_for_backward ? activations(l) : blocks_[0], drop);
+  }
   const int lnf_unit = table_.final_norm_unit();
   const Real* lnf = weights.acquire(lnf_unit);
   const Real loss = head_forward(ops_, config_, lnf, lnf + C, wte, residual(L),
@@ -333,6 +382,7 @@ void LayerLoop<Real>::backward(WeightSource<Real>& weights, GradientSink<Real>& 
     // Full recomputation: a chunk's inner blocks run their forwards again from the chunk's kept input, each
     // into its own activation set and the next one's input; the last block recomputes with its backward.
     if (last_of_chunk) {
+      gather_partition(chunk.first);
       for (int m = chunk.first; m < l; ++m) forward_block(weights, m, activations(m), drop);
     }
     backward_block(weights, gradients, l, last_of_chunk);
@@ -350,6 +400,7 @@ size_t LayerLoop<Real>::activation_bytes() const {
   size_t total = residual_.nbytes() + dresidual_.nbytes() +
                  (recompute_.is_full() ? recompute_out_.nbytes() : 0) + scratch_.bytes() + head_.bytes();
   if (tp_.sequence_parallel) total += tp_.gathered.nbytes() + tp_.partial.nbytes() + tp_.norm_grads.nbytes();
+  if (partitions_.data) total += partitions_.nbytes();
   for (const auto& block : blocks_) total += block.bytes();
   return total;
 }

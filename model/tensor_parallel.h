@@ -45,6 +45,10 @@ class TensorGroup {
 struct TensorParallel {
   TensorGroup* group = nullptr;
   bool sequence_parallel = false;
+  // Partitioned activation checkpoints (Megatron's --distribute-saved-activations, ZeRO-R's Pa): with full
+  // recomputation and without sequence parallelism, each rank keeps 1/t of every checkpointed block input
+  // and the group all-gathers it (kActivationGather) before the chunk is recomputed.
+  bool distribute_saved_activations = false;
   TensorTraffic traffic = TensorTraffic::kForward;
   // Sequence parallelism: [B,T,C] for a gathered LayerNorm output (or gradient) and for a row-parallel
   // layer's partial output (or a column-parallel layer's partial input gradient); [2C] for a LayerNorm's

@@ -74,6 +74,9 @@ struct ZeroConfig {
   // Megatron's sequence parallelism (--sequence-parallel) over the engine's tensor-parallel group
   // (model/tensor_parallel.h); meaningless without one.
   bool sequence_parallel = false;
+  // Megatron's --distribute-saved-activations (ZeRO-R's partitioned activation checkpoints): with full
+  // recomputation, each tensor-parallel rank keeps 1/t of every checkpointed block input.
+  bool distribute_saved_activations = false;
   double hidden_dropout = 0;     // Megatron's --hidden-dropout (embedding and residual branches)
   double attention_dropout = 0;  // Megatron's --attention-dropout (attention probabilities)
   bool record_events = false;    // keep an event log of posts and computes (tests)

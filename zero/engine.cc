@@ -63,7 +63,8 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
       tensor_group_(tensor_parallel ? std::make_unique<CommTensorGroup>(*tensor_parallel, context_)
                                     : nullptr),
       loop_(model, micro_batch, config.recompute, ops_, arena_, config.tile_factor,
-            TensorParallel{tensor_group_.get(), config.sequence_parallel}) {
+            TensorParallel{tensor_group_.get(), config.sequence_parallel,
+                           config.distribute_saved_activations}) {
   if (config.stage < 0 || config.stage > 3) throw std::invalid_argument("ZeRO stage must be 0, 1, 2 or 3");
   if (std::string problem = check_tensor_parallel(model, config, tensor_parallel_size()); !problem.empty()) {
     throw std::invalid_argument(problem);

@@ -86,17 +86,20 @@ struct Run {
   float loss = 0;
   std::vector<float> grads;  // this rank's slice
   gpt::ParamTable table;
+  size_t activation_bytes = 0;
 };
 
 // Two accumulated micro-steps with dropout on, on rank `slice.rank` of the group (size 1: no group).
 Run run_rank(const std::vector<float>& whole, const gpt::ParamTable& whole_table, gpt::TensorSlice slice,
-             gpt::TensorGroup* group, bool sequence_parallel, const Recompute& recompute) {
-  const gpt::GPTConfig config = gpt::test::small_parallel_model();
+             gpt::TensorGroup* group, bool sequence_parallel, const Recompute& recompute,
+             bool distribute_saved_activations = false, int layers = 2) {
+  gpt::GPTConfig config = gpt::test::small_parallel_model();
+  config.num_layers = layers;
   Run r;
   r.table = gpt::make_param_table(config, 1, slice);
   gpt::Arena arena;
   gpt::LayerLoop<float> loop(config, kB, recompute, gpt::cpu_ops(), arena, 1,
-                             gpt::TensorParallel{group, sequence_parallel});
+                             gpt::TensorParallel{group, sequence_parallel, distribute_saved_activations});
   // The loop's own count of its activations is what the arena holds in that category, but for each
   // allocation's rounding up to the arena's alignment.
   for (const auto& usage : arena.usage_by_category()) {
@@ -114,6 +117,7 @@ Run run_rank(const std::vector<float>& whole, const gpt::ParamTable& whole_table
     loop.backward(slices, slices, 0.5f);
   }
   r.grads = slices.grads;
+  r.activation_bytes = loop.activation_bytes();
   return r;
 }
 
@@ -127,13 +131,22 @@ double relative_error(const std::vector<double>& a, const std::vector<double>& b
   return std::sqrt(diff / std::max(norm, 1e-300));
 }
 
-void check_against_whole(int t, bool sequence_parallel, const Recompute& recompute) {
-  const gpt::GPTConfig config = gpt::test::small_parallel_model();
+// The whole model's initial weights, in the whole table's layout.
+std::vector<float> initial_weights(int layers = 2) {
+  gpt::GPTConfig config = gpt::test::small_parallel_model();
+  config.num_layers = layers;
   gpt::GPT2<float> init(config, kB);
   init.init(9);
-  const gpt::ParamTable whole_table = gpt::make_param_table(config);
-  const Run whole = run_rank(init.params, whole_table, {}, nullptr, false, Recompute{});
+  return init.params;
+}
 
+// Every rank of a group of t threads.
+std::vector<Run> run_group(int t, bool sequence_parallel, const Recompute& recompute,
+                           bool distribute_saved_activations = false, int layers = 2) {
+  const std::vector<float> weights = initial_weights(layers);
+  gpt::GPTConfig config = gpt::test::small_parallel_model();
+  config.num_layers = layers;
+  const gpt::ParamTable whole_table = gpt::make_param_table(config);
   SharedGroup shared(t);
   std::vector<ThreadMember> members;
   for (int r = 0; r < t; ++r) members.emplace_back(shared, r);
@@ -141,10 +154,18 @@ void check_against_whole(int t, bool sequence_parallel, const Recompute& recompu
   std::vector<std::thread> threads;
   for (int r = 0; r < t; ++r) {
     threads.emplace_back([&, r] {
-      runs[r] = run_rank(init.params, whole_table, {t, r}, &members[r], sequence_parallel, recompute);
+      runs[r] = run_rank(weights, whole_table, {t, r}, &members[r], sequence_parallel, recompute,
+                         distribute_saved_activations, layers);
     });
   }
   for (auto& thread : threads) thread.join();
+  return runs;
+}
+
+void check_against_whole(int t, bool sequence_parallel, const Recompute& recompute) {
+  const gpt::ParamTable whole_table = gpt::make_param_table(gpt::test::small_parallel_model());
+  const Run whole = run_rank(initial_weights(), whole_table, {}, nullptr, false, Recompute{});
+  const std::vector<Run> runs = run_group(t, sequence_parallel, recompute);
 
   for (int r = 0; r < t; ++r) CHECK(std::abs(runs[r].loss - whole.loss) <= 1e-5 * std::abs(whole.loss));
   // Each parameter's gradient, reassembled from the slices (replicated ones from every rank in turn).
@@ -204,6 +225,30 @@ TEST_CASE("t ranks give the whole model's loss and gradients") {
       CAPTURE(t);
       CAPTURE(sequence_parallel);
       check_against_whole(t, sequence_parallel, Recompute{});
+    }
+  }
+}
+
+// Each checkpointed chunk input is kept as 1/t on every rank instead of whole; the inputs being used take two
+// whole slots in turn (so partitioning saves memory once there are more than 2t/(t-1) chunks).
+// Each checkpointed chunk input is kept as 1/t on every rank instead of whole; the inputs being used take two
+// whole slots in turn (so partitioning saves memory once there are more than 2t/(t-1) chunks). Four layers,
+// so that a chunk's input is gone from the two slots by the time the backward needs it.
+TEST_CASE("partitioned activation checkpoints: the same numbers from 1/t of each checkpointed input") {
+  const gpt::GPTConfig config = gpt::test::small_parallel_model();
+  const int64_t input_bytes = int64_t(kB) * config.seq_len * config.hidden * int64_t(sizeof(float));
+  const int t = 2, layers = 4;
+  for (const auto& [recompute, chunks] :
+       {std::pair{Recompute::full(), 4}, std::pair{Recompute::full(gpt::RecomputeMethod::kUniform, 2), 2},
+        std::pair{Recompute::full(gpt::RecomputeMethod::kBlock, 3), 3}}) {
+    CAPTURE(recompute.describe());
+    const std::vector<Run> kept = run_group(t, false, recompute, false, layers),
+                           partitioned = run_group(t, false, recompute, true, layers);
+    for (int r = 0; r < t; ++r) {
+      CHECK(partitioned[r].loss == kept[r].loss);
+      CHECK(partitioned[r].grads == kept[r].grads);
+      CHECK(int64_t(partitioned[r].activation_bytes) ==
+            int64_t(kept[r].activation_bytes) + (2 - chunks) * input_bytes + chunks * input_bytes / t);
     }
   }
 }

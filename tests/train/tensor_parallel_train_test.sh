@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Issue 14's acceptance for 2-D parallelism: gpt_train at t = 2 and t = 4 gives the losses of t = 1 for 10
 # steps within 1e-5 relative (fp32, dropout on), with and without sequence parallelism, at ZeRO stages 0 and
-# 3, with hpZ over the data-parallel group (t x d = 2 x 2, 4 x 1 and 2 x 4, 4 ranks per node); with qwZ and
-# qgZ at 2 x 4, t = 2's losses stay within 5e-3 relative of ZeRO-3's at t = 1, the bound t = 1's ZeRO++
-# keeps (its own deviation is about 6e-4 here, and must be above 0: the quantization is lossy). The global
-# batch is fixed, so each d runs its own accumulation steps over the same sequences; the data are the same
-# pseudo-random tokens in every run of the test.
+# 3, with hpZ over the data-parallel group (t x d = 2 x 2, 4 x 1 and 2 x 4, 4 ranks per node) and with
+# partitioned activation checkpoints; with qwZ and qgZ at 2 x 4, t = 2's losses stay within 5e-3 relative of
+# ZeRO-3's at t = 1, the bound t = 1's ZeRO++ keeps (its own deviation is about 6e-4 here, and must be above
+# 0: the quantization is lossy). The global batch is fixed, so each d runs its own accumulation steps over
+# the same sequences; the data are the same pseudo-random tokens in every run of the test.
 # Args: path of gpt_train.
 set -uo pipefail
 TRAIN=$1
@@ -65,12 +65,16 @@ done
 for cfg in "t2_s3 --zero-stage 3 --tensor-model-parallel-size 2" \
            "t2_s3_sp --zero-stage 3 --tensor-model-parallel-size 2 --sequence-parallel" \
            "t2_hpz --deepspeed_config $TMP/hpz.json --tensor-model-parallel-size 2 --sequence-parallel" \
-           "t4_s3_sp --zero-stage 3 --tensor-model-parallel-size 4 --sequence-parallel"; do
+           "t4_s3_sp --zero-stage 3 --tensor-model-parallel-size 4 --sequence-parallel" \
+           "t2_pa --zero-stage 3 --tensor-model-parallel-size 2 --recompute-granularity full --distribute-saved-activations"; do
   run ${cfg%% *} 4 ${cfg#* } && compare t1_s3 ${cfg%% *}
 done
 grep -qF "tensor parallelism t = 2 (consecutive ranks) x data parallelism d = 2" "$TMP/t2_hpz.log" ||
   fail "the banner lacks the 2 x 2 layout"
 grep -qF "hpZ on (h = 2)" "$TMP/t2_hpz.log" || fail "hpZ is not on in t2_hpz"
+# Partitioned activation checkpoints gather each chunk's input in act_gather; nothing else does.
+grep -q '"act_gather":{"intra":[1-9]' "$TMP/t2_pa.jsonl" || fail "t2_pa moved no act_gather bytes"
+grep -q '"act_gather":{"intra":[1-9]' "$TMP/t2_s3.jsonl" && fail "t2_s3 moved act_gather bytes"
 
 # 2 x 4 on 2 simulated nodes of 4 ranks.
 run w8_t1_s3 8 --zero-stage 3
