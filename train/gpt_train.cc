@@ -35,6 +35,7 @@
 #include "zero/engine.h"
 #include "zero/parallel_groups.h"
 #include "zero/qgz.h"
+#include "zero/tensor_parallel_traffic.h"
 #include "zero/traffic_model.h"
 
 namespace gpt {
@@ -130,6 +131,14 @@ void print_banner(const TrainOptions& o, const ParallelGroups& groups, const Zer
                 bytes_text(t * double(expected.at(phase, comm::Link::kIntraNode))).c_str(),
                 bytes_text(t * double(expected.at(phase, comm::Link::kInterNode))).c_str());
   }
+  if (groups.tensor_size() > 1) {  // the layers' own collectives, inside the nodes
+    const comm::TrafficCounts layers = expected_tensor_parallel_traffic(
+        {o.model, o.micro_batch, o.accumulation_steps, groups.tensor_size(), groups.data().size(),
+         o.zero.sequence_parallel, o.zero.recompute, o.zero.distribute_saved_activations});
+    for (comm::Phase phase : {comm::Phase::kTpFwd, comm::Phase::kTpBwd, comm::Phase::kActGather})
+      std::printf(" %s intra %s;", comm::phase_name(phase),
+                  bytes_text(double(layers.at(phase, comm::Link::kIntraNode))).c_str());
+  }
   std::printf("\n");
   if (!o.vocab_file.empty() || !o.merge_file.empty()) {
     std::printf(
@@ -186,6 +195,9 @@ MemoryVerdict guard_then_check(const TrainOptions& o, comm::Communicator& host_w
                                const comm::Topology& data_parallel) {
   MemoryVerdict verdict = check_memory(o, host_world);
   if (std::string problem = ZeroEngine::check_zeropp(o.zero, data_parallel); !problem.empty()) {
+    if (o.tensor_parallel > 1)
+      problem += " (at --tensor-model-parallel-size " + std::to_string(o.tensor_parallel) +
+                 ", ZeRO's ranks per node are the data-parallel ones: ranks per node / t)";
     throw UsageError(problem);
   }
   return verdict;

@@ -62,8 +62,9 @@ double MemoryNeed::of(const std::string& state) const {
 
 MemoryNeed rank_memory_need(const TrainOptions& o, int nodes, int ranks_per_node, double baseline_bytes) {
   const bool cpu = o.device == "cpu";
-  const PlanMemory m = plan_memory(o.model, o.zero, nodes, ranks_per_node, o.micro_batch,
-                                   o.accumulation_steps, cpu ? MemoryTarget::kCpu : MemoryTarget::kGpu);
+  const PlanMemory m =
+      plan_memory(o.model, o.zero, nodes, ranks_per_node, o.micro_batch, o.accumulation_steps,
+                  cpu ? MemoryTarget::kCpu : MemoryTarget::kGpu, o.tensor_parallel);
   MemoryNeed need;
   for (const PlanMemoryLine& line : m.states) {
     // On a GPU only the cpu tier (pinned buffers, host-offloaded state) is RAM.

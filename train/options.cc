@@ -482,8 +482,8 @@ void resolve_tensor_parallel_memory(const DeepSpeedConfig& ds, const Values& v, 
                      ": choose a sequence length divisible by " + str(t));
   }
   if (v.distribute_saved_activations) check_distribute_saved("--distribute-saved-activations", o);
-  o.distribute_saved_activations = o.zero.distribute_saved_activations = v.distribute_saved_activations;
-  if (!ds.partition_activations.value_or(false) || o.distribute_saved_activations) return;
+  o.zero.distribute_saved_activations = v.distribute_saved_activations;
+  if (!ds.partition_activations.value_or(false) || o.zero.distribute_saved_activations) return;
   const std::string key = "activation_checkpointing.partition_activations", from = " (" + ds.path + ")";
   if (t == 1) {
     o.notes.push_back(
@@ -495,7 +495,7 @@ void resolve_tensor_parallel_memory(const DeepSpeedConfig& ds, const Values& v, 
                       from);
   } else {
     check_distribute_saved(ds.path + ": " + key, o);
-    o.distribute_saved_activations = o.zero.distribute_saved_activations = true;
+    o.zero.distribute_saved_activations = true;
   }
 }
 

@@ -36,11 +36,10 @@ struct TrainOptions {
   int tensor_parallel = 1;
   // --sequence-parallel is zero.sequence_parallel: LayerNorm and dropout on 1/t of the sequence. Needs t > 1;
   // at t = 1 it is turned off with a note, as Megatron does, so that the arithmetic stays that of t = 1.
-  // --distribute-saved-activations (or activation_checkpointing.partition_activations at t > 1): each rank
-  // of a tensor-parallel group keeps 1/t of every checkpointed block input and all-gathers it for the
-  // recomputation (ZeRO-R's partitioned activation checkpoints). Needs t > 1, full recomputation and no
-  // sequence parallelism (Megatron's rules).
-  bool distribute_saved_activations = false;
+  // --distribute-saved-activations (or activation_checkpointing.partition_activations at t > 1) is
+  // zero.distribute_saved_activations: each rank of a tensor-parallel group keeps 1/t of every checkpointed
+  // block input and all-gathers it for the recomputation (ZeRO-R's partitioned activation checkpoints). Needs
+  // t > 1, full recomputation and no sequence parallelism (Megatron's rules).
 
   int micro_batch = 4;  // sequences per rank per micro-step
   int accumulation_steps = 1;

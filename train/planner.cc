@@ -19,11 +19,13 @@
 #include "kernels/quant/quantize.h"
 #include "model/loop.h"
 #include "model/params.h"
+#include "train/activation_formulas.h"
 #include "zero/engine.h"
 #include "zero/memory_model.h"
 #include "zero/offload_layout.h"
 #include "zero/partition.h"
 #include "zero/reduce.h"
+#include "zero/tensor_parallel_traffic.h"
 #include "zero/traffic_model.h"
 
 namespace gpt {
@@ -433,16 +435,51 @@ void add_offload(const Partition& p, const ZeroConfig& z, int accumulation_steps
   }
 }
 
+// Activations per rank under one recomputation: ours (what the layer loop allocates, restated tensor by
+// tensor; equal to activation_elements at t = 1) and the paper's formula.
+struct ActivationPair {
+  double ours = 0, paper = 0;
+};
+ActivationPair activations_at(const GPTConfig& model, const ZeroConfig& z, int micro_batch,
+                              int tensor_parallel, int element_bytes, const Recompute& recompute) {
+  const ActivationShape shape = activation_shape(model, micro_batch);
+  const ActivationSetup setup{tensor_parallel, z.sequence_parallel && tensor_parallel > 1, recompute,
+                              z.distribute_saved_activations};
+  return {double(restated_activations(shape, setup, element_bytes).total_bytes),
+          paper_model_bytes(shape, setup)};
+}
+
+void add_activations(const GPTConfig& model, const ZeroConfig& z, int micro_batch, int tensor_parallel,
+                     int element_bytes, PlanMemory& m) {
+  auto at = [&](const Recompute& r) {
+    return activations_at(model, z, micro_batch, tensor_parallel, element_bytes, r);
+  };
+  const ActivationPair full = at(Recompute{}), checkpointed = at(Recompute::full()),
+                       selective = at(Recompute::selective()), configured = at(z.recompute);
+  m.activations_full = full.ours;
+  m.activations_checkpointed = checkpointed.ours;
+  m.activations_selective = selective.ours;
+  m.activations = configured.ours;
+  m.activations_paper_full = full.paper;
+  m.activations_paper_checkpointed = checkpointed.paper;
+  m.activations_paper_selective = selective.paper;
+  m.activations_paper = configured.paper;
+}
+
 PlanTiming predict_time(const Plan& plan, const PlanVariant& v) {
   const PlanOptions& c = plan.cluster;
   PlanTiming t;
   const double tokens_per_gpu = double(plan.micro_batch) * plan.accumulation_steps * plan.model.seq_len;
-  const double flops_per_s = c.gpu_tflops * 1e12;
+  // A tensor-parallel group computes its micro-batches together, each rank 1/t of every layer's FLOPs.
+  const double flops_per_s = c.gpu_tflops * 1e12 * plan.tensor_parallel;
   // The forward is a third of 6N + 12LCT, the backward two thirds; recomputation repeats the forward.
   const double base = plan.model.model_flops_per_token() * tokens_per_gpu;
   t.compute_forward = base / 3 / flops_per_s;
   const double recomputed = recompute_flops_per_token(plan.model, v.zero.recompute) * tokens_per_gpu;
   t.compute_backward = (base * 2 / 3 + recomputed) / flops_per_s;
+  // The tensor-parallel collectives sit between a layer's GEMMs: the layer waits for them.
+  t.tensor_forward = plan.tensor_forward_s;
+  t.tensor_backward = plan.tensor_backward_s;
   // Send bytes: each GPU has its own intra-node link; a node's inter-node link carries what all its GPUs
   // send across nodes. The two link classes work at the same time, so a phase takes the slower of the two.
   const comm::Phase phases[3] = {comm::Phase::kParamGatherFwd, comm::Phase::kParamGatherBwd,
@@ -474,8 +511,9 @@ PlanTiming predict_time(const Plan& plan, const PlanVariant& v) {
   const double hidden_bwd_read =
       v.zero.overlap_comm ? io.param_read_backward * share / c.nvme_read_bytes_per_s : 0;
   const double disk_serial = t.nvme_read + t.nvme_write - hidden_fwd_read - hidden_bwd_read;
-  t.step = std::max({t.compute_forward, fwd, hidden_fwd_read}) +
-           std::max({t.compute_backward, bwd + reduce, hidden_bwd_read}) + serial + disk_serial;
+  t.step = std::max({t.compute_forward + t.tensor_forward, fwd, hidden_fwd_read}) +
+           std::max({t.compute_backward + t.tensor_backward, bwd + reduce, hidden_bwd_read}) + serial +
+           disk_serial;
   t.tokens_per_s = t.step > 0 ? double(plan.global_batch) * plan.model.seq_len / t.step : 0;
   return t;
 }
@@ -490,10 +528,17 @@ double PlanMemory::of(const std::string& state) const {
 }
 
 comm::TrafficCounts plan_step_traffic(const GPTConfig& model, const ZeroConfig& zero, int nodes,
-                                      int ranks_per_node, int accumulation_steps) {
-  const ParamTable table = make_param_table(model, zero.tile_factor);
-  const Partition partition = make_partition(table, zero, nodes * ranks_per_node);
-  return expected_step_traffic(TrafficModelInput{&partition, zero, ranks_per_node, accumulation_steps});
+                                      int ranks_per_node, int accumulation_steps, int tensor_parallel) {
+  const int t = tensor_parallel;
+  const ParamTable table = make_param_table(model, zero.tile_factor, TensorSlice{t, 0});
+  const Partition partition = make_partition(table, zero, nodes * ranks_per_node / t);
+  const comm::TrafficCounts group =
+      expected_step_traffic(TrafficModelInput{&partition, zero, ranks_per_node / t, accumulation_steps});
+  // The t data-parallel groups (one per tensor-parallel rank) move the same bytes: their slices are the same
+  // size and their members sit on the same nodes.
+  comm::TrafficCounts all;
+  for (int g = 0; g < t; ++g) all += group;
+  return all;
 }
 
 double recompute_flops_per_token(const GPTConfig& model, const Recompute& recompute) {
@@ -538,17 +583,21 @@ int64_t activation_elements(const GPTConfig& model, int micro_batch, const Recom
 }
 
 PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, int ranks_per_node,
-                       int micro_batch, int accumulation_steps, MemoryTarget target) {
-  const int world = nodes * ranks_per_node;
-  const ParamTable table = make_param_table(model, z.tile_factor);
-  const Partition p = make_partition(table, z, world);
+                       int micro_batch, int accumulation_steps, MemoryTarget target, int tensor_parallel) {
+  // One rank's tensor-parallel slice (all slices are the same size), partitioned over its d data-parallel
+  // ranks.
+  const int data_parallel = nodes * ranks_per_node / tensor_parallel;
+  const ParamTable table = make_param_table(model, z.tile_factor, TensorSlice{tensor_parallel, 0});
+  const Partition p = make_partition(table, z, data_parallel);
   const bool cpu = target == MemoryTarget::kCpu;
   // The CPU backend's loop computes in fp32 whatever the compute dtype.
   const double ab = cpu ? 4 : double(dtype_size(z.precision));
   const std::string a = ab == 2 ? "2" : "4";
   PlanMemory m;
-  for (const StateFormula& f : zero_state_formulas(p, z, nodes))
+  for (const StateFormula& f : zero_state_formulas(p, z, nodes)) {
     m.states.push_back({f.state, f.bytes, f.formula, f.tier});
+    if (f.tier != "nvme") m.model_states += f.bytes;
+  }
   double buffers = 0;
   CpuBuffers host;
   if (cpu) {
@@ -569,14 +618,18 @@ PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, i
                           "beyond the step's transients"});
     }
   }
-  m.activations_full = ab * double(activation_elements(model, micro_batch, Recompute{}));
-  m.activations_checkpointed = ab * double(activation_elements(model, micro_batch, Recompute::full()));
-  m.activations_selective = ab * double(activation_elements(model, micro_batch, Recompute::selective()));
-  m.states.push_back({"activations", ab * double(activation_elements(model, micro_batch, z.recompute)),
+  add_activations(model, z, micro_batch, tensor_parallel, int(ab), m);
+  std::string where;
+  if (tensor_parallel > 1) {
+    where = ", per rank at t = " + std::to_string(tensor_parallel) +
+            (z.sequence_parallel ? " with sequence parallelism" : " without sequence parallelism");
+  }
+  m.states.push_back({"activations", m.activations,
                       std::string("one micro-batch, ") + a + " bytes per element" +
                           (z.recompute.granularity == RecomputeGranularity::kNone
                                ? ""
-                               : ", recompute " + z.recompute.describe())});
+                               : ", recompute " + z.recompute.describe()) +
+                          where});
   add_offload(p, z, accumulation_steps, m);
   for (const PlanMemoryLine& line : m.states) {
     if (line.tier != "nvme") m.total += line.bytes;
@@ -584,7 +637,37 @@ PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, i
   return m;
 }
 
-Plan make_plan(const TrainOptions& o) {
+namespace {
+
+std::string str(int64_t v) {
+  return std::to_string(v);
+}
+
+// Why the plan cannot use the configured tensor-parallel size on the cluster (empty when it can), in the
+// words of gpt_train's own checks (train/options.cc), which run first when --plan comes from the command
+// line.
+std::string tensor_parallel_problem(const TrainOptions& o) {
+  const int t = o.tensor_parallel;
+  if (t < 1) return "--tensor-model-parallel-size " + str(t) + " must be at least 1";
+  if (o.plan.gpus_per_node % t != 0) {
+    return "--tensor-model-parallel-size " + str(t) + " does not divide --gpus-per-node " +
+           str(o.plan.gpus_per_node) +
+           "; a tensor-parallel group must stay inside one node (our rule): choose a divisor of it";
+  }
+  if (std::string problem = tensor_slice_problem(o.model, t); !problem.empty()) return problem;
+  if (t > 1 && o.zero.sequence_parallel && o.model.seq_len % t != 0) {
+    return "--sequence-parallel splits --seq-length " + str(o.model.seq_len) +
+           " over --tensor-model-parallel-size " + str(t) + ": choose a sequence length divisible by " +
+           str(t);
+  }
+  if (t > 1 && o.zero.tile_factor > 1) {
+    return "--tile-factor " + str(o.zero.tile_factor) + " and --tensor-model-parallel-size " + str(t) +
+           ": memory-centric tiling and tensor parallelism do not combine yet; drop one of them";
+  }
+  return "";
+}
+
+void check_plannable(const TrainOptions& o) {
   const PlanOptions& c = o.plan;
   if (c.nodes < 1 || c.gpus_per_node < 1) {
     throw UsageError(
@@ -600,59 +683,160 @@ Plan make_plan(const TrainOptions& o) {
   if (o.micro_batch < 1 || o.accumulation_steps < 1) {
     throw UsageError("the micro-batch and the accumulation steps must be at least 1");
   }
-  Plan plan;
-  plan.model = o.model;
-  plan.cluster = c;
-  plan.world = c.nodes * c.gpus_per_node;
-  plan.micro_batch = o.micro_batch;
-  plan.accumulation_steps = o.accumulation_steps;
-  const int64_t batch = int64_t(o.micro_batch) * o.accumulation_steps * plan.world;
-  plan.global_batch = batch;
-  if (o.global_batch != 0 && o.global_batch != batch) {
-    plan.notes.push_back("the global batch " + std::to_string(o.global_batch) + " is not micro-batch x " +
-                         "accumulation x GPUs; planned with " + std::to_string(batch));
-  }
-  const ParamTable table = make_param_table(o.model, o.zero.tile_factor);
-  plan.params = table.total;
-  plan.params_for_flops = o.model.params_without_positions();
-  plan.padded_params = Partition(table, plan.world, plan.world).padded_total();
-  plan.flops_per_token =
-      o.model.model_flops_per_token() + recompute_flops_per_token(o.model, o.zero.recompute);
+  if (std::string problem = tensor_parallel_problem(o); !problem.empty()) throw UsageError(problem);
+}
 
-  const comm::Topology topology{plan.world, 0, c.gpus_per_node, false};
-  const int h = o.zero.hpz_partition_size > 1 ? o.zero.hpz_partition_size : c.gpus_per_node;
-  if (o.zero.stage != 3) {
+// The configured stage (when below 3) and every stage 3 combination of qwZ, hpZ and qgZ, over the
+// data-parallel topology `dp`; hpZ's h is the configured one, else the data-parallel ranks per node.
+std::vector<PlanVariant> zero_variants(const ZeroConfig& zero, const comm::Topology& dp,
+                                       int tensor_parallel) {
+  std::vector<PlanVariant> variants;
+  const int h = zero.hpz_partition_size > 1 ? zero.hpz_partition_size : dp.ranks_per_node;
+  if (zero.stage != 3) {
     PlanVariant v;
-    v.name = "stage " + std::to_string(o.zero.stage);
-    v.zero = o.zero;
+    v.name = "stage " + std::to_string(zero.stage);
+    v.zero = zero;
     v.configured = true;
-    v.problem = ZeroEngine::check_zeropp(o.zero, topology);
-    plan.variants.push_back(v);
+    v.problem = ZeroEngine::check_zeropp(zero, dp);
+    variants.push_back(v);
   }
   for (const Combination& combo : kCombinations) {
     PlanVariant v;
     v.name = combo.name;
-    v.zero = o.zero;
+    v.zero = zero;
     v.zero.stage = 3;
     v.zero.quantized_weights = combo.qwz;
     v.zero.hpz_partition_size = combo.hpz ? h : 1;
     v.zero.quantized_gradients = combo.qgz;
-    v.zero.loco = o.zero.loco && combo.qgz;  // the configured error feedback goes with qgZ
-    v.configured = o.zero.stage == 3 && o.zero.quantized_weights == combo.qwz &&
-                   (o.zero.hpz_partition_size > 1) == combo.hpz && o.zero.quantized_gradients == combo.qgz;
-    v.problem = ZeroEngine::check_zeropp(v.zero, topology);
-    if (v.problem.empty() && combo.hpz && h < 2) v.problem = "hpZ needs at least 2 GPUs per node";
-    plan.variants.push_back(v);
+    v.zero.loco = zero.loco && combo.qgz;  // the configured error feedback goes with qgZ
+    v.configured = zero.stage == 3 && zero.quantized_weights == combo.qwz &&
+                   (zero.hpz_partition_size > 1) == combo.hpz && zero.quantized_gradients == combo.qgz;
+    v.problem = ZeroEngine::check_zeropp(v.zero, dp);
+    if (v.problem.empty() && combo.hpz && h < 2) {
+      v.problem = tensor_parallel > 1
+                      ? "hpZ needs at least 2 data-parallel ranks per node (GPUs per node / t)"
+                      : "hpZ needs at least 2 GPUs per node";
+    }
+    variants.push_back(v);
   }
+  return variants;
+}
+
+// The plan of the configured setup, without the tensor-parallel sweep.
+Plan plan_of(const TrainOptions& o) {
+  check_plannable(o);
+  const PlanOptions& c = o.plan;
+  Plan plan;
+  plan.model = o.model;
+  plan.cluster = c;
+  plan.world = c.nodes * c.gpus_per_node;
+  const int t = o.tensor_parallel;
+  plan.tensor_parallel = t;
+  plan.data_parallel = plan.world / t;
+  plan.sequence_parallel = o.zero.sequence_parallel && t > 1;
+  plan.distribute_saved_activations = o.zero.distribute_saved_activations && t > 1;
+  plan.micro_batch = o.micro_batch;
+  plan.accumulation_steps = o.accumulation_steps;
+  const int64_t batch = int64_t(o.micro_batch) * o.accumulation_steps * plan.data_parallel;
+  plan.global_batch = batch;
+  if (o.global_batch != 0 && o.global_batch != batch) {
+    plan.notes.push_back("the global batch " + std::to_string(o.global_batch) + " is not micro-batch x " +
+                         (t > 1 ? "accumulation x data-parallel ranks" : "accumulation x GPUs") +
+                         "; planned with " + std::to_string(batch));
+  }
+  const ParamTable table = make_param_table(o.model, o.zero.tile_factor);
+  plan.params = table.total;
+  plan.params_for_flops = o.model.params_without_positions();
+  const ParamTable slice = make_param_table(o.model, o.zero.tile_factor, TensorSlice{t, 0});
+  plan.padded_params = Partition(slice, plan.data_parallel, plan.data_parallel).padded_total();
+  plan.flops_per_token =
+      o.model.model_flops_per_token() + recompute_flops_per_token(o.model, o.zero.recompute);
+  ZeroConfig zero = o.zero;
+  zero.sequence_parallel = plan.sequence_parallel;
+  plan.tensor_traffic = expected_tensor_parallel_traffic(
+      TensorTrafficInput{o.model, o.micro_batch, o.accumulation_steps, t, plan.data_parallel,
+                         plan.sequence_parallel, o.zero.recompute, plan.distribute_saved_activations});
+  const auto seconds = [&](comm::Phase phase) {
+    return double(plan.tensor_traffic.at(phase, comm::Link::kIntraNode)) / plan.world /
+           c.intra_node_bytes_per_s;
+  };
+  plan.tensor_forward_s = seconds(comm::Phase::kTpFwd);
+  plan.tensor_backward_s = seconds(comm::Phase::kTpBwd) + seconds(comm::Phase::kActGather);
+
+  const comm::Topology world{plan.world, 0, c.gpus_per_node, false};
+  const comm::Topology dp = ZeroEngine::data_parallel_topology(world, t, 0);
+  plan.variants = zero_variants(zero, dp, t);
   for (size_t i = 0; i < plan.variants.size(); ++i) {
     PlanVariant& v = plan.variants[i];
     if (v.configured) plan.configured = int(i);
-    v.memory = plan_memory(o.model, v.zero, c.nodes, c.gpus_per_node, o.micro_batch, o.accumulation_steps);
+    v.memory = plan_memory(o.model, v.zero, c.nodes, c.gpus_per_node, o.micro_batch, o.accumulation_steps,
+                           MemoryTarget::kGpu, t);
     if (!v.problem.empty()) continue;
-    v.traffic = plan_step_traffic(o.model, v.zero, c.nodes, c.gpus_per_node, o.accumulation_steps);
+    v.traffic = plan_step_traffic(o.model, v.zero, c.nodes, c.gpus_per_node, o.accumulation_steps, t);
     v.timing = predict_time(plan, v);
   }
   if (c.nodes == 1) plan.notes.push_back("one node: qgZ falls back to the ring reduce-scatter");
+  return plan;
+}
+
+// One sweep row: the configured options at tensor-parallel size t, with or without sequence parallelism.
+// hpZ's h shrinks to the data-parallel ranks per node where the configured h does not divide them.
+PlanTensorRow sweep_row(const TrainOptions& configured, int t, bool sequence_parallel) {
+  TrainOptions o = configured;
+  o.tensor_parallel = t;
+  o.zero.sequence_parallel = sequence_parallel;
+  o.zero.distribute_saved_activations = configured.zero.distribute_saved_activations && t > 1 &&
+                                        !sequence_parallel && o.zero.recompute.is_full();
+  o.global_batch = 0;
+  PlanTensorRow row;
+  row.t = t;
+  row.d = o.plan.nodes * o.plan.gpus_per_node / t;
+  row.sequence_parallel = sequence_parallel;
+  row.global_batch = int64_t(o.micro_batch) * o.accumulation_steps * row.d;
+  row.problem = tensor_parallel_problem(o);
+  if (!row.problem.empty()) return row;
+  const int per_node = o.plan.gpus_per_node / t, h = o.zero.hpz_partition_size;
+  if (h > 1 && per_node % h != 0) o.zero.hpz_partition_size = per_node >= 2 ? per_node : 1;
+  row.hpz = o.zero.hpz_partition_size;
+  const Plan plan = plan_of(o);
+  const PlanVariant& v = plan.variants[plan.configured];
+  row.problem = v.problem;
+  row.model_states = v.memory.model_states;
+  row.activations = v.memory.activations;
+  row.activations_paper = v.memory.activations_paper;
+  row.memory = v.memory.tiers.device;
+  row.fits = row.memory <= o.plan.gpu_memory_bytes;
+  row.tensor_bytes = plan.tensor_traffic.total();
+  if (!row.problem.empty()) return row;
+  row.zero_intra = v.traffic.total(comm::Link::kIntraNode);
+  row.zero_inter = v.traffic.total(comm::Link::kInterNode);
+  row.step = v.timing.step;
+  row.tokens_per_s = v.timing.tokens_per_s;
+  return row;
+}
+
+// t = 1, 2, 4, 8 and the configured t, those that keep a group inside one node; without and (t > 1) with
+// sequence parallelism.
+std::vector<PlanTensorRow> tensor_sweep(const TrainOptions& o) {
+  std::vector<int> sizes = {1, 2, 4, 8};
+  if (std::find(sizes.begin(), sizes.end(), o.tensor_parallel) == sizes.end())
+    sizes.push_back(o.tensor_parallel);
+  std::vector<PlanTensorRow> rows;
+  for (int t : sizes) {
+    if (o.plan.gpus_per_node % t != 0) continue;
+    for (bool sp : {false, true}) {
+      if (sp && t == 1) continue;
+      rows.push_back(sweep_row(o, t, sp));
+    }
+  }
+  return rows;
+}
+
+}  // namespace
+
+Plan make_plan(const TrainOptions& o) {
+  Plan plan = plan_of(o);
+  plan.tensor_sweep = tensor_sweep(o);
   return plan;
 }
 

@@ -6,6 +6,13 @@
 // writes to its NVMe swap files per step, and their time at stated disk bandwidths. The same memory formulas,
 // counted for the CPU backend (MemoryTarget::kCpu), are what gpt_train's memory guard checks before it
 // allocates.
+//
+// Tensor parallelism (Megatron, t > 1): the world is t x d. Model states are those of one rank's
+// tensor-parallel slice partitioned over its d data-parallel ranks; ZeRO's bytes are one data-parallel
+// group's (L/t ranks per node) times the t groups; the tensor-parallel collectives' bytes
+// (zero/tensor_parallel_traffic.h) are all intra-node; activations per rank are counted twice, as our layer
+// loop allocates them and by the paper's formulas (train/activation_formulas.h). A sweep over t = 1, 2, 4, 8
+// (with and without sequence parallelism) shows the trade on the same cluster.
 #pragma once
 
 #include <array>
@@ -64,7 +71,17 @@ struct PlanMemory {
   double activations_full = 0;          // one micro-batch without activation checkpointing
   double activations_checkpointed = 0;  // with it: block inputs plus one block's activations
   double activations_selective = 0;     // selective recomputation: without the attention probabilities
-  double total = 0;                     // in memory: the device and cpu tiers
+  double activations = 0;               // the configured recomputation's: the "activations" line
+  // The same three (and the configured recomputation's) by the paper's formulas (Korthikanti et al.: 2 bytes
+  // per stored activation, 1 per dropout mask; activation_formulas.h, paper_model_bytes), per rank at the
+  // plan's t and sequence parallelism. Ours above are what the layer loop allocates on that rank
+  // (restated_activations), in the compute dtype on a GPU and fp32 on the CPU backend.
+  double activations_paper_full = 0, activations_paper_checkpointed = 0, activations_paper_selective = 0;
+  double activations_paper = 0;
+  // ZeRO's model states in memory (the device and cpu tiers): compute weights, master, moments, gradients,
+  // hpZ secondaries, qgZ's kept errors, swap buffers.
+  double model_states = 0;
+  double total = 0;  // in memory: the device and cpu tiers
   PlanTiers tiers;
   PlanOffloadTraffic offload;
   double of(const std::string& state) const;  // bytes of a state line, 0 when absent
@@ -76,6 +93,9 @@ struct PlanTiming {
   std::array<double, 3> comm{};  // param_gather_fwd, param_gather_bwd, grad_reduce: max over link classes
   std::array<std::array<double, 2>, 3> link{};  // [phase][intra, inter]
   double nvme_read = 0, nvme_write = 0;         // a node's disk shared by its GPUs: all of a step's swap I/O
+  // The tensor-parallel collectives of the forward (tp_fwd) and of the backward (tp_bwd with recomputation's
+  // repeated ones, plus act_gather), at the intra-node bandwidth; serial with the layers' compute.
+  double tensor_forward = 0, tensor_backward = 0;
   double step = 0;
   double tokens_per_s = 0;
 };
@@ -91,12 +111,41 @@ struct PlanVariant {
   PlanTiming timing;
 };
 
+// One row of the tensor-parallel sweep: the configured ZeRO combination at tensor-parallel size t (hpZ's h
+// capped at the data-parallel ranks per node where the configured h does not divide them).
+struct PlanTensorRow {
+  int t = 1, d = 1;
+  bool sequence_parallel = false;
+  int64_t global_batch = 0;      // sequences per step: micro-batch x accumulation x d (as configured)
+  int hpz = 1;                   // the hpZ partition size used (1: off)
+  std::string problem;           // why this t cannot be planned (nothing else is set), or why ZeRO cannot run
+  double model_states = 0;       // per rank
+  double activations = 0;        // per rank, ours (the layer loop's), at the configured recomputation
+  double activations_paper = 0;  // per rank, the paper's formula
+  double memory = 0;             // the device tier per rank
+  bool fits = false;
+  uint64_t tensor_bytes = 0;  // tp_fwd + tp_bwd + act_gather, all ranks, one step (all intra-node)
+  uint64_t zero_intra = 0, zero_inter = 0;  // ZeRO's phases, all ranks, one step
+  double step = 0, tokens_per_s = 0;
+};
+
 struct Plan {
   GPTConfig model;
   PlanOptions cluster;
   int world = 1;
+  int tensor_parallel = 1;  // t: ranks of a tensor-parallel group, consecutive, inside one node
+  int data_parallel = 1;    // d = world / t: the ranks ZeRO partitions over
+  bool sequence_parallel = false;
+  bool distribute_saved_activations = false;
+  // The tensor-parallel collectives of one optimizer step, all ranks (expected_tensor_parallel_traffic):
+  // tp_fwd, tp_bwd and act_gather, intra-node; zero at t = 1.
+  comm::TrafficCounts tensor_traffic;
+  // Their time at the intra-node bandwidth (each GPU sends its share over its own link): the forward's
+  // (tp_fwd) and the backward's (tp_bwd and act_gather). Every variant's PlanTiming carries the same.
+  double tensor_forward_s = 0, tensor_backward_s = 0;
+  std::vector<PlanTensorRow> tensor_sweep;  // t = 1, 2, 4, 8 (SP off and on at t > 1) on this cluster
   int micro_batch = 1, accumulation_steps = 1;
-  int64_t global_batch = 1;
+  int64_t global_batch = 1;      // micro-batch x accumulation x d
   int64_t params = 0;            // every parameter, the position table included
   int64_t params_for_flops = 0;  // N of 6N: without the position table (GPTConfig::params_without_positions)
   int64_t padded_params = 0;     // P: each gather unit padded to a multiple of 8W
@@ -107,9 +156,10 @@ struct Plan {
 };
 
 // The closed-form bytes of one optimizer step on nodes x ranks_per_node ranks, all ranks together, exactly as
-// the report uses them (the same call the MPI test compares with the meter).
+// the report uses them (the same call the MPI test compares with the meter). tensor_parallel t > 1: ZeRO's
+// phases only, those of one data-parallel group (the slice's partition over d ranks, L/t per node) times t.
 comm::TrafficCounts plan_step_traffic(const GPTConfig& model, const ZeroConfig& zero, int nodes,
-                                      int ranks_per_node, int accumulation_steps);
+                                      int ranks_per_node, int accumulation_steps, int tensor_parallel = 1);
 
 // Activation elements of one micro-batch of B sequences, counted from the engine's buffers (model/layers.h,
 // loop.h): the kept block inputs, the blocks' saved activations (as recompute keeps them), the backward
@@ -121,11 +171,14 @@ double recompute_flops_per_token(const GPTConfig& model, const Recompute& recomp
 
 // The memory one rank would hold for this configuration on nodes x ranks_per_node ranks (the assumptions
 // are printed by plan_report and listed in planner.cc), and its NVMe traffic per step of
-// accumulation_steps micro-steps.
+// accumulation_steps micro-steps. tensor_parallel t > 1: one rank of a t x d world (its slice partitioned
+// over d = nodes x ranks_per_node / t ranks; activations with zero.sequence_parallel as configured).
 PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& zero, int nodes, int ranks_per_node,
-                       int micro_batch, int accumulation_steps = 1, MemoryTarget target = MemoryTarget::kGpu);
+                       int micro_batch, int accumulation_steps = 1, MemoryTarget target = MemoryTarget::kGpu,
+                       int tensor_parallel = 1);
 
-// Everything the report prints. Throws UsageError when the cluster or batch cannot be planned.
+// Everything the report prints. Throws UsageError when the cluster, batch or tensor-parallel size cannot be
+// planned.
 Plan make_plan(const TrainOptions& options);
 
 // The human report, ending with one JSON line {"plan": {...}} that carries the same numbers.

@@ -64,15 +64,25 @@ void configuration(std::ostream& out, const Plan& plan, const PlanVariant& v) {
       m.num_layers, m.hidden, m.heads, m.head_size(), m.seq_len, m.vocab, m.padded_vocab(), m.max_positions);
   out << "  parameters  " << format("%.2f B", plan.params / 1e9) << " (" << grouped(plan.params)
       << "); 6N's N = " << grouped(plan.params_for_flops)
-      << " (no position table); padded P = " << grouped(plan.padded_params) << "\n";
+      << " (no position table); padded P = " << grouped(plan.padded_params)
+      << (plan.tensor_parallel > 1 ? " per tensor-parallel slice" : "") << "\n";
   out << format("  cluster     %d nodes x %d GPUs = %d GPUs, each with %s and %g TFLOP/s\n", c.nodes,
                 c.gpus_per_node, plan.world, size_text(c.gpu_memory_bytes).c_str(), c.gpu_tflops);
   out << format("  links       intra-node %s/s per GPU, inter-node %s/s (%g Gb/s) per node\n",
                 size_text(c.intra_node_bytes_per_s).c_str(), size_text(c.inter_node_bytes_per_s).c_str(),
                 c.inter_node_bytes_per_s * 8 / 1e9);
+  out << format(
+      "  parallelism t = %d tensor-parallel (consecutive GPUs of a node) x d = %d data-parallel; "
+      "sequence parallelism %s; recompute %s%s\n",
+      plan.tensor_parallel, plan.data_parallel, on_off(plan.sequence_parallel).c_str(),
+      z.recompute.describe().c_str(),
+      plan.distribute_saved_activations ? "; partitioned activation checkpoints" : "");
   out << "  batch       micro-batch " << plan.micro_batch << " x accumulation " << plan.accumulation_steps
-      << " x " << plan.world << " GPUs = " << plan.global_batch
-      << " sequences = " << grouped(plan.global_batch * m.seq_len) << " tokens per step\n";
+      << " x "
+      << (plan.tensor_parallel > 1 ? std::to_string(plan.data_parallel) + " data-parallel ranks"
+                                   : std::to_string(plan.world) + " GPUs")
+      << " = " << plan.global_batch << " sequences = " << grouped(plan.global_batch * m.seq_len)
+      << " tokens per step\n";
   out << "  ZeRO        stage " << z.stage << ", " << precision_name(z.precision) << ", overlap_comm "
       << on_off(z.overlap_comm) << ", reduce_bucket_size " << grouped(z.reduce_bucket_size)
       << ", recomputation " << z.recompute.describe() << ", memory-centric tiling "
@@ -111,9 +121,38 @@ void tiers(std::ostream& out, const PlanVariant& v) {
       "NVMe traffic", size_text(m.offload.nvme_read).c_str(), size_text(m.offload.nvme_written).c_str());
 }
 
+// The paper's per-layer closed form for a recomputation at the plan's t and sequence parallelism, as
+// activation_formulas.h writes them.
+std::string paper_layer_formula(const Plan& plan, const Recompute& recompute) {
+  const bool tp = plan.tensor_parallel > 1, sp = plan.sequence_parallel;
+  if (recompute.is_full()) return sp ? "2sbh/t" : "2sbh";
+  if (recompute.is_selective()) return sp ? "34sbh/t" : tp ? "sbh(10 + 24/t)" : "34sbh";
+  return sp ? "sbh/t (34 + 5as/h)" : tp ? "sbh(10 + 24/t + 5as/(ht))" : "sbh(34 + 5as/h)";
+}
+
+// The paper's counts beside ours (Korthikanti et al., Sections 4.1 and 4.3).
+void paper_activations(std::ostream& out, const Plan& plan, const PlanMemory& m) {
+  out << "    the paper's formulas (Korthikanti et al.: 2 bytes per activation, 1 per dropout mask; L layers "
+         "+ input/output)\n";
+  const std::pair<const char*, Recompute> rows[3] = {
+      {"paper, full", Recompute::full()}, {"paper, selective", Recompute::selective()}, {"paper, none", {}}};
+  const double bytes[3] = {m.activations_paper_checkpointed, m.activations_paper_selective,
+                           m.activations_paper_full};
+  for (int i = 0; i < 3; ++i) {
+    out << format("    %-16s %10s  L x %s + the input and output layers\n", rows[i].first,
+                  size_text(bytes[i]).c_str(), paper_layer_formula(plan, rows[i].second).c_str());
+  }
+}
+
 void memory(std::ostream& out, const Plan& plan, const PlanVariant& v) {
   const PlanMemory& m = v.memory;
-  out << "\nMemory per GPU, " << v.name << " (P padded parameters, W = " << plan.world << " GPUs";
+  if (plan.tensor_parallel > 1) {
+    out << "\nMemory per GPU, " << v.name
+        << " (P padded parameters of a tensor-parallel slice, W = d = " << plan.data_parallel
+        << " data-parallel ranks, t = " << plan.tensor_parallel;
+  } else {
+    out << "\nMemory per GPU, " << v.name << " (P padded parameters, W = " << plan.world << " GPUs";
+  }
   if (v.zero.hpz_partition_size > 1) out << ", h = " << v.zero.hpz_partition_size;
   if (v.zero.quantized_weights) out << ", B = qwZ block " << v.zero.weight_block;
   out << ")\n";
@@ -133,6 +172,7 @@ void memory(std::ostream& out, const Plan& plan, const PlanVariant& v) {
                 "selective", size_text(m.activations_selective).c_str());
   out << format("    %-16s %10s  every block's saved tensors\n", "not checkpointed",
                 size_text(m.activations_full).c_str());
+  paper_activations(out, plan, m);
   // The GPU holds the device tier; the cpu tier is host memory.
   const double margin = plan.cluster.gpu_memory_bytes - m.tiers.device;
   out << format("  %-18s %10s  of %s: %s\n", "total", size_text(m.tiers.device).c_str(),
@@ -173,6 +213,61 @@ void traffic(std::ostream& out, const Plan& plan) {
   }
 }
 
+// The tensor-parallel collectives of a step (zero/tensor_parallel_traffic.h), when t > 1.
+void tensor_traffic(std::ostream& out, const Plan& plan) {
+  if (plan.tensor_parallel < 2) return;
+  const PlanOptions& c = plan.cluster;
+  out << "\nTensor-parallel bytes per optimizer step, from zero/tensor_parallel_traffic.h (fp32 activations, "
+         "as "
+         "our layers\n  send them); all intra-node: a group is t consecutive GPUs of one node\n";
+  out << format("    %-17s %11s %11s %11s\n", "phase", "intra, all", "intra/GPU", "time");
+  uint64_t total = 0;
+  for (Phase p : {Phase::kTpFwd, Phase::kTpBwd, Phase::kActGather}) {
+    const uint64_t bytes = plan.tensor_traffic.at(p, Link::kIntraNode);
+    total += bytes;
+    out << format("    %-17s %11s %11s %11s\n", comm::phase_name(p), size_text(double(bytes)).c_str(),
+                  size_text(double(bytes) / plan.world).c_str(),
+                  ms_text(double(bytes) / plan.world / c.intra_node_bytes_per_s).c_str());
+  }
+  out << format("    %-17s %11s %11s %11s\n", "total", size_text(double(total)).c_str(),
+                size_text(double(total) / plan.world).c_str(),
+                ms_text(double(total) / plan.world / c.intra_node_bytes_per_s).c_str());
+}
+
+// The configured setup at t = 1, 2, 4, 8 on the same cluster: what tensor parallelism trades.
+void sweep(std::ostream& out, const Plan& plan) {
+  if (plan.tensor_sweep.empty()) return;
+  const PlanVariant& v = plan.variants[plan.configured];
+  out << "\nTensor parallelism on this cluster: " << v.name << ", recompute " << v.zero.recompute.describe()
+      << ", micro-batch " << plan.micro_batch << " x accumulation " << plan.accumulation_steps << "\n"
+      << "  per GPU: model states, activations (ours: what the layer loop allocates; the paper's formula), "
+         "memory (device\n  tier; ! does not fit); per step, all GPUs: tensor-parallel and ZeRO bytes; hpZ's "
+         "h "
+         "capped at the\n  data-parallel ranks per node\n";
+  out << format("    %3s %3s %4s %3s %6s %10s %10s %10s %10s %10s %10s %10s %9s %9s\n", "t", "SP", "d", "h",
+                "batch", "states", "act. ours", "act. paper", "memory", "TP bytes", "ZeRO intra",
+                "ZeRO inter", "step", "tokens/s");
+  for (const PlanTensorRow& r : plan.tensor_sweep) {
+    const bool configured = r.t == plan.tensor_parallel && r.sequence_parallel == plan.sequence_parallel;
+    out << format("  %s%3d %3s %4d ", configured ? "* " : "  ", r.t, r.sequence_parallel ? "on" : "off", r.d);
+    if (r.memory == 0) {  // the tensor-parallel size itself cannot be planned
+      out << " not planned: " << r.problem << "\n";
+      continue;
+    }
+    out << format("%3d %6lld %10s %10s %10s %10s %10s", r.hpz, (long long)r.global_batch,
+                  size_text(r.model_states).c_str(), size_text(r.activations).c_str(),
+                  size_text(r.activations_paper).c_str(), (size_text(r.memory) + (r.fits ? "" : "!")).c_str(),
+                  size_text(double(r.tensor_bytes)).c_str());
+    if (!r.problem.empty()) {
+      out << "  ZeRO not planned: " << r.problem << "\n";
+      continue;
+    }
+    out << format(" %10s %10s %9s %9.0f\n", size_text(double(r.zero_intra)).c_str(),
+                  size_text(double(r.zero_inter)).c_str(), ms_text(r.step).c_str(), r.tokens_per_s);
+  }
+  out << "  * the configuration given\n";
+}
+
 void timing(std::ostream& out, const Plan& plan) {
   const PlanOptions& c = plan.cluster;
   const ZeroConfig& z = plan.variants[plan.configured].zero;
@@ -196,14 +291,26 @@ void timing(std::ostream& out, const Plan& plan) {
                   fits ? "" : " (does not fit)");
   }
   out << "  * the configuration given\n";
+  if (plan.tensor_parallel > 1) {
+    out << "  compute includes the tensor-parallel collectives: " << ms_text(plan.tensor_forward_s)
+        << " in the forward, " << ms_text(plan.tensor_backward_s) << " in the backward\n";
+  }
   out << "\nThe model\n";
-  out << format("  compute     = FLOPs per token x tokens per GPU per step / %g TFLOP/s\n", c.gpu_tflops);
+  if (plan.tensor_parallel > 1) {
+    out << format(
+        "  compute     = FLOPs per token x tokens per group per step / t / %g TFLOP/s, t = %d\n"
+        "                + tensor-parallel bytes per GPU / %s/s (serial with the layers)\n",
+        c.gpu_tflops, plan.tensor_parallel, size_text(c.intra_node_bytes_per_s).c_str());
+  } else {
+    out << format("  compute     = FLOPs per token x tokens per GPU per step / %g TFLOP/s\n", c.gpu_tflops);
+  }
   const char* recomputed = z.recompute.is_selective() ? " + 4 L C T (the attention cores again)"
                            : z.recompute.is_full()    ? " + R (24 C^2 + 4 C T) (R recomputed blocks)"
                                                       : "";
   out << format("                FLOPs per token = 6N + 12 L C T%s = %.1f GFLOP\n", recomputed,
                 plan.flops_per_token / 1e9);
-  out << format("                tokens per GPU per step = B k T = %.0f\n", tokens_per_gpu);
+  out << format("                tokens per %s per step = B k T = %.0f\n",
+                plan.tensor_parallel > 1 ? "tensor-parallel group" : "GPU", tokens_per_gpu);
   out << "                forward = 1/3 of 6N + 12 L C T, backward = 2/3"
       << (z.recompute.granularity != RecomputeGranularity::kNone ? " + the recomputation\n" : "\n");
   out << format("  comm(phase) = max(intra-node bytes per GPU / %s/s, inter-node bytes per node / %s/s)\n",
@@ -251,12 +358,40 @@ nlohmann::json memory_json(const PlanMemory& m, double gpu_memory) {
   j["activations_without_checkpointing"] = m.activations_full;
   j["activations_with_checkpointing"] = m.activations_checkpointed;
   j["activations_with_selective_recomputation"] = m.activations_selective;
+  j["activations_paper"] = m.activations_paper;
+  j["activations_paper_without_checkpointing"] = m.activations_paper_full;
+  j["activations_paper_with_checkpointing"] = m.activations_paper_checkpointed;
+  j["activations_paper_with_selective_recomputation"] = m.activations_paper_selective;
+  j["model_states"] = m.model_states;
   j["total"] = m.total;
   j["fits"] = m.tiers.device <= gpu_memory;
   j["margin"] = gpu_memory - m.tiers.device;
   j["tiers"] = {{"device", m.tiers.device}, {"cpu", m.tiers.cpu}, {"nvme", m.tiers.nvme}};
   j["nvme_bytes_per_step"] = {{"read", m.offload.nvme_read}, {"written", m.offload.nvme_written}};
   return j;
+}
+
+nlohmann::json sweep_json(const Plan& plan) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const PlanTensorRow& r : plan.tensor_sweep) {
+    nlohmann::json jr = {{"t", r.t},
+                         {"d", r.d},
+                         {"sequence_parallel", r.sequence_parallel},
+                         {"hpz", r.hpz},
+                         {"global_batch", r.global_batch},
+                         {"model_states", r.model_states},
+                         {"activations", r.activations},
+                         {"activations_paper", r.activations_paper},
+                         {"memory", r.memory},
+                         {"fits", r.fits},
+                         {"tensor_parallel_bytes", r.tensor_bytes},
+                         {"zero_bytes", {{"intra", r.zero_intra}, {"inter", r.zero_inter}}},
+                         {"step_s", r.step},
+                         {"tokens_per_s", r.tokens_per_s}};
+    if (!r.problem.empty()) jr["problem"] = r.problem;
+    rows.push_back(jr);
+  }
+  return rows;
 }
 
 }  // namespace
@@ -289,6 +424,17 @@ std::string plan_json(const Plan& plan) {
                 {"accumulation_steps", plan.accumulation_steps},
                 {"global_batch", plan.global_batch},
                 {"tokens_per_step", plan.global_batch * m.seq_len}};
+  j["parallelism"] = {{"tensor_parallel", plan.tensor_parallel},
+                      {"data_parallel", plan.data_parallel},
+                      {"sequence_parallel", plan.sequence_parallel},
+                      {"recompute", plan.variants[plan.configured].zero.recompute.describe()},
+                      {"distribute_saved_activations", plan.distribute_saved_activations}};
+  for (Phase p : {Phase::kTpFwd, Phase::kTpBwd, Phase::kActGather}) {
+    j["tensor_parallel_bytes"][comm::phase_name(p)] = {
+        {"intra", plan.tensor_traffic.at(p, Link::kIntraNode)},
+        {"inter", plan.tensor_traffic.at(p, Link::kInterNode)}};
+  }
+  j["tensor_parallel_sweep"] = sweep_json(plan);
   j["configured"] = plan.variants[plan.configured].name;
   j["memory"] = memory_json(plan.variants[plan.configured].memory, c.gpu_memory_bytes);
   for (const PlanVariant& v : plan.variants) {
@@ -311,6 +457,8 @@ std::string plan_json(const Plan& plan) {
                     {"grad_reduce", t.comm[2]},
                     {"nvme_read", t.nvme_read},
                     {"nvme_write", t.nvme_write},
+                    {"tensor_forward", t.tensor_forward},
+                    {"tensor_backward", t.tensor_backward},
                     {"step", t.step}};
     jv["tokens_per_s"] = t.tokens_per_s;
     jv["memory_total"] = v.memory.total;
@@ -332,7 +480,9 @@ std::string plan_report(const TrainOptions& options) {
   configuration(out, plan, configured);
   memory(out, plan, configured);
   traffic(out, plan);
+  tensor_traffic(out, plan);
   timing(out, plan);
+  sweep(out, plan);
   for (const std::string& note : plan.notes) out << "note: " << note << "\n";
   out << "\n" << plan_json(plan) << "\n";
   return out.str();

@@ -2,7 +2,10 @@
 // micro-batch 1, 4 nodes x 16 GPUs, fp16, stage 3, reduce_bucket_size 1e7, qwZ, hpZ 16, qgZ, overlap_comm,
 // activation checkpointing): the parameter count and the ZeRO memory formulas computed here independently,
 // the report and its JSON line, and the process's peak memory while planning (the acceptance bound is
-// 200 MB). Also: activation counts against the model's own buffers, a cluster where hpZ 16 cannot run.
+// 200 MB). Also: activation counts against the model's own buffers, a cluster where hpZ 16 cannot run; with
+// tensor parallelism (t = 2, 4) the slice's model states, ZeRO's and the tensor-parallel bytes per step and
+// the activations per rank, each against an independent count or the closed form it is planned from, and the
+// sweep over t = 1, 2, 4, 8.
 #include "train/planner.h"
 
 #include <doctest/doctest.h>
@@ -17,6 +20,11 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "model/layers.h"
 #include "model/loop.h"
+#include "model/params.h"
+#include "train/activation_formulas.h"
+#include "zero/partition.h"
+#include "zero/tensor_parallel_traffic.h"
+#include "zero/traffic_model.h"
 
 namespace {
 
@@ -426,4 +434,239 @@ TEST_CASE("tiling with activation checkpointing: the backward reads the recomput
   CHECK(gpt::plan_report(o).find("memory-centric tiling 4 tiles per block matrix") != std::string::npos);
   CHECK(last_json_line(gpt::plan_report(o)).at("plan").at("variants")[0].at("zero").at("tile_factor") == 4);
   CHECK(untiled.padded_params <= plan.padded_params);
+}
+
+namespace {
+
+// The tutorial at tensor-parallel size t: d = 64 / t data-parallel ranks, L / t = 16 / t of them per node
+// (hpZ's h set to that), the global batch micro x accumulation x d.
+gpt::TrainOptions tutorial_at(int t, bool sequence_parallel) {
+  gpt::TrainOptions o = tutorial();
+  o.tensor_parallel = t;
+  o.zero.sequence_parallel = sequence_parallel;
+  o.zero.hpz_partition_size = 16 / t;
+  o.global_batch = 64 / t;
+  return o;
+}
+
+// Elements of each unit of one tensor-parallel slice, from Megatron's split: qkv and fc (weights and biases)
+// and the projections' weights 1/t, the embedding's rows 1/t; LayerNorms, the projections' biases and the
+// position table whole.
+Units slice_units_of(const gpt::GPTConfig& m, int t) {
+  const Units whole = units_of(m);
+  const int64_t C = m.hidden;
+  return {whole.wte / t, whole.wpe, 12 * C * C / t + 7 * C / t + 6 * C, whole.ln_f, whole.layers};
+}
+
+// The tensor-parallel forward without sequence parallelism, by hand: each micro-step all-reduces [B,T,C]
+// after the embedding and after each block's two row-parallel linears (2(t-1) n fp32 bytes per group), and
+// all-gathers the cross-entropy's [B*T, 3] statistics (t(t-1) n bytes); d groups.
+double tp_forward_by_hand(const gpt::GPTConfig& m, int B, int t, int d) {
+  const double n = double(B) * m.seq_len * m.hidden, stats = 3.0 * B * m.seq_len;
+  return d * (2.0 * (t - 1) * n * 4 * (1 + 2 * m.num_layers) + t * (t - 1.0) * stats * 4);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "t = 2, 4: the slice's model states over d, ZeRO's and tensor-parallel bytes, activations per rank") {
+  for (int t : {2, 4}) {
+    for (bool sp : {false, true}) {
+      CAPTURE(t);
+      CAPTURE(sp);
+      const gpt::TrainOptions o = tutorial_at(t, sp);
+      const gpt::Plan plan = gpt::make_plan(o);
+      const int d = 64 / t;
+      CHECK(plan.tensor_parallel == t);
+      CHECK(plan.data_parallel == d);
+      CHECK(plan.sequence_parallel == sp);
+      CHECK(plan.global_batch == d);
+      CHECK(plan.notes.empty());
+      const gpt::PlanVariant& v = plan.variants[plan.configured];
+      REQUIRE(v.name == "zeropp");
+      REQUIRE(v.problem.empty());
+      CHECK(v.zero.hpz_partition_size == 16 / t);
+
+      // Model states: the slice's units padded to 8d, sharded over d; the engine's partition says the same.
+      const Units u = slice_units_of(o.model, t);
+      const int64_t P =
+          padded(u.wte, d) + padded(u.wpe, d) + u.layers * padded(u.block, d) + padded(u.ln_f, d);
+      const gpt::ParamTable slice = gpt::make_param_table(o.model, 1, gpt::TensorSlice{t, 0});
+      const gpt::Partition partition(slice, d, d);
+      CHECK(partition.padded_total() == P);
+      CHECK(plan.padded_params == P);
+      const gpt::PlanMemory& m = v.memory;
+      CHECK(m.of("compute weights") == 2.0 * P / d);
+      CHECK(m.of("master") == 4.0 * P / d);
+      CHECK(m.of("moments") == 8.0 * P / d);
+      CHECK(m.of("gradients") == 4.0 * P / d);
+      CHECK(m.of("hpZ secondary") == doctest::Approx((1 + 4.0 / 2048) * P / (16 / t)).epsilon(1e-6));
+      CHECK(m.model_states == m.of("compute weights") + m.of("master") + m.of("moments") + m.of("gradients") +
+                                  m.of("hpZ secondary"));
+
+      // ZeRO's bytes: one data-parallel group of d ranks, 16 / t per node, times the t groups.
+      const gpt::comm::TrafficCounts group = gpt::expected_step_traffic(
+          gpt::TrafficModelInput{&partition, v.zero, 16 / t, o.accumulation_steps});
+      for (int phase = 0; phase < gpt::comm::kNumPhases; ++phase) {
+        for (int link = 0; link < 2; ++link)
+          CHECK(v.traffic.bytes[phase][link] == t * group.bytes[phase][link]);
+      }
+      // ZeRO-3's forward gathers by hand: each group's ring of d ranks moves (d - 1) fp16 shards of P / d per
+      // rank, crossing the 4 nodes 4 times.
+      const gpt::PlanVariant& zero3 = plan.variants[0];
+      REQUIRE(zero3.name == "zero3");
+      using gpt::comm::Link;
+      using gpt::comm::Phase;
+      CHECK(zero3.traffic.at(Phase::kParamGatherFwd) == uint64_t(t) * 2 * (d - 1) * uint64_t(P));
+      CHECK(zero3.traffic.at(Phase::kParamGatherFwd, Link::kInterNode) ==
+            uint64_t(t) * 4 * 2 * (d - 1) * uint64_t(P / d));
+
+      // Tensor-parallel bytes: the closed form, all intra-node; the forward without SP also by hand.
+      const gpt::comm::TrafficCounts tp = gpt::expected_tensor_parallel_traffic(gpt::TensorTrafficInput{
+          o.model, o.micro_batch, o.accumulation_steps, t, d, sp, o.zero.recompute, false});
+      CHECK(plan.tensor_traffic == tp);
+      CHECK(tp.total(Link::kInterNode) == 0);
+      CHECK(tp.at(Phase::kTpBwd) > 0);
+      if (!sp) CHECK(double(tp.at(Phase::kTpFwd)) == tp_forward_by_hand(o.model, 1, t, d));
+      CHECK(v.timing.tensor_forward == double(tp.at(Phase::kTpFwd)) / 64 / 150e9);
+      CHECK(v.timing.tensor_backward == double(tp.at(Phase::kTpBwd)) / 64 / 150e9);
+      // Each rank of a group computes 1/t of the micro-batch's forward FLOPs (a third of 6N + 12LCT).
+      CHECK(v.timing.compute_forward ==
+            doctest::Approx(o.model.model_flops_per_token() * 512 / 3 / (125e12 * t)).epsilon(1e-12));
+
+      // Activations per rank: the restated count of what the loop allocates (fp16 on the planned GPU) and
+      // the paper's formula, for the configured full recomputation and the other two granularities.
+      const gpt::ActivationShape shape = gpt::activation_shape(o.model, 1);
+      auto ours = [&](const gpt::Recompute& r) {
+        return double(gpt::restated_activations(shape, gpt::ActivationSetup{t, sp, r}, 2).total_bytes);
+      };
+      auto paper = [&](const gpt::Recompute& r) {
+        return gpt::paper_model_bytes(shape, gpt::ActivationSetup{t, sp, r});
+      };
+      CHECK(m.of("activations") == ours(gpt::Recompute::full()));
+      CHECK(m.activations == ours(gpt::Recompute::full()));
+      CHECK(m.activations_checkpointed == ours(gpt::Recompute::full()));
+      CHECK(m.activations_selective == ours(gpt::Recompute::selective()));
+      CHECK(m.activations_full == ours(gpt::Recompute{}));
+      CHECK(m.activations_paper == paper(gpt::Recompute::full()));
+      CHECK(m.activations_paper_selective == paper(gpt::Recompute::selective()));
+      CHECK(m.activations_paper_full == paper(gpt::Recompute{}));
+      // Full recomputation keeps L + 1 residual slots of [b, s, h] (s/t with SP): the bulk of both counts.
+      const double slots = 41.0 * 512 * 6144 * 2 / (sp ? t : 1);
+      CHECK(m.activations > slots);
+
+      // The report says t, d, SP and the recomputation; the JSON line carries the new numbers.
+      const std::string report = gpt::plan_report(o);
+      CHECK(report.find("parallelism t = " + std::to_string(t) + " tensor-parallel") != std::string::npos);
+      CHECK(report.find("x d = " + std::to_string(d) + " data-parallel; sequence parallelism " +
+                        (sp ? "on" : "off") + "; recompute full") != std::string::npos);
+      CHECK(report.find("Tensor-parallel bytes per optimizer step") != std::string::npos);
+      CHECK(report.find("paper, selective") != std::string::npos);
+      const nlohmann::json j = last_json_line(report).at("plan");
+      CHECK(j.at("parallelism").at("tensor_parallel") == t);
+      CHECK(j.at("parallelism").at("data_parallel") == d);
+      CHECK(j.at("parallelism").at("sequence_parallel") == sp);
+      CHECK(j.at("tensor_parallel_bytes").at("tp_bwd").at("intra").get<uint64_t>() == tp.at(Phase::kTpBwd));
+      CHECK(j.at("memory").at("activations_paper").get<double>() == m.activations_paper);
+      CHECK(j.at("memory").at("activations_with_selective_recomputation").get<double>() ==
+            m.activations_selective);
+      CHECK(j.at("memory").at("master").get<double>() == 4.0 * P / d);
+      CHECK(j.at("batch").at("global_batch") == d);
+    }
+  }
+}
+
+TEST_CASE("at t = 1 the restated activation count is the old count, and no tensor-parallel bytes") {
+  gpt::GPTConfig m;
+  m.num_layers = 5;
+  m.hidden = 64;
+  m.heads = 4;
+  m.seq_len = 32;
+  m.max_positions = 32;
+  m.vocab = 300;
+  using gpt::Recompute;
+  using gpt::RecomputeMethod;
+  for (const Recompute& r :
+       {Recompute{}, Recompute::selective(), Recompute::full(), Recompute::full(RecomputeMethod::kUniform, 2),
+        Recompute::full(RecomputeMethod::kBlock, 3)}) {
+    CAPTURE(r.describe());
+    const gpt::ActivationSetup setup{1, false, r};
+    CHECK(gpt::restated_activations(gpt::activation_shape(m, 2), setup, 4).total_bytes ==
+          4 * gpt::activation_elements(m, 2, r));
+  }
+  const gpt::Plan plan = gpt::make_plan(tutorial());
+  CHECK(plan.tensor_parallel == 1);
+  CHECK(plan.data_parallel == 64);
+  CHECK(plan.tensor_traffic.total() == 0);
+  CHECK(plan.variants[plan.configured].timing.tensor_backward == 0);
+}
+
+TEST_CASE("the 18B model at t = 1, 2, 4, 8: activations per rank fall with t, tensor-parallel bytes rise") {
+  const gpt::TrainOptions o = tutorial();
+  const gpt::Plan plan = gpt::make_plan(o);
+  REQUIRE(plan.tensor_sweep.size() == 7);  // t = 1; t = 2, 4, 8 without and with SP
+  const gpt::PlanTensorRow* previous[2] = {nullptr, nullptr};
+  for (const gpt::PlanTensorRow& r : plan.tensor_sweep) {
+    CAPTURE(r.t);
+    CAPTURE(r.sequence_parallel);
+    CHECK(r.problem.empty());
+    CHECK(r.d * r.t == 64);
+    CHECK(r.hpz == std::min(16, 16 / r.t));
+    CHECK(r.global_batch == r.d);
+    CHECK(r.fits);
+    // ZeRO-3 shards everything: the slice over d is P / W either way, up to each unit's padding.
+    CHECK(r.model_states == doctest::Approx(plan.tensor_sweep[0].model_states).epsilon(0.01));
+    // The row is the plan of that setup.
+    const gpt::Plan at = gpt::make_plan(tutorial_at(r.t, r.sequence_parallel));
+    const gpt::PlanVariant& v = at.variants[at.configured];
+    CHECK(r.activations == v.memory.activations);
+    CHECK(r.activations_paper == v.memory.activations_paper);
+    CHECK(r.model_states == v.memory.model_states);
+    CHECK(r.tensor_bytes == at.tensor_traffic.total());
+    CHECK(r.zero_inter == v.traffic.total(gpt::comm::Link::kInterNode));
+    CHECK(r.step == v.timing.step);
+    if (r.t == 1) {
+      CHECK(r.tensor_bytes == 0);
+      previous[0] = previous[1] = &r;
+      continue;
+    }
+    const gpt::PlanTensorRow& before = *previous[r.sequence_parallel];
+    CHECK(r.t == 2 * before.t);
+    CHECK(r.activations < before.activations);
+    CHECK(r.activations_paper < before.activations_paper);
+    CHECK(r.tensor_bytes > before.tensor_bytes);
+    CHECK(r.memory < before.memory);
+    previous[r.sequence_parallel] = &r;
+  }
+  // Sequence parallelism splits what t alone leaves whole: fewer activations at every t.
+  for (size_t i = 1; i + 1 < plan.tensor_sweep.size(); i += 2) {
+    CHECK(plan.tensor_sweep[i + 1].sequence_parallel);
+    CHECK(plan.tensor_sweep[i + 1].activations < plan.tensor_sweep[i].activations);
+  }
+  const nlohmann::json rows = last_json_line(gpt::plan_report(o)).at("plan").at("tensor_parallel_sweep");
+  REQUIRE(rows.size() == plan.tensor_sweep.size());
+  CHECK(rows[5].at("t") == 8);
+  CHECK(rows[5].at("activations").get<double>() == plan.tensor_sweep[5].activations);
+  CHECK(rows[5].at("tensor_parallel_bytes").get<uint64_t>() == plan.tensor_sweep[5].tensor_bytes);
+
+  // On 4 GPUs per node a group of 8 would leave the node: the sweep stops at 4.
+  gpt::TrainOptions small = o;
+  small.plan.nodes = 16;
+  small.plan.gpus_per_node = 4;
+  small.zero.hpz_partition_size = 4;
+  CHECK(gpt::make_plan(small).tensor_sweep.size() == 5);
+}
+
+TEST_CASE("a tensor-parallel size the cluster or the model cannot take is a usage error") {
+  gpt::TrainOptions o = tutorial_at(2, false);
+  o.tensor_parallel = 3;
+  CHECK_THROWS_WITH_AS(gpt::make_plan(o),
+                       "--tensor-model-parallel-size 3 does not divide --gpus-per-node 16; a tensor-parallel "
+                       "group must stay inside one node (our rule): choose a divisor of it",
+                       gpt::UsageError);
+  o.plan.gpus_per_node = 12;
+  CHECK_THROWS_AS(gpt::make_plan(o), gpt::UsageError);  // 32 heads are not a multiple of 3
+  o = tutorial_at(2, false);
+  o.zero.tile_factor = 2;
+  CHECK_THROWS_AS(gpt::make_plan(o), gpt::UsageError);
 }

@@ -79,7 +79,7 @@ TEST_CASE("recomputation flags resolve to Megatron's meanings") {
     CHECK(o.zero.recompute.granularity == RecomputeGranularity::kNone);
     CHECK(o.tensor_parallel == 1);
     CHECK_FALSE(o.zero.sequence_parallel);
-    CHECK_FALSE(o.distribute_saved_activations);
+    CHECK_FALSE(o.zero.distribute_saved_activations);
   }
   SUBCASE("--checkpoint-activations is full, uniform, 1") {
     check_full(parse({"--checkpoint-activations"}), RecomputeMethod::kUniform, 1);
@@ -178,7 +178,7 @@ TEST_CASE("DeepSpeed's activation_checkpointing keys") {
     const std::string path =
         write_config("ac_partition.json", R"({"activation_checkpointing": {"partition_activations": true}})");
     const TrainOptions o = parse({"--deepspeed_config", path, "--checkpoint-activations"});
-    CHECK_FALSE(o.distribute_saved_activations);
+    CHECK_FALSE(o.zero.distribute_saved_activations);
     CHECK(has_note(o,
                    "activation_checkpointing.partition_activations accepted without effect at "
                    "--tensor-model-parallel-size 1"));

@@ -4,6 +4,10 @@
 // model's elements within fp32 rounding, with and without sequence parallelism (dropout on). The meter counts
 // the layers' collectives in tp_fwd and tp_bwd and nothing else, and their bytes summed over the ranks equal
 // the closed form of zero/tensor_parallel_traffic.h exactly, for every recomputation.
+// Through the engine, the world as t x d (zero/parallel_groups.h; 2 x 2 and 4 x 1 on 4 ranks, 2 x 1 on 2): a
+// training step's bytes in every phase equal the tensor-parallel closed form plus t times the ZeRO closed
+// form of one data-parallel group (zero/traffic_model.h), at ZeRO stages 0 and 3, with and without sequence
+// parallelism, for every recomputation, and its losses equal those of t = 1 on the same global batch.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -12,12 +16,16 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/threads.h"
 #include "model/loop.h"
 #include "model/model.h"
 #include "tests/comm/mpi_test_env.h"
 #include "tests/model/flat_model.h"
+#include "zero/engine.h"
+#include "zero/parallel_groups.h"
 #include "zero/tensor_group.h"
 #include "zero/tensor_parallel_traffic.h"
+#include "zero/traffic_model.h"
 
 namespace {
 
@@ -26,6 +34,11 @@ gpt::comm::Communicator& world() {
 }
 
 constexpr int kB = 2;
+
+// Several ranks share a few cores: kernel threads would only wait for each other.
+struct OneThread {
+  OneThread() { gpt::cpu::set_num_threads(1); }
+} one_thread;
 
 struct Result {
   float loss = 0;
@@ -213,5 +226,163 @@ TEST_CASE("the closed form: linear in the groups and the micro-steps, zero at t 
               (gathers ? L * residual : 0));
       }
     }
+  }
+}
+
+namespace {
+
+// A step's global batch for `ranks` data-parallel ranks (or tensor-parallel groups): G = ranks x k x B
+// sequences, sequence b of rank r's micro-step m being (m ranks + r) B + b. Each sequence's tokens and window
+// index depend only on its place in the whole run, so any split of the same G sequences trains on the same
+// data with the same dropout masks.
+class StepBatches {
+ public:
+  StepBatches(const gpt::GPTConfig& model, int step, int micro_batch, int accumulation, int ranks, int rank) {
+    const int T = model.seq_len, G = ranks * accumulation * micro_batch;
+    inputs_.resize(accumulation);
+    targets_.resize(accumulation);
+    windows_.resize(accumulation);
+    for (int m = 0; m < accumulation; ++m) {
+      for (int b = 0; b < micro_batch; ++b) {
+        const int64_t sequence = int64_t(step) * G + (int64_t(m) * ranks + rank) * micro_batch + b;
+        const std::vector<int32_t> tokens =
+            gpt::test::lcg_tokens(T + 1, model.vocab, uint32_t(977 + sequence));
+        inputs_[m].insert(inputs_[m].end(), tokens.begin(), tokens.end() - 1);
+        targets_[m].insert(targets_[m].end(), tokens.begin() + 1, tokens.end());
+        windows_[m].push_back(sequence);
+      }
+    }
+    for (int m = 0; m < accumulation; ++m)
+      micro_.push_back({inputs_[m].data(), targets_[m].data(), windows_[m].data()});
+  }
+  const std::vector<gpt::ZeroEngine::MicroBatch>& micro_batches() const { return micro_; }
+
+ private:
+  std::vector<std::vector<int32_t>> inputs_, targets_;
+  std::vector<std::vector<int64_t>> windows_;
+  std::vector<gpt::ZeroEngine::MicroBatch> micro_;
+};
+
+constexpr int kAccumulation = 2, kSteps = 2;
+const gpt::Recompute kRecomputes[] = {gpt::Recompute{}, gpt::Recompute::selective(),
+                                      gpt::Recompute::full(gpt::RecomputeMethod::kUniform, 1),
+                                      gpt::Recompute::full(gpt::RecomputeMethod::kUniform, 2),
+                                      gpt::Recompute::full(gpt::RecomputeMethod::kBlock, 1)};
+constexpr uint64_t kSeed = 31;
+
+gpt::ZeroConfig engine_config(int stage, bool sequence_parallel, const gpt::Recompute& recompute,
+                              bool distribute_saved_activations = false) {
+  gpt::ZeroConfig z;
+  z.distribute_saved_activations = distribute_saved_activations;
+  z.stage = stage;
+  z.sequence_parallel = sequence_parallel;
+  z.recompute = recompute;
+  z.hidden_dropout = 0.1;
+  z.attention_dropout = 0.1;
+  z.reduce_bucket_size = 5000;  // several gradient buckets
+  z.overlap_comm = stage == 3;
+  z.adam.weight_decay = 0.01;
+  z.gradient_clipping = 1.0;
+  return z;
+}
+
+// The losses of kSteps steps at t = 1 over the whole world, micro-batches of one sequence: the same global
+// batches as `groups` tensor-parallel groups of micro-batches of kB sequences.
+std::vector<double> reference_losses(int groups) {
+  const gpt::GPTConfig model = gpt::test::small_parallel_model();
+  const int W = world().size(), accumulation = groups * kAccumulation * kB / W;
+  gpt::ZeroEngine engine(model, engine_config(0, false, {}), 1, world(), kSeed);
+  std::vector<double> losses;
+  for (int step = 0; step < kSteps; ++step) {
+    const StepBatches batches(model, step, 1, accumulation, W, world().rank());
+    losses.push_back(engine.train_step(batches.micro_batches(), 1e-3).loss);
+  }
+  return losses;
+}
+
+// What the meter should count in one step, summed over the world: the tensor-parallel groups' closed form,
+// plus each of the t data-parallel groups' ZeRO closed form.
+gpt::comm::TrafficCounts expected_step(const gpt::ZeroEngine& engine, int t, int d) {
+  gpt::TensorTrafficInput tensor;
+  tensor.model = engine.model();
+  tensor.micro_batch = kB;
+  tensor.accumulation_steps = kAccumulation;
+  tensor.tensor_parallel = t;
+  tensor.data_parallel = d;
+  tensor.sequence_parallel = engine.config().sequence_parallel;
+  tensor.recompute = engine.config().recompute;
+  tensor.distribute_saved_activations = engine.config().distribute_saved_activations;
+  gpt::TrafficModelInput zero;
+  zero.partition = &engine.partition();
+  zero.zero = engine.config();
+  zero.ranks_per_node = engine.data_parallel_topology().ranks_per_node;
+  zero.accumulation_steps = kAccumulation;
+  const gpt::comm::TrafficCounts per_group = gpt::expected_step_traffic(zero);
+  gpt::comm::TrafficCounts expected = gpt::expected_tensor_parallel_traffic(tensor);
+  for (int i = 0; i < t; ++i) expected += per_group;
+  return expected;
+}
+
+// One step at a time through the engine on t x d ranks, at ZeRO stages 0 and 3, with and without sequence
+// parallelism, for every recomputation: the step's bytes in every phase and link class (summed over the
+// world) equal the closed forms, and its loss that of t = 1 on the same global batch.
+void check_engine_at(int t) {
+  using gpt::comm::Link;
+  using gpt::comm::Phase;
+  const int d = world().size() / t;
+  const gpt::GPTConfig model = gpt::test::small_parallel_model();
+  const std::vector<double> reference = reference_losses(d);
+  const gpt::ParallelGroups groups(world(), t);
+  for (int stage : {0, 3}) {
+    for (bool sequence_parallel : {false, true}) {
+      // Every recomputation, and full recomputation's with partitioned checkpoints (no sequence parallelism).
+      std::vector<std::pair<gpt::Recompute, bool>> variants;
+      for (const gpt::Recompute& recompute : kRecomputes) variants.emplace_back(recompute, false);
+      if (!sequence_parallel) {
+        for (const gpt::Recompute& recompute : kRecomputes)
+          if (recompute.is_full()) variants.emplace_back(recompute, true);
+      }
+      for (const auto& [recompute, distribute] : variants) {
+        CAPTURE(stage);
+        CAPTURE(sequence_parallel);
+        CAPTURE(recompute.describe());
+        CAPTURE(distribute);
+        gpt::ZeroEngine engine(model, engine_config(stage, sequence_parallel, recompute, distribute), kB,
+                               groups.data(), kSeed, nullptr, groups.tensor());
+        const gpt::comm::TrafficCounts expected = expected_step(engine, t, d);
+        for (int step = 0; step < kSteps; ++step) {
+          CAPTURE(step);
+          const StepBatches batches(model, step, kB, kAccumulation, d, groups.data().rank());
+          const gpt::comm::TrafficCounts before = world().meter().snapshot();
+          const double loss = engine.train_step(batches.micro_batches(), 1e-3).loss;
+          const gpt::comm::TrafficCounts measured =
+              gpt::comm::sum_over_ranks(world(), world().meter().snapshot() - before);
+          INFO("measured: ", measured.describe());
+          INFO("expected: ", expected.describe());
+          CHECK(std::abs(loss - reference[step]) <= 1e-5 * std::abs(reference[step]));
+          CHECK(measured.at(Phase::kTpFwd) > 0);
+          CHECK((measured.at(Phase::kActGather) > 0) == distribute);
+          if (d > 1) CHECK(measured.at(Phase::kGradReduce) > 0);  // the ZeRO phases are not vacuous
+          // Every phase and link class byte for byte, except the step's small agreement all-reduce (other).
+          for (int p = 0; p < gpt::comm::kNumPhases; ++p) {
+            if (Phase(p) == Phase::kOther) continue;
+            CAPTURE(gpt::comm::phase_name(Phase(p)));
+            CHECK(measured.bytes[p][int(Link::kIntraNode)] == expected.bytes[p][int(Link::kIntraNode)]);
+            CHECK(measured.bytes[p][int(Link::kInterNode)] == expected.bytes[p][int(Link::kInterNode)]);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// 2 x 1 on 2 ranks; 2 x 2 and 4 x 1 on 4 ranks (one node: the tensor-parallel groups live inside it).
+TEST_CASE("the engine at t x d: each step's bytes equal the closed forms, its losses those of t = 1") {
+  for (int t : {2, 4}) {
+    if (t > world().size() || world().size() % t != 0) continue;
+    CAPTURE(t);
+    check_engine_at(t);
   }
 }
