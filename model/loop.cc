@@ -145,9 +145,10 @@ struct Slots {
   int residuals = 0, blocks = 0, partitions = 0;
 };
 
-// partitioned: the chunks' first inputs are kept as parts (loop.h), their whole tensors in two slots taken
-// in turn (a chunk's last block reads one while it writes the next chunk's input into the other).
-Slots plan_slots(const Recompute& recompute, int L, bool partitioned) {
+// kept_away: the chunks' first inputs are kept away from the residual slots (partitioned or in host memory,
+// loop.h), their whole tensors in two slots taken in turn (a chunk's last block reads one while it writes
+// the next chunk's input into the other).
+Slots plan_slots(const Recompute& recompute, int L, bool kept_away) {
   Slots s;
   s.residual.resize(L + 1);
   s.block.resize(L);
@@ -156,13 +157,13 @@ Slots plan_slots(const Recompute& recompute, int L, bool partitioned) {
   s.blocks = shared;
   s.residuals = std::max(shared - 1, 0);
   const int first_inputs = s.residuals;
-  if (partitioned) s.residuals += 2;
+  if (kept_away) s.residuals += 2;
   for (int l = 0; l <= L; ++l) {
     const Recompute::Chunk chunk = l < L ? recompute.chunk(l, L) : Recompute::Chunk{};
     if (l < L) s.block[l] = chunk.empty() ? s.blocks++ : l - chunk.first;
     // A chunk's first input is kept (whole, or as this rank's part); its inner inputs are recomputed into
     // the shared slots.
-    if (!chunk.empty() && l == chunk.first && partitioned) {
+    if (!chunk.empty() && l == chunk.first && kept_away) {
       s.residual[l] = first_inputs + s.partitions % 2;
       s.partition[l] = s.partitions++;
     } else {
@@ -190,17 +191,24 @@ LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, const Recom
   auto allocate = [&](std::vector<int64_t> shape, DType type) {
     return arena.allocate_tensor("activation", "activations", std::move(shape), type);
   };
-  const bool partitioned = tp_.distribute_saved_activations && tp_.size() > 1;
-  if (partitioned && (!recompute.is_full() || tp_.sequence_parallel)) {
+  partitioned_ = tp_.distribute_saved_activations && tp_.size() > 1;
+  if ((partitioned_ || recompute.checkpoints_on_host) && (!recompute.is_full() || tp_.sequence_parallel)) {
     throw std::invalid_argument(
-        "partitioned activation checkpoints need full recomputation and no sequence parallelism");
+        "partitioned or host-memory activation checkpoints need full recomputation and no sequence "
+        "parallelism");
   }
-  const Slots slots = plan_slots(recompute, int(L), partitioned);
+  const Slots slots = plan_slots(recompute, int(L), partitioned_ || recompute.checkpoints_on_host);
   residual_slot_ = slots.residual;
   block_slot_ = slots.block;
   partition_slot_ = slots.partition;
   residual_ = allocate({slots.residuals, B, T, C}, dtype);
-  if (slots.partitions > 0) partitions_ = allocate({slots.partitions, B * T * C / tp_.size()}, dtype);
+  const int64_t kept = B * T * C / (partitioned_ ? tp_.size() : 1);  // elements of one kept checkpoint
+  if (slots.partitions > 0 && recompute.checkpoints_on_host) {
+    host_checkpoints_.resize(size_t(slots.partitions * kept));
+    if (partitioned_) partitions_ = allocate({1, kept}, dtype);  // the way back to the device, then gathered
+  } else if (slots.partitions > 0) {
+    partitions_ = allocate({slots.partitions, kept}, dtype);
+  }
   blocks_.resize(std::max(slots.blocks, 1));  // evaluation uses set 0
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const bool own_probs = i == 0 || !recompute.is_selective();
@@ -232,27 +240,38 @@ Tensor LayerLoop<Real>::residual(int layer) const {
 }
 
 template <typename Real>
-Tensor LayerLoop<Real>::kept_part(int layer) const {
-  const int64_t n = partitions_.shape[1];
-  return Tensor{static_cast<Real*>(partitions_.data) + partition_slot_[layer] * n,
-                {n},
-                partitions_.dtype,
-                partitions_.device};
-}
-
-template <typename Real>
-void LayerLoop<Real>::keep_partition(int layer) {
-  if (partition_slot_[layer] < 0) return;
-  const Tensor whole = residual(layer), part = kept_part(layer);
-  const int64_t n = part.numel();
-  ops_.copy(part, Tensor{static_cast<Real*>(whole.data) + tp_.rank() * n, {n}, whole.dtype, whole.device});
-}
-
-template <typename Real>
-void LayerLoop<Real>::gather_partition(int layer) {
-  if (partition_slot_[layer] < 0) return;
+Tensor LayerLoop<Real>::own_part(int layer) const {
   const Tensor whole = residual(layer);
-  tp_.group->all_gather(Tensor{whole.data, {whole.numel()}, whole.dtype, whole.device}, kept_part(layer),
+  const int64_t n = whole.numel() / (partitioned_ ? tp_.size() : 1);
+  return Tensor{
+      static_cast<Real*>(whole.data) + (partitioned_ ? tp_.rank() * n : 0), {n}, whole.dtype, whole.device};
+}
+
+template <typename Real>
+void LayerLoop<Real>::keep_checkpoint(int layer) {
+  const int slot = partition_slot_[layer];
+  if (slot < 0) return;
+  const Tensor mine = own_part(layer);
+  const int64_t n = mine.numel();
+  if (!host_checkpoints_.empty()) return ops_.download(host_checkpoints_.data() + slot * n, mine);
+  ops_.copy(Tensor{static_cast<Real*>(partitions_.data) + slot * n, {n}, mine.dtype, mine.device}, mine);
+}
+
+template <typename Real>
+void LayerLoop<Real>::restore_checkpoint(int layer) {
+  const int slot = partition_slot_[layer];
+  if (slot < 0) return;
+  const Tensor mine = own_part(layer);
+  const int64_t n = mine.numel();
+  if (!partitioned_) return ops_.upload(mine, host_checkpoints_.data() + slot * n);
+  // The kept part (from the device store, or brought back from host memory), then the group's gather.
+  const Tensor part{static_cast<Real*>(partitions_.data) + (host_checkpoints_.empty() ? slot * n : 0),
+                    {n},
+                    mine.dtype,
+                    mine.device};
+  if (!host_checkpoints_.empty()) ops_.upload(part, host_checkpoints_.data() + slot * n);
+  const Tensor whole = residual(layer);
+  tp_.group->all_gather(Tensor{whole.data, {whole.numel()}, whole.dtype, whole.device}, part,
                         TensorTraffic::kActivationGather);
 }
 
@@ -285,7 +304,7 @@ Real LayerLoop<Real>::forward(WeightSource<Real>& weights, const int32_t* inputs
   weights.release(ParamTable::kWpe);
   // A block whose activations the backward recomputes (or an evaluation) computes into a shared set.
   for (int l = 0; l < L; ++l) {
-    if (keep_for_backward) keep_partition(l);
+    if (keep_for_backward) keep_checkpoint(l);
     forward_block(weights, l, keep_for_backward ? activations(l) : blocks_[0], drop);
   }
   const int lnf_unit = table_.final_norm_unit();
@@ -382,7 +401,7 @@ void LayerLoop<Real>::backward(WeightSource<Real>& weights, GradientSink<Real>& 
     // Full recomputation: a chunk's inner blocks run their forwards again from the chunk's kept input, each
     // into its own activation set and the next one's input; the last block recomputes with its backward.
     if (last_of_chunk) {
-      gather_partition(chunk.first);
+      restore_checkpoint(chunk.first);
       for (int m = chunk.first; m < l; ++m) forward_block(weights, m, activations(m), drop);
     }
     backward_block(weights, gradients, l, last_of_chunk);

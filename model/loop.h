@@ -107,11 +107,12 @@ class LayerLoop {
                             bool recompute);
   // [B,T,C] ([B,T/t,C] with sequence parallelism): block `layer`'s input (layer L: the final output)
   Tensor residual(int layer) const;
-  // Partitioned checkpoints: this rank's 1/t of block `layer`'s input, which it keeps; and the input
-  // gathered back from the group into residual(layer) before its chunk is recomputed.
-  Tensor kept_part(int layer) const;
-  void keep_partition(int layer);
-  void gather_partition(int layer);
+  // Checkpoints kept away from the residual slots (partitioned over the group, or in host memory): block
+  // `layer`'s input, or this rank's 1/t of it, is kept after the forward computed it, and put back into
+  // residual(layer) (gathered from the group when partitioned) before its chunk is recomputed.
+  Tensor own_part(int layer) const;  // the part of residual(layer) this rank keeps
+  void keep_checkpoint(int layer);
+  void restore_checkpoint(int layer);
   // Where block `layer` keeps its activations for the backward (a recomputed chunk's blocks share theirs).
   BlockActivations& activations(int layer) { return blocks_[block_slot_[layer]]; }
   Dropout dropout() const;
@@ -127,10 +128,14 @@ class LayerLoop {
   // recomputation the inner inputs of a chunk are not kept: the chunks share slots for them.
   Tensor residual_;
   std::vector<int> residual_slot_;
-  // Partitioned checkpoints: the kept parts [chunks, B*T*C/t], partition_slot_[l] for a chunk's first block
-  // (-1 for the others); the chunks' whole inputs take two residual slots in turn.
+  // Checkpoints kept away: the kept parts [chunks, n] on the device (partitions_) or in host memory
+  // (host_checkpoints_, with one device part for the way back when partitioned), n = B*T*C or B*T*C/t;
+  // partition_slot_[l] for a chunk's first block (-1 for the others). The chunks' whole inputs take two
+  // residual slots in turn.
   Tensor partitions_;
+  std::vector<Real> host_checkpoints_;
   std::vector<int> partition_slot_;
+  bool partitioned_ = false;
   // Activation sets: block_slot_[l] for l in 0..L-1. Every kept block has its own; the blocks of a
   // recomputed chunk share one set per position in the chunk. Selective recomputation: all sets share the
   // first's attention probabilities.

@@ -11,6 +11,9 @@
 //       uniform N: chunks of N consecutive blocks (the last may be shorter): blocks 0..N-1, N..2N-1, ...
 //       block N:   blocks 0..N-1 are each their own chunk, blocks N..L-1 keep all their activations.
 //     uniform 1 is the classic per-block activation checkpointing (--checkpoint-activations).
+//     checkpoints_on_host (DeepSpeed's cpu_checkpointing): the kept chunk inputs live in host memory, copied
+//     there after the forward computes them and back before their chunk is recomputed; meant for a backend
+//     whose device memory is not host memory (the trainer sets it on CUDA only).
 // Recomputation replays the forward's arithmetic and dropout masks exactly, so the loss and the gradients
 // are bit for bit those without recomputation.
 #pragma once
@@ -27,6 +30,7 @@ struct Recompute {
   RecomputeGranularity granularity = RecomputeGranularity::kNone;
   RecomputeMethod method = RecomputeMethod::kUniform;  // full only
   int num_layers = 1;                                  // full only: N of the method
+  bool checkpoints_on_host = false;                    // full only: see above
 
   static Recompute full(RecomputeMethod method = RecomputeMethod::kUniform, int num_layers = 1) {
     return {RecomputeGranularity::kFull, method, num_layers};
@@ -59,7 +63,8 @@ struct Recompute {
   std::string describe() const {
     if (!is_full()) return is_selective() ? "selective" : "none";
     return std::string("full (") + (method == RecomputeMethod::kUniform ? "uniform" : "block") + ", " +
-           std::to_string(num_layers) + (num_layers == 1 ? " layer)" : " layers)");
+           std::to_string(num_layers) + (num_layers == 1 ? " layer" : " layers") +
+           (checkpoints_on_host ? ", checkpoints in host memory)" : ")");
   }
 };
 

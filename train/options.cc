@@ -504,12 +504,17 @@ void resolve_tensor_parallel_memory(const DeepSpeedConfig& ds, const Values& v, 
 void note_checkpointing_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
   const std::string a = "activation_checkpointing.", from = " (" + ds.path + ")";
   if (ds.cpu_checkpointing.value_or(false)) {
-    if (o.device == "cuda") {
-      throw UsageError(ds.path + ": " + a +
-                       "cpu_checkpointing is not supported on the CUDA backend yet; set it to false");
+    if (o.device != "cuda") {
+      o.notes.push_back(a + "cpu_checkpointing accepted without effect on the CPU backend: activations are " +
+                        "already in host memory" + from);
+    } else if (!o.zero.recompute.is_full() || o.zero.sequence_parallel) {
+      o.notes.push_back(
+          a + "cpu_checkpointing accepted without effect: it moves full recomputation's " +
+          "checkpoints (without --sequence-parallel) to host memory; add --recompute-granularity " +
+          "full to use it" + from);
+    } else {
+      o.zero.recompute.checkpoints_on_host = true;
     }
-    o.notes.push_back(a + "cpu_checkpointing accepted without effect on the CPU backend: activations are " +
-                      "already in host memory" + from);
   }
   if (ds.contiguous_memory_optimization.value_or(false) || ds.number_checkpoints) {
     o.notes.push_back(a + "contiguous_memory_optimization/number_checkpoints accepted without effect: the " +

@@ -95,6 +95,13 @@ Result run(const Recompute& recompute, int tile_factor) {
   return r;
 }
 
+// Full recomputation with its checkpoints copied to host memory and back (cpu_checkpointing; on the CPU
+// backend both are host memory, but the copies run all the same).
+Recompute on_host(Recompute r) {
+  r.checkpoints_on_host = true;
+  return r;
+}
+
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -108,7 +115,9 @@ TEST_CASE("every recomputation gives the loss and gradients of none, bit for bit
     for (const Recompute& r :
          {Recompute::selective(), Recompute::full(), Recompute::full(RecomputeMethod::kUniform, 2),
           Recompute::full(RecomputeMethod::kUniform, 5), Recompute::full(RecomputeMethod::kBlock, 3),
-          Recompute::full(RecomputeMethod::kBlock, 0)}) {
+          Recompute::full(RecomputeMethod::kBlock, 0), on_host(Recompute::full()),
+          on_host(Recompute::full(RecomputeMethod::kUniform, 2)),
+          on_host(Recompute::full(RecomputeMethod::kBlock, 3))}) {
       CAPTURE(r.describe());
       const Result other = run(r, tile_factor);
       CHECK(std::memcmp(&other.loss, &none.loss, sizeof(float)) == 0);

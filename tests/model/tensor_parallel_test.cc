@@ -234,21 +234,30 @@ TEST_CASE("t ranks give the whole model's loss and gradients") {
 // Each checkpointed chunk input is kept as 1/t on every rank instead of whole; the inputs being used take two
 // whole slots in turn (so partitioning saves memory once there are more than 2t/(t-1) chunks). Four layers,
 // so that a chunk's input is gone from the two slots by the time the backward needs it.
+// Each checkpointed chunk input is kept as 1/t on every rank instead of whole (in device memory, or in host
+// memory with cpu_checkpointing); the inputs being used take two whole slots in turn (so partitioning saves
+// device memory once there are more than 2t/(t-1) chunks). Four layers, so that a chunk's input is gone from
+// the two slots by the time the backward needs it.
 TEST_CASE("partitioned activation checkpoints: the same numbers from 1/t of each checkpointed input") {
   const gpt::GPTConfig config = gpt::test::small_parallel_model();
   const int64_t input_bytes = int64_t(kB) * config.seq_len * config.hidden * int64_t(sizeof(float));
   const int t = 2, layers = 4;
-  for (const auto& [recompute, chunks] :
-       {std::pair{Recompute::full(), 4}, std::pair{Recompute::full(gpt::RecomputeMethod::kUniform, 2), 2},
-        std::pair{Recompute::full(gpt::RecomputeMethod::kBlock, 3), 3}}) {
-    CAPTURE(recompute.describe());
-    const std::vector<Run> kept = run_group(t, false, recompute, false, layers),
-                           partitioned = run_group(t, false, recompute, true, layers);
-    for (int r = 0; r < t; ++r) {
-      CHECK(partitioned[r].loss == kept[r].loss);
-      CHECK(partitioned[r].grads == kept[r].grads);
-      CHECK(int64_t(partitioned[r].activation_bytes) ==
-            int64_t(kept[r].activation_bytes) + (2 - chunks) * input_bytes + chunks * input_bytes / t);
+  for (bool on_host : {false, true}) {
+    for (auto [recompute, chunks] :
+         {std::pair{Recompute::full(), 4}, std::pair{Recompute::full(gpt::RecomputeMethod::kUniform, 2), 2},
+          std::pair{Recompute::full(gpt::RecomputeMethod::kBlock, 3), 3}}) {
+      const std::vector<Run> kept = run_group(t, false, recompute, false, layers);
+      recompute.checkpoints_on_host = on_host;
+      CAPTURE(recompute.describe());
+      const std::vector<Run> partitioned = run_group(t, false, recompute, true, layers);
+      // On the device: the parts, or with the parts in host memory the one part on its way back.
+      const int64_t parts = on_host ? input_bytes / t : chunks * input_bytes / t;
+      for (int r = 0; r < t; ++r) {
+        CHECK(partitioned[r].loss == kept[r].loss);
+        CHECK(partitioned[r].grads == kept[r].grads);
+        CHECK(int64_t(partitioned[r].activation_bytes) ==
+              int64_t(kept[r].activation_bytes) + (2 - chunks) * input_bytes + parts);
+      }
     }
   }
 }

@@ -36,7 +36,7 @@ JSON
 out=$(run_mpi 4 "${MODEL[@]}" --deepspeed_config "$TMP/ds.json" --ranks-per-node 2 --train-iters 3 \
   --metrics-file "$TMP/metrics.jsonl" 2>&1) || fail "4-rank run failed: $out"
 grep -qF "2 nodes x 2 ranks per node (simulated)), ZeRO stage 3, fp16" <<<"$out" || fail "banner: $out"
-grep -q "micro 2 x accumulation 2 x 4 ranks = global 16" <<<"$out" || fail "batch banner: $out"
+grep -q "micro 2 x accumulation 2 x 4 data-parallel ranks = global 16" <<<"$out" || fail "batch banner: $out"
 grep -q "compute weights .* ZeRO formula 2P/W" <<<"$out" || fail "memory table: $out"
 [[ $(wc -l <"$TMP/metrics.jsonl") == 3 ]] || fail "metrics lines: $(cat "$TMP/metrics.jsonl")"
 for key in '"step":3' '"loss":' '"lr":' '"loss_scale":4096' '"grad_norm":' '"skipped":false' '"skipped_total":0' \

@@ -202,10 +202,17 @@ TEST_CASE("DeepSpeed's activation_checkpointing keys") {
         "synchronize_checkpoint_boundary": false, "profile": false}})");
     CHECK_FALSE(has_note(parse({"--deepspeed_config", path}), "activation_checkpointing"));
   }
-  SUBCASE("cpu_checkpointing on the CUDA backend is refused") {
+  SUBCASE("cpu_checkpointing on the CUDA backend keeps full recomputation's checkpoints in host memory") {
     const std::string path =
         write_config("ac_cpu.json", R"({"activation_checkpointing": {"cpu_checkpointing": true}})");
-    CHECK(has(error_of({"--deepspeed_config", path, "--device", "cuda"}),
-              "activation_checkpointing.cpu_checkpointing is not supported on the CUDA backend yet"));
+    const TrainOptions full =
+        parse({"--deepspeed_config", path, "--device", "cuda", "--checkpoint-activations"});
+    CHECK(full.zero.recompute.checkpoints_on_host);
+    CHECK(full.zero.recompute.describe() == "full (uniform, 1 layer, checkpoints in host memory)");
+    const TrainOptions none = parse({"--deepspeed_config", path, "--device", "cuda"});
+    CHECK_FALSE(none.zero.recompute.checkpoints_on_host);
+    CHECK(has_note(none, "cpu_checkpointing accepted without effect: it moves full recomputation's"));
+    CHECK_FALSE(
+        parse({"--deepspeed_config", path, "--checkpoint-activations"}).zero.recompute.checkpoints_on_host);
   }
 }
