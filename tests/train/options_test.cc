@@ -216,3 +216,22 @@ TEST_CASE("DeepSpeed's activation_checkpointing keys") {
         parse({"--deepspeed_config", path, "--checkpoint-activations"}).zero.recompute.checkpoints_on_host);
   }
 }
+
+TEST_CASE("tensor parallelism's size against the model and the world; the batch counts data-parallel ranks") {
+  // A planned cluster of 1 node x 4 GPUs: the world is 4 ranks.
+  const std::vector<std::string> cluster = {"--plan", "--nodes", "1", "--gpus-per-node", "4"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), cluster.begin(), cluster.end());
+    return extra;
+  };
+  const TrainOptions o = parse(with({"--tensor-model-parallel-size", "2", "--global-batch-size", "16"}));
+  CHECK(o.tensor_parallel == 2);
+  CHECK(o.accumulation_steps == 2);  // 16 = micro 4 x accumulation 2 x 2 data-parallel ranks
+  CHECK(has(error_of(with({"--tensor-model-parallel-size", "2", "--global-batch-size", "6"})),
+            "global batch 6 is not divisible by micro-batch 4 x data-parallel size 2"));
+  CHECK(has(error_of(with({"--tensor-model-parallel-size", "3"})),
+            "--tensor-model-parallel-size 3 does not divide the world size 4"));
+  // 2 heads: t = 4 splits no whole head.
+  CHECK(has(error_of(with({"--tensor-model-parallel-size", "4"})),
+            "--tensor-model-parallel-size 4 does not divide --num-attention-heads 2"));
+}
