@@ -248,13 +248,26 @@ Tensor LayerLoop<Real>::own_part(int layer) const {
 }
 
 template <typename Real>
+Tensor LayerLoop<Real>::stored_part(int row) const {
+  const int64_t n = partitions_.shape[1];
+  return Tensor{static_cast<Real*>(partitions_.data) + row * n, {n}, partitions_.dtype, partitions_.device};
+}
+
+template <typename Real>
+Real* LayerLoop<Real>::host_part(int slot, int64_t n) {
+  return host_checkpoints_.data() + slot * n;
+}
+
+template <typename Real>
 void LayerLoop<Real>::keep_checkpoint(int layer) {
   const int slot = partition_slot_[layer];
   if (slot < 0) return;
   const Tensor mine = own_part(layer);
-  const int64_t n = mine.numel();
-  if (!host_checkpoints_.empty()) return ops_.download(host_checkpoints_.data() + slot * n, mine);
-  ops_.copy(Tensor{static_cast<Real*>(partitions_.data) + slot * n, {n}, mine.dtype, mine.device}, mine);
+  if (host_checkpoints_.empty()) {
+    ops_.copy(stored_part(slot), mine);
+  } else {
+    ops_.download(host_part(slot, mine.numel()), mine);
+  }
 }
 
 template <typename Real>
@@ -262,14 +275,15 @@ void LayerLoop<Real>::restore_checkpoint(int layer) {
   const int slot = partition_slot_[layer];
   if (slot < 0) return;
   const Tensor mine = own_part(layer);
-  const int64_t n = mine.numel();
-  if (!partitioned_) return ops_.upload(mine, host_checkpoints_.data() + slot * n);
-  // The kept part (from the device store, or brought back from host memory), then the group's gather.
-  const Tensor part{static_cast<Real*>(partitions_.data) + (host_checkpoints_.empty() ? slot * n : 0),
-                    {n},
-                    mine.dtype,
-                    mine.device};
-  if (!host_checkpoints_.empty()) ops_.upload(part, host_checkpoints_.data() + slot * n);
+  const bool on_host = !host_checkpoints_.empty();
+  if (!partitioned_) {
+    ops_.upload(mine, host_part(slot, mine.numel()));
+    return;
+  }
+  // The kept part (from the device store, or brought back from host memory into its one row), then the
+  // group's gather.
+  const Tensor part = stored_part(on_host ? 0 : slot);
+  if (on_host) ops_.upload(part, host_part(slot, part.numel()));
   const Tensor whole = residual(layer);
   tp_.group->all_gather(Tensor{whole.data, {whole.numel()}, whole.dtype, whole.device}, part,
                         TensorTraffic::kActivationGather);

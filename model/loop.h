@@ -110,7 +110,9 @@ class LayerLoop {
   // Checkpoints kept away from the residual slots (partitioned over the group, or in host memory): block
   // `layer`'s input, or this rank's 1/t of it, is kept after the forward computed it, and put back into
   // residual(layer) (gathered from the group when partitioned) before its chunk is recomputed.
-  Tensor own_part(int layer) const;  // the part of residual(layer) this rank keeps
+  Tensor own_part(int layer) const;      // the part of residual(layer) this rank keeps
+  Tensor stored_part(int row) const;     // a row of partitions_
+  Real* host_part(int slot, int64_t n);  // slot `slot` of host_checkpoints_, n elements each
   void keep_checkpoint(int layer);
   void restore_checkpoint(int layer);
   // Where block `layer` keeps its activations for the backward (a recomputed chunk's blocks share theirs).

@@ -14,11 +14,11 @@
 
 namespace gpt::test {
 
-// A small model that 1, 2 and 4 tensor-parallel ranks divide: 2 layers, hidden 64, 4 heads, 16 positions, a
-// vocabulary of 200 (padded to 256).
-inline GPTConfig small_parallel_model() {
+// A small model that 1, 2 and 4 tensor-parallel ranks divide: 2 layers unless told, hidden 64, 4 heads, 16
+// positions, a vocabulary of 200 (padded to 256).
+inline GPTConfig small_parallel_model(int layers = 2) {
   GPTConfig c;
-  c.num_layers = 2;
+  c.num_layers = layers;
   c.hidden = 64;
   c.heads = 4;
   c.seq_len = 16;

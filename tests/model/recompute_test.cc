@@ -19,16 +19,8 @@ namespace {
 using gpt::Recompute;
 using gpt::RecomputeMethod;
 
-gpt::GPTConfig small_model() {
-  gpt::GPTConfig c;
-  c.num_layers = 5;
-  c.hidden = 64;
-  c.heads = 4;
-  c.seq_len = 16;
-  c.max_positions = 16;
-  c.vocab = 200;
-  return c;
-}
+// 5 layers, so that uniform chunks of 2 leave a shorter last one.
+constexpr int kLayers = 5;
 
 // The model's flat vectors as weight source and gradient sink, recording what the loop asks for.
 class RecordingSlices final : public gpt::test::FlatSlices {
@@ -68,7 +60,7 @@ struct Result {
 
 // Two micro-steps of forward and backward (gradients accumulate) with dropout on.
 Result run(const Recompute& recompute, int tile_factor) {
-  const gpt::GPTConfig config = small_model();
+  const gpt::GPTConfig config = gpt::test::small_parallel_model(kLayers);
   const int B = 2, T = config.seq_len;
   gpt::GPT2<float> init(config, B);
   init.init(3);

@@ -93,8 +93,7 @@ struct Run {
 Run run_rank(const std::vector<float>& whole, const gpt::ParamTable& whole_table, gpt::TensorSlice slice,
              gpt::TensorGroup* group, bool sequence_parallel, const Recompute& recompute,
              bool distribute_saved_activations = false, int layers = 2) {
-  gpt::GPTConfig config = gpt::test::small_parallel_model();
-  config.num_layers = layers;
+  const gpt::GPTConfig config = gpt::test::small_parallel_model(layers);
   Run r;
   r.table = gpt::make_param_table(config, 1, slice);
   gpt::Arena arena;
@@ -133,8 +132,7 @@ double relative_error(const std::vector<double>& a, const std::vector<double>& b
 
 // The whole model's initial weights, in the whole table's layout.
 std::vector<float> initial_weights(int layers = 2) {
-  gpt::GPTConfig config = gpt::test::small_parallel_model();
-  config.num_layers = layers;
+  const gpt::GPTConfig config = gpt::test::small_parallel_model(layers);
   gpt::GPT2<float> init(config, kB);
   init.init(9);
   return init.params;
@@ -144,8 +142,7 @@ std::vector<float> initial_weights(int layers = 2) {
 std::vector<Run> run_group(int t, bool sequence_parallel, const Recompute& recompute,
                            bool distribute_saved_activations = false, int layers = 2) {
   const std::vector<float> weights = initial_weights(layers);
-  gpt::GPTConfig config = gpt::test::small_parallel_model();
-  config.num_layers = layers;
+  const gpt::GPTConfig config = gpt::test::small_parallel_model(layers);
   const gpt::ParamTable whole_table = gpt::make_param_table(config);
   SharedGroup shared(t);
   std::vector<ThreadMember> members;

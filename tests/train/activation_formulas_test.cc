@@ -20,6 +20,9 @@ using gpt::ActivationSetup;
 using gpt::ActivationShape;
 using gpt::Recompute;
 
+// 5 layers, so that uniform chunks of 2 leave a shorter last one.
+constexpr int kLayers = 5;
+
 // Rank r of a group of t that never communicates: the loop's constructor only sizes its tensors.
 class SizedGroup final : public gpt::TensorGroup {
  public:
@@ -34,19 +37,6 @@ class SizedGroup final : public gpt::TensorGroup {
   static void fail() { throw std::logic_error("SizedGroup does not communicate"); }
   int size_, rank_;
 };
-
-// 5 layers (so that uniform chunks of 2 leave a shorter last one), hidden 64, 4 heads, 16 positions, a
-// vocabulary of 200 (padded to 256): 1, 2 and 4 ranks divide it.
-gpt::GPTConfig small_model() {
-  gpt::GPTConfig c;
-  c.num_layers = 5;
-  c.hidden = 64;
-  c.heads = 4;
-  c.seq_len = 16;
-  c.max_positions = 16;
-  c.vocab = 200;
-  return c;
-}
 
 const Recompute kRecomputes[] = {
     Recompute{},
@@ -91,7 +81,7 @@ Allocated allocate_loop(const gpt::GPTConfig& config, int B, const ActivationSet
 }  // namespace
 
 TEST_CASE("the restated count is what the layer loop allocates at every t, with and without SP") {
-  const gpt::GPTConfig config = small_model();
+  const gpt::GPTConfig config = gpt::test::small_parallel_model(kLayers);
   for (int B : {1, 2}) {
     for (int t : {1, 2, 4}) {
       for (bool sp : {false, true}) {
@@ -130,7 +120,7 @@ TEST_CASE("the restated count is what the layer loop allocates at every t, with 
 }
 
 TEST_CASE("a training step adds nothing to the activations the loop allocated") {
-  const gpt::GPTConfig config = small_model();
+  const gpt::GPTConfig config = gpt::test::small_parallel_model(kLayers);
   for (const Recompute& recompute : kRecomputes) {
     CAPTURE(recompute.describe());
     gpt::GPT2<float> model(config, 2);
@@ -158,7 +148,7 @@ TEST_CASE("a training step adds nothing to the activations the loop allocated") 
 }
 
 TEST_CASE("the paper's closed forms are the sum of Section 4.1's tensors") {
-  const ActivationShape shape = gpt::activation_shape(small_model(), 2);
+  const ActivationShape shape = gpt::activation_shape(gpt::test::small_parallel_model(kLayers), 2);
   const double sbh = double(shape.s) * shape.b * shape.h, core = 5.0 * shape.a * shape.s / shape.h;
   for (int t : {1, 2, 4, 8}) {
     for (bool sp : {false, true}) {
@@ -217,7 +207,7 @@ TEST_CASE("the paper's figures for its models") {
 }
 
 TEST_CASE("ours against the paper's, tensor by tensor") {
-  const ActivationShape shape = gpt::activation_shape(small_model(), 1);
+  const ActivationShape shape = gpt::activation_shape(gpt::test::small_parallel_model(kLayers), 1);
   for (const gpt::LayerTerm& term : gpt::layer_terms(shape)) {
     CAPTURE(term.paper_tensor);
     // fp32 where the paper stores 2 bytes; masks regenerated; our LayerNorm statistics are the one addition.

@@ -10,10 +10,7 @@
 set -uo pipefail
 TRAIN=$1
 source "$(dirname "$0")/test_lib.sh"
-{
-  shard_header 20000
-  python3 -c 'import random, sys; random.seed(5); sys.stdout.buffer.write(bytes(random.getrandbits(8) if i % 2 == 0 else random.getrandbits(6) for i in range(40000)))'
-} >"$TMP/data.bin"
+write_seeded_shard "$TMP/data.bin" 20000 5
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 

@@ -19,6 +19,9 @@ write_shard() {  # PATH ID... : a shard of the given token ids
 write_random_shard() {  # PATH COUNT : random token ids below 16384
   { shard_header "$2"; head -c $((2 * $2)) /dev/urandom | tr '\200-\377' '\000-\177' | tr '\100-\177' '\000-\077'; } >"$1"
 }
+write_seeded_shard() {  # PATH COUNT SEED : the same pseudo-random token ids below 16384 in every run
+  { shard_header "$2"; python3 -c 'import random, sys; random.seed(int(sys.argv[2])); sys.stdout.buffer.write(bytes(random.getrandbits(8) if i % 2 == 0 else random.getrandbits(6) for i in range(2 * int(sys.argv[1]))))' "$2" "$3"; } >"$1"
+}
 write_zero_shard() {  # PATH COUNT : COUNT tokens of id 0
   { shard_header "$2"; head -c $((2 * $2)) /dev/zero; } >"$1"
 }
