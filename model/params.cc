@@ -37,20 +37,24 @@ const ParamInfo& ParamTable::find(const std::string& name) const {
 std::string tile_factor_problem(const GPTConfig& config, int tile_factor) {
   if (tile_factor < 1) return "the tile factor must be at least 1, got " + std::to_string(tile_factor);
   // The narrowest matrix has C output rows (3C and 4C follow), so the factors that tile are the divisors of
-  // the C/16 groups of 16 rows.
+  // the C/16 groups of 16 rows that leave tiles of at least two groups: a tiled GEMM matches the untiled one
+  // bit for bit only in tiles of two or more of Eigen's packets (32 floats with AVX-512), and the same
+  // factors should work on every machine.
   const int groups = config.hidden % 16 == 0 ? config.hidden / 16 : 0;
-  if (tile_factor == 1 || (groups > 0 && groups % tile_factor == 0)) return "";
+  auto tiles = [&](int d) { return d == 1 || (groups > 0 && groups % d == 0 && groups / d >= 2); };
+  if (tiles(tile_factor)) return "";
   std::string divisors;
   for (int d = 1; d <= std::min(groups, 64); ++d) {
-    if (groups % d == 0) divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
+    if (tiles(d)) divisors += (divisors.empty() ? "" : ", ") + std::to_string(d);
   }
-  const std::string fix =
-      groups > 0
-          ? "; choose a factor that divides hidden/16 = " + std::to_string(groups) + " (" + divisors + ")"
-          : "; the hidden size is no multiple of 16: use 1 (no tiling)";
+  const std::string fix = groups > 0
+                              ? "; choose a factor that divides hidden/16 = " + std::to_string(groups) +
+                                    " and leaves tiles of 32 or more (" + divisors + ")"
+                              : "; the hidden size is no multiple of 16: use 1 (no tiling)";
   return "tile factor " + std::to_string(tile_factor) + " needs the hidden size to be a multiple of 16 x " +
-         std::to_string(tile_factor) + " = " + std::to_string(16 * tile_factor) +
-         " (tiles of whole 16-row groups), but it is " + std::to_string(config.hidden) + fix;
+         std::to_string(tile_factor) + " = " + std::to_string(16 * tile_factor) + " and at least 32 x " +
+         std::to_string(tile_factor) + " = " + std::to_string(32 * tile_factor) +
+         " (tiles of whole 16-row groups, 32 rows or more), but it is " + std::to_string(config.hidden) + fix;
 }
 
 namespace {

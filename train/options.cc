@@ -191,10 +191,11 @@ void add_precision_and_cluster_groups(FlagParser& flags, TrainOptions& o, Values
   flags.add_switch("--fp16", &v.fp16, "fp16 compute weights and gradients, dynamic loss scaling");
   flags.add_switch("--bf16", &v.bf16, "bf16 compute weights and gradients");
   add_recompute_flags(flags, v);
-  flags.add_int("--tile-factor", &v.tile_factor,
-                "memory-centric tiling: each block matrix in N tiles of output rows, gathered and computed "
-                "one at a time (stage 3's peak drops about N-fold; hidden a multiple of 16 x N)",
-                1, 1 << 16);
+  flags.add_int(
+      "--tile-factor", &v.tile_factor,
+      "memory-centric tiling: each block matrix in N tiles of output rows, gathered and computed "
+      "one at a time (stage 3's peak drops about N-fold; hidden a multiple of 16 x N, at least 32 x N)",
+      1, 1 << 16);
   flags.group("ZeRO and the cluster");
   flags.add_int("--zero-stage", &v.stage, "0 data parallel, 1 +optimizer states, 2 +gradients, 3 +weights",
                 -1000, 1000);

@@ -175,7 +175,7 @@ TEST_CASE("tiled blocks (factors 2 and 4): planned bytes equal the meter's, pool
     for (int stage : {2, 3}) {
       for (bool checkpoint : {true, false}) {
         gpt::TrainOptions o = tiny_options(stage, 1);
-        o.model.hidden = 64;  // tiles of whole 16-row groups: hidden a multiple of 16 x 4
+        o.model.hidden = 128;  // tiles of whole 16-row groups, 32 rows or more: hidden a multiple of 32 x 4
         o.model.heads = 4;
         o.zero.tile_factor = factor;
         o.zero.recompute = checkpoint ? gpt::Recompute::full() : gpt::Recompute{};

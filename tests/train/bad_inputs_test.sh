@@ -39,7 +39,7 @@ CASES=(
   "t does not divide the heads|--tensor-model-parallel-size 2 does not divide --num-attention-heads 1: each rank computes whole heads|--tensor-model-parallel-size 2 --num-attention-heads 1"
   "t does not divide the ranks per node|--tensor-model-parallel-size 2 does not divide --ranks-per-node 1; a tensor-parallel group must stay inside one node (our rule)|--tensor-model-parallel-size 2 --ranks-per-node 1"
   "sequence parallelism and the sequence length|--sequence-parallel splits --seq-length 15 over --tensor-model-parallel-size 2|--tensor-model-parallel-size 2 --sequence-parallel --seq-length 15"
-  "tiling with tensor parallelism|memory-centric tiling and tensor parallelism do not combine yet|--tensor-model-parallel-size 2 --tile-factor 2"
+  "tiling with tensor parallelism|memory-centric tiling and tensor parallelism do not combine yet|--tensor-model-parallel-size 2 --tile-factor 2 --hidden-size 64"
   "decay style|--lr-decay-style is 'exponential'; choose constant, linear or cosine|--lr-decay-style exponential"
   "scheduler without total steps|scheduler.params.total_num_steps is required for WarmupDecayLR|--deepspeed_config $TMP/sched.json"
   "unsupported optimizer|optimizer.type must be one of \"Adam|--deepspeed_config $TMP/opt.json"

@@ -30,12 +30,12 @@ gpt::comm::Communicator& world() {
   return gpt::comm::testing::world();
 }
 
-// Blocks dominate this model (12 C^2 = 49k elements per block against wte's 64 x 64), as in the large-hidden
-// models tiling is for; C = 64 admits tile factors 2 and 4.
+// Blocks dominate this model (12 C^2 = 197k elements per block against wte's 64 x 128), as in the
+// large-hidden models tiling is for; C = 128 admits tile factors 2 and 4.
 gpt::GPTConfig block_heavy_model() {
   gpt::GPTConfig c;
   c.num_layers = 2;
-  c.hidden = 64;
+  c.hidden = 128;
   c.heads = 4;
   c.seq_len = 16;
   c.max_positions = 16;
