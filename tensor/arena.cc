@@ -10,15 +10,54 @@
 
 namespace gpt {
 
+namespace {
+
+// Blocks of at least kRecycledBytes that arenas gave back, kept for the next request of the same size: a
+// training step allocates and frees the same buffers every step (gradient buckets, qgZ's stages, unit
+// gradients), and a fresh large block is pages the kernel must fault in and clear one by one, which costs
+// more CPU than the copies they hold. A request no kept block fits frees every kept block first, so the
+// process never holds more than it would without the cache whenever it grows (peak RSS is unchanged).
+// One list for every host arena: a miss in one arena frees the others' kept blocks too.
+struct KeptBlocks {
+  static constexpr size_t kRecycledBytes = size_t(128) << 10;
+  std::mutex mutex;
+  std::unordered_multimap<size_t, void*> blocks;  // by size
+};
+
+KeptBlocks& kept_blocks() {
+  static KeptBlocks* kept = new KeptBlocks;  // never destroyed: arenas with static lifetime release into it
+  return *kept;
+}
+
+// A kept block of exactly `bytes`, or null after freeing every kept block.
+void* take_kept_block(size_t bytes) {
+  KeptBlocks& kept = kept_blocks();
+  std::lock_guard<std::mutex> lock(kept.mutex);
+  if (auto it = kept.blocks.find(bytes); it != kept.blocks.end()) {
+    void* block = it->second;
+    kept.blocks.erase(it);
+    return block;
+  }
+  for (const auto& [size, block] : kept.blocks) std::free(block);
+  kept.blocks.clear();
+  return nullptr;
+}
+
+}  // namespace
+
 void* HostBlockSource::acquire(size_t bytes) {
-  void* block = std::aligned_alloc(Arena::kAlignment, bytes);
+  void* block = bytes >= KeptBlocks::kRecycledBytes ? take_kept_block(bytes) : nullptr;
+  if (!block) block = std::aligned_alloc(Arena::kAlignment, bytes);
   if (!block) throw std::bad_alloc();
   std::memset(block, 0, bytes);
   return block;
 }
 
-void HostBlockSource::release(void* block, size_t /*bytes*/) {
-  std::free(block);
+void HostBlockSource::release(void* block, size_t bytes) {
+  if (bytes < KeptBlocks::kRecycledBytes) return std::free(block);
+  KeptBlocks& kept = kept_blocks();
+  std::lock_guard<std::mutex> lock(kept.mutex);
+  kept.blocks.emplace(bytes, block);
 }
 
 Arena::Arena(std::string label, size_t capacity_bytes, BlockSource* source)

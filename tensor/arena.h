@@ -37,7 +37,9 @@ class BlockSource {
   virtual Device device() const = 0;
 };
 
-// Host memory from aligned_alloc, zero-filled.
+// Host memory from aligned_alloc, zero-filled. Large blocks given back are kept for the next request of the
+// same size (until a request that none fits), so that buffers freed and allocated again every step do not
+// fault their pages in again.
 class HostBlockSource final : public BlockSource {
  public:
   void* acquire(size_t bytes) override;

@@ -66,6 +66,7 @@ void qgz_start(const EngineContext& context, comm::Communicator& node, comm::Com
   const size_t eb = qgz_chunk_bytes(chunk, kFeedbackBits, settings.block);
   exchange.chunk = chunk;
   exchange.wire = &context.wire;
+  exchange.crossed = false;
   exchange.send = context.wire.allocate("qgZ stage 1 (send)", "buffers", size_t(L) * N * qb);
   exchange.recv = context.wire.allocate("qgZ stage 1 (received)", "buffers", size_t(L) * N * qb);
   // Order by local peer j', then node n: peer j' receives the chunks of ranks n L + j' for n = 0 .. N-1.
@@ -85,41 +86,50 @@ void qgz_start(const EngineContext& context, comm::Communicator& node, comm::Com
   exchange.request = node.all_to_all_v(exchange.send, bytes, exchange.recv, bytes, phase);
 }
 
-void qgz_finish(const EngineContext& context, comm::Communicator& node, comm::Communicator& cross,
-                const QgzSettings& settings, const QgzFeedback& feedback, QgzExchange& exchange, float* out,
-                comm::Phase phase) {
+void qgz_cross(const EngineContext& context, comm::Communicator& node, comm::Communicator& cross,
+               const QgzSettings& settings, const QgzFeedback& feedback, QgzExchange& exchange,
+               comm::Phase phase) {
   const int L = node.size(), N = cross.size();
   const int64_t chunk = exchange.chunk;
-  const int block = settings.block;
-  const size_t q1 = qgz_chunk_bytes(chunk, settings.intra_bits, block);
-  const size_t q2 = qgz_chunk_bytes(chunk, kQuantizedGradientBits, block);
-  Ops& ops = context.ops;
+  const size_t q1 = qgz_chunk_bytes(chunk, settings.intra_bits, settings.block);
+  const size_t q2 = qgz_chunk_bytes(chunk, kQuantizedGradientBits, settings.block);
   exchange.request.wait();
   // Stage 1's sums: for each node n, the chunk of rank n L + j summed over this node's L ranks, in fp32.
   float* partial = static_cast<float*>(context.wire.allocate("qgZ partial sums", "buffers", N * chunk * 4));
   const Tensor partials = context.view(partial, N * chunk, DType::kF32);
   for (int source = 0; source < L; ++source) {
     const uint8_t* arrived = static_cast<const uint8_t*>(exchange.recv) + size_t(source) * N * q1;
-    ops.dequantize_add(partials, context.view(arrived, int64_t(N * q1), DType::kI8), chunk, N,
-                       settings.intra_bits, block);
+    context.ops.dequantize_add(partials, context.view(arrived, int64_t(N * q1), DType::kI8), chunk, N,
+                               settings.intra_bits, settings.block);
   }
   exchange.release();
   // Stage 2: requantize and exchange across nodes among the ranks with this local index.
-  void* send = context.wire.allocate("qgZ stage 2 (send)", "buffers", N * q2);
-  void* recv = context.wire.allocate("qgZ stage 2 (received)", "buffers", N * q2);
-  quantize_hop(context, send, partial, feedback.cross, chunk, N, kQuantizedGradientBits, settings);
+  exchange.send = context.wire.allocate("qgZ stage 2 (send)", "buffers", N * q2);
+  exchange.recv = context.wire.allocate("qgZ stage 2 (received)", "buffers", N * q2);
+  quantize_hop(context, exchange.send, partial, feedback.cross, chunk, N, kQuantizedGradientBits, settings);
+  context.wire.release(partial);
   const std::vector<size_t> bytes(N, q2);
   context.before_communication();
-  cross.all_to_all_v(send, bytes, recv, bytes, phase).wait();
-  const Tensor result = context.view(out, chunk, DType::kF32);
-  ops.fill(result, 0);
+  exchange.request = cross.all_to_all_v(exchange.send, bytes, exchange.recv, bytes, phase);
+  exchange.crossed = true;
+}
+
+void qgz_finish(const EngineContext& context, comm::Communicator& node, comm::Communicator& cross,
+                const QgzSettings& settings, const QgzFeedback& feedback, QgzExchange& exchange, float* out,
+                comm::Phase phase) {
+  if (!exchange.crossed) qgz_cross(context, node, cross, settings, feedback, exchange, phase);
+  const int L = node.size(), N = cross.size();
+  const size_t q2 = qgz_chunk_bytes(exchange.chunk, kQuantizedGradientBits, settings.block);
+  exchange.request.wait();
+  const Tensor result = context.view(out, exchange.chunk, DType::kF32);
+  context.ops.fill(result, 0);
   for (int n = 0; n < N; ++n) {
-    ops.dequantize_add(result,
-                       context.view(static_cast<uint8_t*>(recv) + size_t(n) * q2, int64_t(q2), DType::kI8),
-                       chunk, 1, kQuantizedGradientBits, block);
+    const uint8_t* arrived = static_cast<const uint8_t*>(exchange.recv) + size_t(n) * q2;
+    context.ops.dequantize_add(result, context.view(arrived, int64_t(q2), DType::kI8), exchange.chunk, 1,
+                               kQuantizedGradientBits, settings.block);
   }
-  ops.divide(result, float(L * N));  // one correctly rounded division
-  for (void* buffer : {static_cast<void*>(partial), send, recv}) context.wire.release(buffer);
+  context.ops.divide(result, float(L * N));  // one correctly rounded division
+  exchange.release();
 }
 
 }  // namespace gpt

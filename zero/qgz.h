@@ -52,13 +52,17 @@ struct QgzFeedback {
 size_t qgz_intra_feedback_bytes(int64_t chunk, int world, int block);
 size_t qgz_cross_feedback_bytes(int64_t chunk, int nodes, int block);
 
+// One reduction in flight. Stage 1 (the intra-node all-to-all) is posted by qgz_start, stage 2 (the
+// cross-node all-to-all) by qgz_cross, and qgz_finish waits for whatever is still running. Splitting the
+// stages lets the slow cross-node hop of one bucket run while backward computes the next ones.
 struct QgzExchange {
   int64_t chunk = 0;
   Arena* wire = nullptr;
-  void* send = nullptr;  // stage 1's quantized buffers (wire memory), alive until the all-to-all completes
-  void* recv = nullptr;
+  void* send = nullptr;  // the current stage's quantized buffers (wire memory), alive until its all-to-all
+  void* recv = nullptr;  // completes
   comm::Request request;
-  void release();  // gives send and recv back
+  bool crossed = false;  // stage 2 posted
+  void release();        // gives send and recv back
 };
 
 // Quantizes the input and posts the intra-node all-to-all. *finite is false when some input value was inf or
@@ -66,8 +70,12 @@ struct QgzExchange {
 void qgz_start(const EngineContext& context, comm::Communicator& node, comm::Communicator& cross,
                const float* input, int64_t chunk, const QgzSettings& settings, const QgzFeedback& feedback,
                QgzExchange& exchange, bool* finite, comm::Phase phase);
-// Waits for stage 1, reduces and requantizes, runs stage 2 and writes this rank's mean chunk to out (chunk
-// fp32 values, overwritten).
+// Waits for stage 1, reduces and requantizes, and posts stage 2 (returns without waiting for it).
+void qgz_cross(const EngineContext& context, comm::Communicator& node, comm::Communicator& cross,
+               const QgzSettings& settings, const QgzFeedback& feedback, QgzExchange& exchange,
+               comm::Phase phase);
+// Runs qgz_cross if it has not run, waits for stage 2 and writes this rank's mean chunk to out (chunk fp32
+// values, overwritten).
 void qgz_finish(const EngineContext& context, comm::Communicator& node, comm::Communicator& cross,
                 const QgzSettings& settings, const QgzFeedback& feedback, QgzExchange& exchange, float* out,
                 comm::Phase phase);

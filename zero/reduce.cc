@@ -201,15 +201,25 @@ void GradientReducer::post(int bucket) {
   }
   events_.add(EngineEvent::Kind::kPostReduce, label, true);
   pending_.push_back(std::move(p));
+  // qgZ: the earlier buckets' intra-node hops have had a bucket of backward to finish; their cross-node hops
+  // start now and run while backward computes the next bucket.
+  for (size_t i = 0; i + 1 < pending_.size(); ++i) cross_nodes(pending_[i]);
   // Without overlap every reduction is waited for at once; with it, at most two are in flight.
   const size_t max_in_flight = overlap_ ? 2 : 0;
   while (pending_.size() > max_in_flight) complete_oldest();
+}
+
+void GradientReducer::cross_nodes(Pending& p) {
+  if (!qgz_node_ || p.qgz.crossed) return;
+  const comm::OperationLabel serving("bucket " + std::to_string(p.bucket) + " (qgZ's cross-node hop)");
+  qgz_cross(context_, *qgz_node_, *qgz_cross_, qgz_, feedback_of(p.bucket), p.qgz, comm::Phase::kGradReduce);
 }
 
 void GradientReducer::complete_oldest() {
   Pending p = std::move(pending_.front());
   pending_.pop_front();
   if (qgz_node_) {
+    cross_nodes(p);
     const comm::OperationLabel serving("bucket " + std::to_string(p.bucket) + " (qgZ's cross-node hop)");
     qgz_finish(context_, *qgz_node_, *qgz_cross_, qgz_, feedback_of(p.bucket), p.qgz,
                static_cast<float*>(p.recv), comm::Phase::kGradReduce);
@@ -232,6 +242,7 @@ void GradientReducer::complete_oldest() {
 }
 
 void GradientReducer::finish() {
+  for (Pending& p : pending_) cross_nodes(p);  // every cross-node hop in flight before waiting for the first
   while (!pending_.empty()) complete_oldest();
   if (next_ != backward_order_.size()) {
     throw std::logic_error("GradientReducer: finish() before every unit's gradient was added");

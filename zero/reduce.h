@@ -8,7 +8,9 @@
 // (at most two in flight); without, each bucket is reduced and waited for as soon as it closes.
 //
 // With qgZ (on two or more nodes) a bucket's rank-major fp32 gradients go through the quantized hierarchical
-// all-to-all of qgz.h instead of the ring; buckets, packing and accumulation are the same. With LoCo's error
+// all-to-all of qgz.h instead of the ring; buckets, packing and accumulation are the same. A bucket's slow
+// cross-node hop is posted when the next bucket closes, so that it runs during that bucket's backward rather
+// than while the compute thread waits for it. With LoCo's error
 // feedback each bucket keeps its two hops' errors (device memory, category kFeedbackCategory) from one
 // reduction to the next.
 #pragma once
@@ -75,9 +77,10 @@ class GradientReducer {
     void* send;
     void* recv;  // in the accumulation dtype
     size_t send_bytes, recv_bytes;
-    QgzExchange qgz;  // qgZ: stage 1 in flight
+    QgzExchange qgz;  // qgZ: its stages
   };
   void post(int bucket);
+  void cross_nodes(Pending& p);  // qgZ: posts p's cross-node hop if it is not in flight yet
   std::pair<size_t, size_t> feedback_sizes(int bucket) const;  // hop 1's and hop 2's bytes
   void for_each_feedback(const std::function<void(const Tensor&, size_t)>& visit) const;  // with its offset
   QgzFeedback feedback_of(int bucket) const { return feedback_.empty() ? QgzFeedback{} : feedback_[bucket]; }

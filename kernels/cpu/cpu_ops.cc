@@ -359,7 +359,9 @@ void CpuOps::cross_entropy_backward_columns(const Tensor& dlogits, const Tensor&
 double CpuOps::sum(const Tensor& x) {
   double total = 0;
   on_float(x, [&]<typename Real>() {
-    for (int64_t i = 0; i < x.numel(); ++i) total += static_cast<double>(ptr<Real>(x)[i]);
+    const Real* v = ptr<Real>(x);
+    const int64_t n = x.numel();
+    for (int64_t i = 0; i < n; ++i) total += static_cast<double>(v[i]);
   });
   return total;
 }
@@ -415,7 +417,8 @@ void CpuOps::add_into(const Tensor& dst, const Tensor& src) {
   on_float(dst, [&]<typename Real>() {
     Real* d = ptr<Real>(dst);
     const Real* s = ptr<Real>(src);
-    for (int64_t j = 0; j < dst.numel(); ++j) d[j] += s[j];
+    const int64_t n = dst.numel();
+    for (int64_t j = 0; j < n; ++j) d[j] += s[j];
   });
 }
 
@@ -475,7 +478,8 @@ void CpuOps::dequantize_add(const Tensor& acc, const Tensor& in, int64_t slice_l
 
 void CpuOps::divide(const Tensor& x, float divisor) {
   float* v = ptr<float>(x);
-  for (int64_t i = 0; i < x.numel(); ++i) v[i] /= divisor;
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) v[i] /= divisor;
 }
 
 }  // namespace gpt
