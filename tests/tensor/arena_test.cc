@@ -4,7 +4,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -137,4 +139,22 @@ TEST_CASE("byte counts print with binary units") {
   CHECK(gpt::format_bytes(1536) == "1.50 KiB");
   CHECK(gpt::format_bytes(size_t{124} << 20) == "124.0 MiB");
   CHECK(gpt::format_bytes(size_t{3} << 30) == "3.00 GiB");
+}
+
+TEST_CASE("a large freed block serves the next request of its size, zero-filled again; a miss frees it") {
+  gpt::Arena arena("recycling");
+  const size_t big = size_t(1) << 20;
+  auto* first = static_cast<uint8_t*>(arena.allocate("bucket", "buffers", big));
+  std::memset(first, 0xab, big);
+  arena.release(first);
+  auto* again = static_cast<uint8_t*>(arena.allocate("bucket", "buffers", big));
+  CHECK(again == first);  // the kept block, not a fresh one
+  CHECK(std::all_of(again, again + big, [](uint8_t b) { return b == 0; }));
+  CHECK(arena.current_bytes() == big);  // kept blocks are not in use: the ledger is unchanged
+  arena.release(again);
+  CHECK(arena.current_bytes() == 0);
+  // Another size misses: the kept block is freed first, so the process never holds both.
+  auto* other = static_cast<uint8_t*>(arena.allocate("other", "buffers", 2 * big));
+  CHECK(std::all_of(other, other + 2 * big, [](uint8_t b) { return b == 0; }));
+  arena.release(other);
 }
