@@ -15,13 +15,50 @@ namespace {
 // Blocks of at least kRecycledBytes that arenas gave back, kept for the next request of the same size: a
 // training step allocates and frees the same buffers every step (gradient buckets, qgZ's stages, unit
 // gradients), and a fresh large block is pages the kernel must fault in and clear one by one, which costs
-// more CPU than the copies they hold. A request no kept block fits frees every kept block first, so the
-// process never holds more than it would without the cache whenever it grows (peak RSS is unchanged).
-// One list for every host arena: a miss in one arena frees the others' kept blocks too.
+// more CPU than the copies they hold. The kept blocks only use memory the process has held before: blocks in
+// use plus kept blocks never exceed the peak of blocks in use, so a request no kept block fits frees kept
+// blocks until the new block fits under that peak (or raises it, as it would without the cache). One list
+// for every host arena.
 struct KeptBlocks {
   static constexpr size_t kRecycledBytes = size_t(128) << 10;
   std::mutex mutex;
   std::unordered_multimap<size_t, void*> blocks;  // by size
+  size_t kept_bytes = 0;
+  size_t used_bytes = 0;       // handed out and not given back
+  size_t peak_used_bytes = 0;  // the most used_bytes has been
+
+  // A kept block of exactly `bytes`, or null after freeing kept blocks as above. Counts the block as used.
+  void* take(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex);
+    used_bytes += bytes;
+    peak_used_bytes = std::max(peak_used_bytes, used_bytes);
+    if (bytes < kRecycledBytes) return nullptr;
+    if (auto it = blocks.find(bytes); it != blocks.end()) {
+      void* block = it->second;
+      blocks.erase(it);
+      kept_bytes -= bytes;
+      return block;
+    }
+    for (auto it = blocks.begin(); it != blocks.end() && used_bytes + kept_bytes > peak_used_bytes;) {
+      std::free(it->second);
+      kept_bytes -= it->first;
+      it = blocks.erase(it);
+    }
+    return nullptr;
+  }
+
+  void not_allocated(size_t bytes) {  // take(bytes) returned null and the allocation failed
+    std::lock_guard<std::mutex> lock(mutex);
+    used_bytes -= bytes;
+  }
+
+  void give_back(void* block, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex);
+    used_bytes -= bytes;
+    if (bytes < kRecycledBytes) return std::free(block);
+    blocks.emplace(bytes, block);
+    kept_bytes += bytes;
+  }
 };
 
 KeptBlocks& kept_blocks() {
@@ -29,35 +66,21 @@ KeptBlocks& kept_blocks() {
   return *kept;
 }
 
-// A kept block of exactly `bytes`, or null after freeing every kept block.
-void* take_kept_block(size_t bytes) {
-  KeptBlocks& kept = kept_blocks();
-  std::lock_guard<std::mutex> lock(kept.mutex);
-  if (auto it = kept.blocks.find(bytes); it != kept.blocks.end()) {
-    void* block = it->second;
-    kept.blocks.erase(it);
-    return block;
-  }
-  for (const auto& [size, block] : kept.blocks) std::free(block);
-  kept.blocks.clear();
-  return nullptr;
-}
-
 }  // namespace
 
 void* HostBlockSource::acquire(size_t bytes) {
-  void* block = bytes >= KeptBlocks::kRecycledBytes ? take_kept_block(bytes) : nullptr;
+  void* block = kept_blocks().take(bytes);
   if (!block) block = std::aligned_alloc(Arena::kAlignment, bytes);
-  if (!block) throw std::bad_alloc();
+  if (!block) {
+    kept_blocks().not_allocated(bytes);
+    throw std::bad_alloc();
+  }
   std::memset(block, 0, bytes);
   return block;
 }
 
 void HostBlockSource::release(void* block, size_t bytes) {
-  if (bytes < KeptBlocks::kRecycledBytes) return std::free(block);
-  KeptBlocks& kept = kept_blocks();
-  std::lock_guard<std::mutex> lock(kept.mutex);
-  kept.blocks.emplace(bytes, block);
+  kept_blocks().give_back(block, bytes);
 }
 
 Arena::Arena(std::string label, size_t capacity_bytes, BlockSource* source)

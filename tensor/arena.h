@@ -38,8 +38,8 @@ class BlockSource {
 };
 
 // Host memory from aligned_alloc, zero-filled. Large blocks given back are kept for the next request of the
-// same size (until a request that none fits), so that buffers freed and allocated again every step do not
-// fault their pages in again.
+// same size, within the memory the process's blocks have held at their peak, so that buffers freed and
+// allocated again every step do not fault their pages in again.
 class HostBlockSource final : public BlockSource {
  public:
   void* acquire(size_t bytes) override;

@@ -141,7 +141,7 @@ TEST_CASE("byte counts print with binary units") {
   CHECK(gpt::format_bytes(size_t{3} << 30) == "3.00 GiB");
 }
 
-TEST_CASE("a large freed block serves the next request of its size, zero-filled again; a miss frees it") {
+TEST_CASE("a large freed block serves the next request of its size, zero-filled again, below the peak") {
   gpt::Arena arena("recycling");
   const size_t big = size_t(1) << 20;
   auto* first = static_cast<uint8_t*>(arena.allocate("bucket", "buffers", big));
@@ -153,7 +153,7 @@ TEST_CASE("a large freed block serves the next request of its size, zero-filled 
   CHECK(arena.current_bytes() == big);  // kept blocks are not in use: the ledger is unchanged
   arena.release(again);
   CHECK(arena.current_bytes() == 0);
-  // Another size misses: the kept block is freed first, so the process never holds both.
+  // Another size above the peak so far: the kept block is freed first, so the process never holds both.
   auto* other = static_cast<uint8_t*>(arena.allocate("other", "buffers", 2 * big));
   CHECK(std::all_of(other, other + 2 * big, [](uint8_t b) { return b == 0; }));
   arena.release(other);
