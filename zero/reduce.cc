@@ -219,7 +219,6 @@ void GradientReducer::complete_oldest() {
   Pending p = std::move(pending_.front());
   pending_.pop_front();
   if (qgz_node_) {
-    cross_nodes(p);
     const comm::OperationLabel serving("bucket " + std::to_string(p.bucket) + " (qgZ's cross-node hop)");
     qgz_finish(context_, *qgz_node_, *qgz_cross_, qgz_, feedback_of(p.bucket), p.qgz,
                static_cast<float*>(p.recv), comm::Phase::kGradReduce);
