@@ -47,6 +47,13 @@ struct KeptBlocks {
     return nullptr;
   }
 
+  void free_all() {  // before retrying an allocation that failed
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const auto& [size, block] : blocks) std::free(block);
+    blocks.clear();
+    kept_bytes = 0;
+  }
+
   void not_allocated(size_t bytes) {  // take(bytes) returned null and the allocation failed
     std::lock_guard<std::mutex> lock(mutex);
     used_bytes -= bytes;
@@ -71,6 +78,10 @@ KeptBlocks& kept_blocks() {
 void* HostBlockSource::acquire(size_t bytes) {
   void* block = kept_blocks().take(bytes);
   if (!block) block = std::aligned_alloc(Arena::kAlignment, bytes);
+  if (!block) {
+    kept_blocks().free_all();
+    block = std::aligned_alloc(Arena::kAlignment, bytes);
+  }
   if (!block) {
     kept_blocks().not_allocated(bytes);
     throw std::bad_alloc();
