@@ -10,9 +10,8 @@
 // With qgZ (on two or more nodes) a bucket's rank-major fp32 gradients go through the quantized hierarchical
 // all-to-all of qgz.h instead of the ring; buckets, packing and accumulation are the same. A bucket's slow
 // cross-node hop is posted when the next bucket closes, so that it runs during that bucket's backward rather
-// than while the compute thread waits for it. With LoCo's error
-// feedback each bucket keeps its two hops' errors (device memory, category kFeedbackCategory) from one
-// reduction to the next.
+// than while the compute thread waits for it. With LoCo's error feedback each bucket keeps its two hops'
+// errors (device memory, category kFeedbackCategory) from one reduction to the next.
 #pragma once
 
 #include <cstdint>
