@@ -27,23 +27,43 @@ const std::string& OperationLabel::current() {
   return innermost_label ? innermost_label->text_ : none;
 }
 
-void Request::wait() {
-  if (!state_) return;
-  if (!state_->finished.load(std::memory_order_acquire)) {
-    const auto start = std::chrono::steady_clock::now();
-    std::unique_lock lock(state_->mutex);
-    state_->cv.wait(lock, [&] { return state_->finished.load(std::memory_order_acquire); });
-    lock.unlock();
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (state_->meter) state_->meter->record_wait(state_->phase, ms);
-  }
+namespace {
+
+// Blocks on state's condition variable until ready() holds, and records the time blocked in the meter.
+template <class Ready>
+void block_until(Request::State& state, Ready&& ready) {
+  std::unique_lock lock(state.mutex);
+  if (ready()) return;
+  const auto start = std::chrono::steady_clock::now();
+  state.cv.wait(lock, ready);
+  lock.unlock();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (state.meter) state.meter->record_wait(state.phase, ms);
+}
+
+void rethrow_failure(Request::State& state) {
   std::exception_ptr error;
   {
-    std::lock_guard lock(state_->mutex);
-    error = state_->error;
+    std::lock_guard lock(state.mutex);
+    error = state.error;
   }
   if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
+
+void Request::wait() {
+  if (!state_) return;
+  if (!state_->finished.load(std::memory_order_acquire))
+    block_until(*state_, [&] { return state_->finished.load(std::memory_order_acquire); });
+  rethrow_failure(*state_);
+}
+
+void Request::wait_block(int block) {
+  if (!state_) return;
+  block_until(*state_, [&] { return state_->block_ready(block); });
+  rethrow_failure(*state_);
 }
 
 bool Request::done() const {

@@ -45,12 +45,18 @@ class OperationLabel {
 // operation failed. Waiting again is allowed and returns at once. A default-constructed Request is already
 // complete. The buffers of an operation belong to it until it is complete: do not read its output, write its
 // input or free either before wait() returns (or done() is true).
+// An all-gather's output arrives one rank's block at a time: wait_block(r) returns once block r (rank r's
+// bytes) is final in recv, so a caller can work on it while later blocks are still on the way. A backend that
+// reports no per-block arrival (NCCL) makes it the same as wait(); the MPI ring reports each block as it
+// lands. Blocking time counts as in wait(), and a failed operation rethrows. Block r may be read then; the
+// rest of the output and the input still belong to the operation until wait() returns.
 class Request {
  public:
   struct State;  // comm/request.h: the completion object a backend signals
   Request() = default;
   explicit Request(std::shared_ptr<State> state) : state_(std::move(state)) {}
   void wait();
+  void wait_block(int block);
   bool done() const;
 
  private:

@@ -22,9 +22,11 @@ size_t length(const std::vector<size_t>& offsets, int j) {
 // Ring all-gather over byte chunks of buf; this rank's own chunk is already in place. At step s = 0..W-2 rank
 // r receives chunk r-s-1 from its left neighbour and sends chunk r-s (its own at s = 0, after that what it
 // received at step s-1) to its right one. All receives are posted first, into their final places, and each
-// arriving chunk is forwarded at once, so consecutive steps overlap.
-Task ring_all_gather(Op& op, char* buf, std::vector<size_t> offsets) {
+// arriving chunk is forwarded at once, so consecutive steps overlap. With report_blocks, every chunk is
+// reported to the Request as it becomes final (Request::wait_block), its own first.
+Task ring_all_gather(Op& op, char* buf, std::vector<size_t> offsets, bool report_blocks) {
   const int w = op.size(), r = op.rank();
+  if (report_blocks) op.block_arrived(r);
   if (w == 1) co_return;
   const int left = wrap(r - 1, w), right = wrap(r + 1, w);
   std::vector<Msg> received(w - 1);
@@ -33,10 +35,12 @@ Task ring_all_gather(Op& op, char* buf, std::vector<size_t> offsets) {
     received[s] = op.irecv(left, buf + offsets[j], length(offsets, j));
   }
   op.isend(right, buf + offsets[r], length(offsets, r));
-  for (int s = 0; s + 1 < w - 1; ++s) {  // the chunk of the last step belongs to the right neighbour
+  for (int s = 0; s < w - 1; ++s) {
     co_await op.until(received[s]);
     const int j = wrap(r - s - 1, w);
-    op.isend(right, buf + offsets[j], length(offsets, j));
+    // The chunk of the last step belongs to the right neighbour.
+    if (s + 1 < w - 1) op.isend(right, buf + offsets[j], length(offsets, j));
+    if (report_blocks) op.block_arrived(j);
   }
   co_await op.until_all();
 }
@@ -98,7 +102,7 @@ std::vector<size_t> uniform_offsets(int ranks, size_t per_rank) {
 Task all_gather_body(Op& op, const void* send, void* recv, size_t bytes_per_rank) {
   char* mine = static_cast<char*>(recv) + op.rank() * bytes_per_rank;
   if (send != mine && bytes_per_rank > 0) std::memcpy(mine, send, bytes_per_rank);
-  co_await ring_all_gather(op, static_cast<char*>(recv), uniform_offsets(op.size(), bytes_per_rank));
+  co_await ring_all_gather(op, static_cast<char*>(recv), uniform_offsets(op.size(), bytes_per_rank), true);
 }
 
 Task reduce_scatter_body(Op& op, const void* send, DType dtype, void* recv, size_t count, float scale) {
@@ -119,7 +123,7 @@ Task all_reduce_body(Op& op, void* data, DType dtype, size_t count, float scale)
   std::unique_ptr<char[]> sum(new char[mine * dtype_size(accumulation_dtype(dtype))]);
   co_await ring_reduce_scatter(op, static_cast<const char*>(data), dtype, sum.get(), elements, scale);
   narrow_to_wire(sum.get(), static_cast<char*>(data) + bytes[r], dtype, mine);
-  co_await ring_all_gather(op, static_cast<char*>(data), bytes);
+  co_await ring_all_gather(op, static_cast<char*>(data), bytes, false);
 }
 
 Task all_to_all_v_body(Op& op, const void* send, std::vector<size_t> send_bytes, void* recv,

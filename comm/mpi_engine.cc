@@ -93,6 +93,7 @@ Request Engine::submit(Group& group, Phase phase, const char* name,
   auto op =
       std::make_unique<Op>(group, phase, meter_, options_.max_message_bytes, name, OperationLabel::current());
   op->set_body(make_body(*op));
+  op->set_completion(state.get());
   {
     std::lock_guard lock(mutex_);
     if (!running_ || stopping_) throw std::logic_error("comm: operation issued after the MPI session ended");

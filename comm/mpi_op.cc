@@ -5,6 +5,8 @@
 #include <cassert>
 #include <climits>
 
+#include "comm/request.h"
+
 namespace gpt::comm::mpi {
 
 Op::Op(const Group& group, Phase phase, TrafficMeter& meter, size_t max_message_bytes, const char* name,
@@ -15,6 +17,10 @@ Op::Op(const Group& group, Phase phase, TrafficMeter& meter, size_t max_message_
       label_(std::move(label)),
       meter_(meter),
       max_message_bytes_(std::clamp<size_t>(max_message_bytes, 1, INT_MAX)) {}
+
+void Op::block_arrived(int block) {
+  if (completion_) completion_->block_arrived(block);
+}
 
 bool Op::advance() {
   if (!started_) {

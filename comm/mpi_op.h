@@ -97,6 +97,9 @@ class Op {
 
   // Set once, before the engine admits the operation.
   void set_body(Task body) { body_ = std::move(body); }
+  // Set once, before the engine admits the operation: the completion of its Request, which block_arrived()
+  // reports to (the engine keeps it alive until the operation is complete).
+  void set_completion(Request::State* completion) { completion_ = completion; }
   // Set by the engine when it admits the operation: the sequence number among this group's operations.
   void set_sequence(uint32_t sequence) { tag_ = static_cast<int>(sequence & 0x7fff); }  // MPI_TAG_UB >= 32767
 
@@ -131,6 +134,8 @@ class Op {
   };
   Until until(Msg msg) { return Until{*this, msg}; }
   Until until_all() { return Until{*this, Msg{0, static_cast<uint32_t>(requests_.size())}}; }
+  // For an all-gather's body: rank `block`'s bytes are final in the output (Request::wait_block).
+  void block_arrived(int block);
 
  private:
   bool test(Msg msg);
@@ -144,6 +149,7 @@ class Op {
   const size_t max_message_bytes_;
   int tag_ = 0;
   Task body_;
+  Request::State* completion_ = nullptr;
   bool started_ = false;
   std::coroutine_handle<> waiting_;  // the innermost suspended coroutine of the body
   Msg awaited_;

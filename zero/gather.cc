@@ -25,6 +25,7 @@ WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std
       ops_(context.ops),
       events_(context.events),
       swap_(swap),
+      decode_on_arrival_(context.ops.device() == Device::kCPU),
       secondaries_(partition.units().size(), nullptr),
       quantized_own_(partition.units().size(), nullptr) {
   if (config.quantized_weights && loop_dtype_ != DType::kF32)
@@ -160,17 +161,41 @@ void WeightGatherer::post(size_t index) {
   slots_.push_back(std::move(slot));
 }
 
-void WeightGatherer::decode(const Slot& slot) {
+void WeightGatherer::decode(const Slot& slot, int first, int shards) {
   const UnitPartition& u = partition_.unit(slot.unit);
+  const int64_t begin = first * u.shard;  // the first element of those shards in the unit
+  const size_t shard_bytes = shard_wire_bytes(slot.unit), wire_at = size_t(first) * shard_bytes;
+  void* weights = static_cast<char*>(slot.weights) + dtype_bytes(loop_dtype_, begin);
+  const void* wire = static_cast<const char*>(slot.wire) + wire_at;
   if (config_.quantized_weights) {
     // Every shard, this rank's own included, becomes dequant(quant(shard)) rounded to the compute dtype.
-    ops_.dequantize(context_.view(slot.weights, u.padded, DType::kF32),
-                    context_.view(slot.wire, int64_t(slot.wire_bytes), DType::kI8), u.shard, dp_.size(),
+    ops_.dequantize(context_.view(weights, shards * u.shard, DType::kF32),
+                    context_.view(wire, int64_t(shards * shard_bytes), DType::kI8), u.shard, shards,
                     kQuantizedWeightBits, config_.weight_block, config_.precision);
   } else {
-    ops_.cast(context_.view(slot.weights, u.numel, loop_dtype_),
-              context_.view(slot.wire, u.numel, config_.precision));
+    // The padding after the last parameter is not model state: only [begin, numel) is cast.
+    const int64_t n = std::clamp<int64_t>(u.numel - begin, 0, shards * u.shard);
+    if (n > 0) ops_.cast(context_.view(weights, n, loop_dtype_), context_.view(wire, n, config_.precision));
   }
+}
+
+void WeightGatherer::wait_and_decode(Slot& slot) {
+  if (!decode_on_arrival_) {
+    slot.request.wait();
+    decode(slot, 0, dp_.size());
+    return;
+  }
+  // The gather's blocks (one per rank of its group: a shard each, or W/h shards from an hpZ secondary) are
+  // decoded in the ring's order of arrival, this rank's own first, each while the later ones are still on
+  // the way: dequantization on the gather's arrival path rather than after it.
+  comm::Communicator& group = slot.from_secondary ? *hpz_ : dp_;
+  const int blocks = group.size(), shards_per_block = dp_.size() / blocks;
+  for (int k = 0; k < blocks; ++k) {
+    const int block = (group.rank() - k + blocks) % blocks;
+    slot.request.wait_block(block);
+    decode(slot, block * shards_per_block, shards_per_block);
+  }
+  slot.request.wait();
 }
 
 const void* WeightGatherer::acquire_weights(int unit) {
@@ -181,10 +206,9 @@ const void* WeightGatherer::acquire_weights(int unit) {
   if (config_.overlap_comm && next_ + 1 < schedule_.size() && !slot_of(schedule_[next_ + 1])) post(next_ + 1);
   ++next_;
   Slot* slot = slot_of(unit);
-  slot->request.wait();
+  wait_and_decode(*slot);
   if (slot->holds_swapped_shard) swap_->release(unit), slot->holds_swapped_shard = false;
   events_.add(EngineEvent::Kind::kWaitGather, names_[unit], phase_ == comm::Phase::kParamGatherBwd);
-  decode(*slot);
   slot->acquired = true;
   return slot->weights;
 }

@@ -10,7 +10,9 @@
 // consecutive ranks of this node's hpZ group, which rebuilds the same bytes, so forward, recomputation and
 // backward use bit-identical weights. Secondaries are dropped after each optimizer step and on checkpoint
 // load. qwZ quantizes this rank's own shard of a unit once per weight change and sends those bytes on every
-// primary gather until the next one (the same bytes a fresh quantization would give).
+// primary gather until the next one (the same bytes a fresh quantization would give). On a CPU backend a
+// gather is decoded (dequantized, or cast from fp16/bf16) one rank's block at a time as the ring delivers
+// it, so the decoding of the first blocks overlaps the arrival of the last (comm::Request::wait_block).
 #pragma once
 
 #include <cstdint>
@@ -81,7 +83,10 @@ class WeightGatherer {
   const void* acquire_weights(int unit);
   void post(size_t index);
   Slot* slot_of(int unit);
-  void decode(const Slot& slot);
+  // Turns `shards` shards of what arrived, from shard `first` on, into the loop dtype's weights.
+  void decode(const Slot& slot, int first, int shards);
+  // Waits for the slot's gather and decodes all of it (block by block as they arrive, or at once).
+  void wait_and_decode(Slot& slot);
   const void* quantized_own_shard(int unit);  // quantizes it when the weights changed since
   // This rank's shard of the unit as it would be sent raw: in the shard, or read from the swap.
   const void* own_shard(int unit);
@@ -102,6 +107,9 @@ class WeightGatherer {
   Ops& ops_;
   EventLog& events_;
   ParamSwap* swap_;
+  // A CPU backend decodes each block of a gather as it lands; a GPU backend decodes a unit in one kernel
+  // launch once all of it is there (NCCL reports no per-block arrival).
+  const bool decode_on_arrival_;
 
   std::vector<int> schedule_;
   size_t next_ = 0;  // next schedule entry to acquire

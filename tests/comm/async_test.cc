@@ -173,5 +173,40 @@ TEST_CASE("async: two caller threads issue on their own communicators at the sam
   CHECK(second_ok);
 }
 
+TEST_CASE("async: an all-gather hands out each rank's block as it lands, before the whole gather is done") {
+  Communicator& comm = world();
+  const int w = comm.size(), r = comm.rank();
+  // Rank 0 joins the gather only after every other rank has checked its early blocks, so none of them can
+  // have the whole gather yet: a block handed out then was reported on its own.
+  auto signal = comm.subgroup(all_ranks(w));
+  const size_t bytes = 4099;
+  const std::vector<uint8_t> mine = pattern(r, bytes, 21);
+  std::vector<uint8_t> all(w * bytes);
+  auto block_is_right = [&](int p) {
+    return pattern(p, bytes, 21) ==
+           std::vector<uint8_t>(all.begin() + p * bytes, all.begin() + (p + 1) * bytes);
+  };
+  if (r == 0) signal->barrier().wait();
+  Request request = comm.all_gather(mine.data(), all.data(), bytes, Phase::kParamGatherFwd);
+  if (r != 0) {
+    request.wait_block(r);  // its own block is in place from the start
+    CHECK(block_is_right(r));
+    if (r >= 2) {  // the left neighbour sends its own block at once; that needs nothing from rank 0
+      request.wait_block(r - 1);
+      CHECK(block_is_right(r - 1));
+    }
+    CHECK_FALSE(request.done());
+    signal->barrier().wait();
+  }
+  bool every_block_right = true;
+  for (int k = 0; k < w; ++k) {  // the ring's order of arrival, then the others' (already there)
+    const int block = (r - k + w) % w;
+    request.wait_block(block);
+    every_block_right &= block_is_right(block);
+  }
+  request.wait();
+  CHECK(every_block_right);
+}
+
 }  // namespace
 }  // namespace gpt::comm::testing

@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 
+#include "comm/request.h"
 #include "tests/comm/mpi_test_env.h"
 #include "tests/comm/reference.h"
 
@@ -207,6 +209,26 @@ TEST_CASE("Request: a default one is complete; waiting twice is fine; done() tur
   request.wait();
   CHECK(request.done());
   request.wait();
+}
+
+TEST_CASE("Request::wait_block: returns once the block is reported or the operation is over; rethrows") {
+  auto state = std::make_shared<Request::State>(nullptr, Phase::kEval);
+  Request request(state);
+  state->block_arrived(2);
+  request.wait_block(2);
+  CHECK_FALSE(request.done());
+  std::thread backend([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    state->complete();
+  });
+  request.wait_block(0);  // never reported: the completion releases it
+  backend.join();
+  CHECK(request.done());
+
+  auto failing = std::make_shared<Request::State>(nullptr, Phase::kEval);
+  failing->complete(std::make_exception_ptr(std::runtime_error("link down")));
+  CHECK_THROWS_AS(Request(failing).wait_block(1), std::runtime_error);
+  Request().wait_block(3);  // a default Request is complete
 }
 
 TEST_CASE("argument errors throw at the call, on the caller's thread, before anything is sent") {
