@@ -1,8 +1,12 @@
-// make_device_world in a build with the CUDA backend: NCCL when every rank has a GPU of its own.
+// make_device_world in a build with the CUDA backend: NCCL when every rank has a GPU of its own. The CMake
+// build of a GPU machine without NCCL's headers (scripts/gpu_check) defines GPT_WITHOUT_NCCL: its GPU ranks
+// then stay on MPI with host staging.
 #include <stdexcept>
 #include <string>
 
+#ifndef GPT_WITHOUT_NCCL
 #include "comm/nccl_communicator.h"
+#endif
 #include "kernels/cuda/cuda_ops.h"
 #include "train/device_world.h"
 
@@ -11,6 +15,11 @@ namespace gpt {
 DeviceWorld make_device_world(comm::Communicator& mpi_world, Ops* backend, double comm_timeout_s) {
   const auto* gpu = dynamic_cast<const cuda::CudaOps*>(backend);
   if (!gpu) return {nullptr, "MPI"};
+#ifdef GPT_WITHOUT_NCCL
+  (void)mpi_world;
+  (void)comm_timeout_s;
+  return {nullptr, "MPI with host staging (built without NCCL)"};
+#else
   // Collective, so every rank learns the same answer; -1 everywhere unless each rank has its own GPU.
   const int device = comm::choose_nccl_device(mpi_world);
   if (device < 0) return {nullptr, "MPI with host staging (ranks share a GPU, which NCCL refuses)"};
@@ -23,6 +32,7 @@ DeviceWorld make_device_world(comm::Communicator& mpi_world, Ops* backend, doubl
   options.input_stream = gpu->context().stream();
   options.comm_timeout_s = comm_timeout_s;
   return {comm::make_nccl_communicator(mpi_world, options), "NCCL"};
+#endif
 }
 
 }  // namespace gpt

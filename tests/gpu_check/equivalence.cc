@@ -4,8 +4,14 @@
 // row per compared output with its error, its tolerance and PASS or FAIL (checks.h says which tolerance
 // applies where). An op the CUDA backend does not implement yet is a FAIL row carrying its message.
 //
-//   equivalence [--batch B] [--only NAME,...]   the table; exit 0 when every row passes, 1 otherwise
+//   equivalence [--batch B] [--seq T] [--width C] [--heads NH] [--vocab V] [--only NAME,...]
+//                                               the table; exit 0 when every row passes, 1 otherwise
+//   equivalence --list                          the checks' names, one a line
 //   equivalence --gemm [--batch B]              cuBLAS TFLOP/s at the 124M's fc and lm_head GEMMs
+// The shape flags reach what 124M's shapes never do: a T that is no multiple of the attention tile, head
+// size 128, widths and vocabularies that are no multiple of a vector (the unaligned fallbacks), and more
+// sequences than one attention launch takes (its batch chunks). scripts/gpu_check runs each check of each
+// shape in its own process, so a faulting kernel (a sticky CUDA error) costs one row.
 // Without a usable GPU it prints one line and exits 2. TF32 stays off: CudaOps' fp32 GEMMs are true fp32,
 // and scripts/gpu_check also sets NVIDIA_TF32_OVERRIDE=0 for the table.
 #include <cstdio>
@@ -21,28 +27,47 @@
 namespace {
 
 struct Options {
-  int batch = 4;
+  gpt::gpu_check::Shapes shapes;
   std::string only;  // comma-separated check names; empty: all
-  bool gemm = false;
+  bool gemm = false, list = false;
 };
 
-const char* kUsage = "usage: equivalence [--batch B] [--only NAME,...] [--gemm]\n";
+const char* kUsage =
+    "usage: equivalence [--batch B] [--seq T] [--width C] [--heads NH] [--vocab V] [--only NAME,...] "
+    "[--list] [--gemm]\n";
+
+// The value of a shape flag, or 0 when it is no integer in [1, most].
+int shape_value(const char* text, int most) {
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  return (*end == '\0' && v >= 1 && v <= most) ? int(v) : 0;
+}
+
+bool parse_shape_flag(const std::string& arg, const char* value, gpt::gpu_check::Shapes& s) {
+  int* field = arg == "--batch" ? &s.B : arg == "--seq" ? &s.T : arg == "--width" ? &s.C
+             : arg == "--heads" ? &s.NH : arg == "--vocab" ? &s.V : nullptr;
+  if (!field) return false;
+  *field = shape_value(value, 1 << 20);
+  if (arg == "--vocab") s.Vp = (s.V + 63) / 64 * 64;  // as the model pads it (--make-vocab-size-divisible-by 64)
+  return *field > 0;
+}
 
 bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--gemm") {
       o.gemm = true;
-    } else if (arg == "--batch" && i + 1 < argc) {
-      o.batch = std::atoi(argv[++i]);
-      if (o.batch < 1 || o.batch > 64) return false;
+    } else if (arg == "--list") {
+      o.list = true;
     } else if (arg == "--only" && i + 1 < argc) {
       o.only = argv[++i];
+    } else if (i + 1 < argc && parse_shape_flag(arg, argv[i + 1], o.shapes)) {
+      ++i;
     } else {
       return false;
     }
   }
-  return true;
+  return o.shapes.C % o.shapes.NH == 0;
 }
 
 bool selected(const Options& o, const char* name) {
@@ -60,8 +85,7 @@ int print_gemm_rates(const gpt::cuda::Context& ctx, int tokens) {
 }
 
 int run_table(gpt::gpu_check::Backends& backends, const Options& o) {
-  gpt::gpu_check::Shapes shapes;
-  shapes.B = o.batch;
+  const gpt::gpu_check::Shapes& shapes = o.shapes;
   std::printf("equivalence: CudaOps against CpuOps at B=%d T=%d C=%d NH=%d V=%d (padded %d)\n", shapes.B,
               shapes.T, shapes.C, shapes.NH, shapes.V, shapes.Vp);
   std::printf("error: max |cuda - cpu| / max |cpu| over the tensor, or the bytes that differ\n");
@@ -87,6 +111,10 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stderr);
     return 2;
   }
+  if (options.list) {  // needs no GPU: scripts/gpu_check --dry-run plans with it
+    for (const auto& check : gpt::gpu_check::all_checks()) std::printf("%s\n", check.name);
+    return 0;
+  }
   const gpt::cuda::DeviceProbe probe = gpt::cuda::probe_devices();
   if (probe.count == 0) {
     std::printf("equivalence: no CUDA device is present (%s); the CUDA checks need an NVIDIA GPU\n",
@@ -97,7 +125,7 @@ int main(int argc, char** argv) {
     gpt::gpu_check::Backends backends;
     std::printf("equivalence: device 0 of %d: %s\n", probe.count,
                 backends.gpu.context().info().describe().c_str());
-    if (options.gemm) return print_gemm_rates(backends.gpu.context(), options.batch * 1024);
+    if (options.gemm) return print_gemm_rates(backends.gpu.context(), options.shapes.B * 1024);
     return run_table(backends, options);
   } catch (const std::exception& e) {
     std::printf("equivalence: %s\n", e.what());
