@@ -44,11 +44,16 @@ int shape_value(const char* text, int most) {
 }
 
 bool parse_shape_flag(const std::string& arg, const char* value, gpt::gpu_check::Shapes& s) {
-  int* field = arg == "--batch" ? &s.B : arg == "--seq" ? &s.T : arg == "--width" ? &s.C
-             : arg == "--heads" ? &s.NH : arg == "--vocab" ? &s.V : nullptr;
+  int* field = arg == "--batch"   ? &s.B
+               : arg == "--seq"   ? &s.T
+               : arg == "--width" ? &s.C
+               : arg == "--heads" ? &s.NH
+               : arg == "--vocab" ? &s.V
+                                  : nullptr;
   if (!field) return false;
   *field = shape_value(value, 1 << 20);
-  if (arg == "--vocab") s.Vp = (s.V + 63) / 64 * 64;  // as the model pads it (--make-vocab-size-divisible-by 64)
+  if (arg == "--vocab")
+    s.Vp = (s.V + 63) / 64 * 64;  // as the model pads it (--make-vocab-size-divisible-by 64)
   return *field > 0;
 }
 
