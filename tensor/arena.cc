@@ -8,90 +8,41 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "tensor/kept_block_source.h"
+
 namespace gpt {
 
 namespace {
 
-// Blocks of at least kRecycledBytes that arenas gave back, kept for the next request of the same size: a
-// training step allocates and frees the same buffers every step (gradient buckets, qgZ's stages, unit
-// gradients), and a fresh large block is pages the kernel must fault in and clear one by one, which costs
-// more CPU than the copies they hold. The kept blocks only use memory the process has held before: blocks in
-// use plus kept blocks never exceed the peak of blocks in use, so a request no kept block fits frees kept
-// blocks until the new block fits under that peak (or raises it, as it would without the cache). One list
-// for every host arena.
-struct KeptBlocks {
-  static constexpr size_t kRecycledBytes = size_t(128) << 10;
-  std::mutex mutex;
-  std::unordered_multimap<size_t, void*> blocks;  // by size
-  size_t kept_bytes = 0;
-  size_t used_bytes = 0;       // handed out and not given back
-  size_t peak_used_bytes = 0;  // the most used_bytes has been
-
-  // A kept block of exactly `bytes`, or null after freeing kept blocks as above. Counts the block as used.
-  void* take(size_t bytes) {
-    std::lock_guard<std::mutex> lock(mutex);
-    used_bytes += bytes;
-    peak_used_bytes = std::max(peak_used_bytes, used_bytes);
-    if (bytes < kRecycledBytes) return nullptr;
-    if (auto it = blocks.find(bytes); it != blocks.end()) {
-      void* block = it->second;
-      blocks.erase(it);
-      kept_bytes -= bytes;
-      return block;
-    }
-    for (auto it = blocks.begin(); it != blocks.end() && used_bytes + kept_bytes > peak_used_bytes;) {
-      std::free(it->second);
-      kept_bytes -= it->first;
-      it = blocks.erase(it);
-    }
-    return nullptr;
+// Host memory as it comes: aligned_alloc, zero-filled.
+class AlignedBlockSource final : public BlockSource {
+ public:
+  void* acquire(size_t bytes) override {
+    void* block = std::aligned_alloc(Arena::kAlignment, bytes);
+    if (!block) throw std::bad_alloc();
+    std::memset(block, 0, bytes);
+    return block;
   }
-
-  void free_all() {  // before retrying an allocation that failed
-    std::lock_guard<std::mutex> lock(mutex);
-    for (const auto& [size, block] : blocks) std::free(block);
-    blocks.clear();
-    kept_bytes = 0;
-  }
-
-  void not_allocated(size_t bytes) {  // take(bytes) returned null and the allocation failed
-    std::lock_guard<std::mutex> lock(mutex);
-    used_bytes -= bytes;
-  }
-
-  void give_back(void* block, size_t bytes) {
-    std::lock_guard<std::mutex> lock(mutex);
-    used_bytes -= bytes;
-    if (bytes < kRecycledBytes) return std::free(block);
-    blocks.emplace(bytes, block);
-    kept_bytes += bytes;
-  }
+  void release(void* block, size_t) override { std::free(block); }
+  Device device() const override { return Device::kCPU; }
 };
 
-KeptBlocks& kept_blocks() {
-  static KeptBlocks* kept = new KeptBlocks;  // never destroyed: arenas with static lifetime release into it
+// Blocks of at least 128 KiB are kept: smaller ones come from malloc's own free lists without faults.
+KeptBlockSource& kept_host_blocks() {
+  static AlignedBlockSource* aligned = new AlignedBlockSource;
+  // Never destroyed: arenas with static lifetime release into it.
+  static KeptBlockSource* kept = new KeptBlockSource(*aligned, size_t(128) << 10);
   return *kept;
 }
 
 }  // namespace
 
 void* HostBlockSource::acquire(size_t bytes) {
-  void* block = kept_blocks().take(bytes);
-  if (!block) block = std::aligned_alloc(Arena::kAlignment, bytes);
-  if (!block) {
-    kept_blocks().free_all();
-    block = std::aligned_alloc(Arena::kAlignment, bytes);
-  }
-  if (!block) {
-    kept_blocks().not_allocated(bytes);
-    throw std::bad_alloc();
-  }
-  std::memset(block, 0, bytes);
-  return block;
+  return kept_host_blocks().acquire(bytes);
 }
 
 void HostBlockSource::release(void* block, size_t bytes) {
-  kept_blocks().give_back(block, bytes);
+  kept_host_blocks().release(block, bytes);
 }
 
 Arena::Arena(std::string label, size_t capacity_bytes, BlockSource* source)

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <string>
@@ -35,11 +36,17 @@ class BlockSource {
   virtual void* acquire(size_t bytes) = 0;  // throws std::bad_alloc when it cannot
   virtual void release(void* block, size_t bytes) = 0;
   virtual Device device() const = 0;
+  // For a KeptBlockSource above this one (tensor/kept_block_source.h): a block given back is kept instead of
+  // released (retire: note the work that may still use it), then handed out again (reuse: wait for that work
+  // and zero-fill the block). The defaults suit memory the host addresses and nothing else touches.
+  virtual void retire(void* /*block*/, size_t /*bytes*/) {}
+  virtual void reuse(void* block, size_t bytes) { std::memset(block, 0, bytes); }
 };
 
-// Host memory from aligned_alloc, zero-filled. Large blocks given back are kept for the next request of the
-// same size, within the memory the process's blocks have held at their peak, so that buffers freed and
-// allocated again every step do not fault their pages in again.
+// Host memory from aligned_alloc, zero-filled. Large blocks given back are kept (KeptBlockSource, one list
+// for every host arena of the process) for the next request of the same size, within the memory the process's
+// blocks have held at their peak, so that buffers freed and allocated again every step do not fault their
+// pages in again.
 class HostBlockSource final : public BlockSource {
  public:
   void* acquire(size_t bytes) override;

@@ -44,7 +44,35 @@ void* PinnedBlockSource::acquire(size_t bytes) {
 void PinnedBlockSource::release(void* block, size_t) {
   // Kernels still queued may read or write this block (wire memory is mapped into the device): wait for them.
   GPT_CUDA_CHECK(cudaDeviceSynchronize());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = retired_.find(block); it != retired_.end()) {
+      GPT_CUDA_CHECK(cudaEventDestroy(it->second));
+      retired_.erase(it);
+    }
+  }
   GPT_CUDA_CHECK(cudaFreeHost(block));
+}
+
+PinnedBlockSource::~PinnedBlockSource() {
+  for (const auto& [block, event] : retired_) cudaEventDestroy(event);  // destructors do not throw
+}
+
+void PinnedBlockSource::retire(void* block, size_t) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cudaEvent_t& event = retired_[block];
+  if (!event) GPT_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  GPT_CUDA_CHECK(cudaEventRecord(event, context_.stream()));
+}
+
+void PinnedBlockSource::reuse(void* block, size_t bytes) {
+  cudaEvent_t event = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = retired_.find(block); it != retired_.end()) event = it->second;
+  }
+  if (event) GPT_CUDA_CHECK(cudaEventSynchronize(event));  // usually long done: the last step's work
+  std::memset(block, 0, bytes);
 }
 
 void CudaOps::upload(const Tensor& dst, const void* host) {

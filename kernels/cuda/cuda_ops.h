@@ -6,18 +6,36 @@
 #pragma once
 
 #include <mutex>
+#include <unordered_map>
 
 #include "kernels/cuda/runtime.h"
 #include "kernels/ops.h"
+#include "tensor/kept_block_source.h"
 
 namespace gpt::cuda {
 
-// Pinned host memory mapped for the device (cudaHostAlloc with cudaHostAllocMapped), zero-filled.
+// Pinned host memory mapped for the device (cudaHostAlloc with cudaHostAllocMapped), zero-filled. CudaOps
+// keeps its blocks through a KeptBlockSource, so a step's wire buffers are pinned once: a block given back is
+// retired with an event on the context's stream (kernels queued before may still read or write it; a
+// collective on another stream has completed before its request did, and so before the block came back),
+// and a kept block handed out again waits for that event alone, not for the whole device.
 class PinnedBlockSource final : public gpt::BlockSource {
  public:
+  explicit PinnedBlockSource(const Context& context) : context_(context) {}
+  ~PinnedBlockSource() override;
+  PinnedBlockSource(const PinnedBlockSource&) = delete;
+  PinnedBlockSource& operator=(const PinnedBlockSource&) = delete;
+
   void* acquire(size_t bytes) override;
-  void release(void* block, size_t bytes) override;
+  void release(void* block, size_t bytes) override;  // waits for the device, then frees
   Device device() const override { return Device::kCPU; }
+  void retire(void* block, size_t bytes) override;
+  void reuse(void* block, size_t bytes) override;
+
+ private:
+  const Context& context_;
+  std::mutex mutex_;
+  std::unordered_map<void*, cudaEvent_t> retired_;  // a block's event, recorded when it was last given back
 };
 
 // Device memory that counts what it holds: the peak is the memory table's "device peak" line.
@@ -117,7 +135,8 @@ class CudaOps final : public Ops {
  private:
   Context context_;
   CountedDeviceMemory device_memory_;
-  PinnedBlockSource wire_memory_;
+  PinnedBlockSource pinned_{context_};
+  KeptBlockSource wire_memory_{pinned_, 0};  // every size: pinning costs even for small blocks
 };
 
 }  // namespace gpt::cuda
