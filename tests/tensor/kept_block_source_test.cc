@@ -77,6 +77,16 @@ TEST_CASE("after the first step, the same buffers come from kept blocks: nothing
   CHECK(inner.acquired == inner.released);
 }
 
+TEST_CASE("kept at every size (as the CUDA backend's pinned wire memory), nothing at all after the first step") {
+  CountingSource inner;
+  gpt::KeptBlockSource kept(inner, 0);
+  gpt::Arena arena("pinned", gpt::Arena::kUnlimited, &kept);
+  step(arena);
+  for (int i = 0; i < 5; ++i) step(arena);
+  CHECK(inner.acquired == 4);
+  CHECK(inner.reused == 5 * 4);
+}
+
 TEST_CASE("kept blocks and blocks in use never exceed the peak of blocks in use") {
   CountingSource inner;
   gpt::KeptBlockSource kept(inner, 128 << 10);
