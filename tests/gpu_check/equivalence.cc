@@ -52,8 +52,7 @@ bool parse_shape_flag(const std::string& arg, const char* value, gpt::gpu_check:
                                   : nullptr;
   if (!field) return false;
   *field = shape_value(value, 1 << 20);
-  if (arg == "--vocab")
-    s.Vp = (s.V + 63) / 64 * 64;  // as the model pads it (--make-vocab-size-divisible-by 64)
+  if (arg == "--vocab") s.Vp = (s.V + 127) / 128 * 128;  // as GPTConfig::padded_vocab() pads it
   return *field > 0;
 }
 
