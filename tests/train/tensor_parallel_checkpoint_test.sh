@@ -3,7 +3,11 @@
 # resumed at t = 1 (4 data-parallel ranks, stage 1) and at t = 4 (stage 0), steps 6-10 give the uninterrupted
 # run's losses within 1e-5 relative (weights and Adam's moments are re-cut through the whole model's
 # indices). gpt_export reassembles the whole model from the t = 2 checkpoint: equal to the export of a t = 1
-# run's checkpoint at the same step within training's rounding.
+# run's checkpoint at the same step within training's rounding. t = 2 sums the gradients in another order, and
+# Adam divides by sqrt(v): an element whose gradient is near zero turns that rounding into up to a sizeable
+# part of lr per step. So the bound is on that scale (1% of lr x steps = 5e-5; the weights are ~0.02, so a
+# mis-cut slice is far above it), and the differences over 1e-6 must stay rare (here 80 of 1.2 M values; the
+# worst 1.7e-5 on one machine, under 1e-5 on another).
 # Args: path of gpt_train, path of gpt_export.
 set -uo pipefail
 TRAIN=$1 EXPORT=$2
@@ -50,9 +54,11 @@ import struct, sys
 a, b = (open(p, "rb").read() for p in sys.argv[1:])
 n = (len(a) - 1024) // 4
 x, y = (struct.unpack(f"<{n}f", d[1024:]) for d in (a, b))
-worst = max(abs(p - q) for p, q in zip(x, y))
-print(f"exported models: {n} values, largest difference {worst:.2e}")
-sys.exit(0 if len(a) == len(b) and a[:1024] == b[:1024] and worst <= 1e-5 else 1)
+differences = [abs(p - q) for p, q in zip(x, y)]
+worst, over = max(differences), sum(d > 1e-6 for d in differences)
+print(f"exported models: {n} values, largest difference {worst:.2e}, {over} over 1e-6")
+lr, steps = 1e-3, 5
+sys.exit(0 if len(a) == len(b) and a[:1024] == b[:1024] and worst <= 0.01 * lr * steps and over <= n // 1000 else 1)
 PY
 ((failures == 0)) && echo "checkpoints load across tensor-parallel sizes"
 exit $((failures > 0))
