@@ -21,11 +21,20 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 
 #include "tensor/arena.h"
 #include "tensor/tensor.h"
 
 namespace gpt {
+
+// What a backend throws for an op it lacks for the dtype of its tensors (the CUDA backend's layer ops take
+// fp32, the CPU's fp32 and fp64): the op-case table (kernels/cases) reports it as "not supported", never as a
+// pass or a failure of the op.
+class UnsupportedOp : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
 
 // AdamW's hyperparameters (lr is set per step by the schedule).
 struct AdamWHyper {

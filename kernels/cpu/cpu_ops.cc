@@ -33,7 +33,7 @@ void on_float(const Tensor& t, F&& f) {
   } else if (t.dtype == DType::kF64) {
     f.template operator()<double>();
   } else {
-    throw std::invalid_argument(std::string("CpuOps: expected an f32 or f64 tensor, got ") + t.describe());
+    throw UnsupportedOp(std::string("CpuOps: expected an f32 or f64 tensor, got ") + t.describe());
   }
 }
 

@@ -6,19 +6,14 @@
 #include <string>
 
 #include "kernels/cuda/runtime.h"
+#include "kernels/ops.h"
 #include "tensor/tensor.h"
 
 namespace gpt::cuda {
 
-[[noreturn]] inline void not_yet(const char* op) {
-  throw CudaError(
-      std::string("CudaOps::") + op +
-      " is not implemented in the CUDA backend yet; run on the CPU backend (the default) meanwhile");
-}
-
 inline float* f32(const Tensor& t, const char* op) {
   if (t.dtype != DType::kF32)
-    throw CudaError(std::string("CudaOps::") + op + ": expected f32, got " + t.describe());
+    throw UnsupportedOp(std::string("CudaOps::") + op + ": expected f32, got " + t.describe());
   return static_cast<float*>(t.data);
 }
 

@@ -1,0 +1,339 @@
+// The op cases of the layer ops, at any Sizes; see op_cases.h. Tolerances are for fp32 tensors against the
+// fp64 reference, relative to the reference's largest magnitude: 1e-5 wherever a value is a sum of at most a
+// few thousand rounded terms; the probabilities over a 50k vocabulary sum more.
+#include "kernels/cases/op_cases.h"
+
+#include <memory>
+#include <stdexcept>
+
+namespace gpt::cases {
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& shape, const std::string& suffix = "") {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]" + suffix;
+}
+
+Arg in(std::string name, std::vector<int64_t> shape, double scale = 1) {
+  return Arg{std::move(name), std::move(shape), scale, 0, true};
+}
+Arg out(std::string name, std::vector<int64_t> shape, double scale = 1) {
+  return Arg{std::move(name), std::move(shape), scale, 0, false};
+}
+Arg tokens(std::string name, std::vector<int64_t> shape, int below) {
+  return Arg{std::move(name), std::move(shape), 0, below, false};
+}
+
+// Dropout's keys live as long as the case's run function: a DropoutMask points at them.
+CaseRun with_keys(int count, double p, std::function<void(Ops&, const CaseTensors&, const DropoutMask*)> f) {
+  auto keys = std::make_shared<std::vector<uint64_t>>();
+  for (int b = 0; b < count; ++b) keys->push_back(0x9e3779b97f4a7c15ull * uint64_t(b + 1));
+  return [keys, p, f](Ops& ops, const CaseTensors& t) {
+    const DropoutMask mask{p, keys->data(), 0};
+    f(ops, t, p > 0 ? &mask : nullptr);
+  };
+}
+
+void add_embedding(std::vector<OpCase>& cases, const Sizes& s) {
+  const int64_t B = s.B, T = s.T, C = s.C, Vp = s.Vp(), R = Vp / 2, first = Vp - R;
+  const std::string shape = shape_text({B, T, C});
+  const Arg ids = tokens("tokens", {B, T}, s.V);
+  cases.push_back({"embedding", "embedding_forward", shape,
+                   {ids, in("wte", {Vp, C}, 0.02), in("wpe", {T, C}, 0.01), out("out", {B, T, C})}, {"out"}});
+  cases.back().run = [](Ops& o, const CaseTensors& t) {
+    o.embedding_forward(t["out"], t["tokens"], t["wte"], t["wpe"]);
+  };
+  cases.push_back({"embedding", "embedding_backward", shape,
+                   {ids, in("dout", {B, T, C}), out("dwte", {Vp, C}), out("dwpe", {T, C})}, {"dwte", "dwpe"}});
+  cases.back().run = [](Ops& o, const CaseTensors& t) {
+    o.embedding_backward(t["dwte"], t["dwpe"], t["dout"], t["tokens"]);
+  };
+  // The vocabulary-parallel embedding on the second of two slices of the table.
+  const std::string rows = shape_text({B, T, C}, " rows 2/2");
+  cases.push_back({"embedding", "embedding_forward_rows", rows,
+                   {ids, in("wte", {R, C}, 0.02), in("wpe", {T, C}, 0.01), out("out", {B, T, C})}, {"out"}});
+  cases.back().run = [first](Ops& o, const CaseTensors& t) {
+    o.embedding_forward_rows(t["out"], t["tokens"], t["wte"], first, t["wpe"]);
+  };
+  cases.push_back({"embedding", "embedding_backward_rows", rows,
+                   {ids, in("dout", {B, T, C}), out("dwte", {R, C}), out("dwpe", {T, C})}, {"dwte", "dwpe"}});
+  cases.back().run = [first](Ops& o, const CaseTensors& t) {
+    o.embedding_backward_rows(t["dwte"], first, t["dwpe"], t["dout"], t["tokens"]);
+  };
+}
+
+std::vector<Arg> layernorm_args(const Sizes& s) {
+  const int64_t N = s.N(), C = s.C;
+  return {in("x", {N, C}, 2.0), in("w", {C}, 0.5), in("b", {C}, 0.1), out("out", {N, C}, 0),
+          out("mean", {N}, 0),  out("rstd", {N}, 0)};
+}
+void layernorm_forward(Ops& o, const CaseTensors& t) {
+  o.layernorm_forward(t["out"], t["mean"], t["rstd"], t["x"], t["w"], t["b"]);
+}
+void layernorm_backward(Ops& o, const CaseTensors& t) {
+  o.layernorm_backward(t["dx"], t["dw"], t["db"], t["dout"], t["x"], t["w"], t["mean"], t["rstd"]);
+}
+
+void add_layernorm(std::vector<OpCase>& cases, const Sizes& s) {
+  const int64_t N = s.N(), C = s.C;
+  const std::string shape = shape_text({N, C});
+  cases.push_back({"layernorm", "layernorm_forward", shape, layernorm_args(s), {"out", "mean", "rstd"}});
+  cases.back().run = layernorm_forward;
+  std::vector<Arg> args = layernorm_args(s);
+  for (Arg a : {in("dout", {N, C}), out("dx", {N, C}), out("dw", {C}), out("db", {C})}) args.push_back(a);
+  cases.push_back({"layernorm", "layernorm_backward", shape, args, {"dx", "dw", "db"}});
+  cases.back().run = [](Ops& o, const CaseTensors& t) {
+    layernorm_forward(o, t);
+    layernorm_backward(o, t);
+  };
+}
+
+// One of the model's linear layers: forward, and backward accumulating into random gradients.
+void add_linear_layer(std::vector<OpCase>& cases, const std::string& layer, int64_t N, int64_t IC, int64_t OC,
+                      bool bias) {
+  const std::string shape = shape_text({N, IC}, "x" + std::to_string(OC));
+  std::vector<Arg> args = {in("x", {N, IC}), in("w", {OC, IC}), out("out", {N, OC})};
+  if (bias) args.push_back(in("b", {OC}, 0.02));
+  args[1].scale = 0.02;
+  cases.push_back({"linear", "linear_forward " + layer, shape, args, {"out"}});
+  cases.back().flops = 2.0 * N * IC * OC;
+  cases.back().run = [bias](Ops& o, const CaseTensors& t) {
+    o.linear_forward(t["out"], t["x"], t["w"], bias ? t["b"] : Tensor{});
+  };
+  for (Arg a : {in("dout", {N, OC}, 0.1), out("dx", {N, IC}), out("dw", {OC, IC})}) args.push_back(a);
+  std::vector<std::string> outputs = {"dx", "dw"};
+  if (bias) {
+    args.push_back(out("db", {OC}));
+    outputs.push_back("db");
+  }
+  cases.push_back({"linear", "linear_backward " + layer, shape, args, outputs});
+  cases.back().flops = 4.0 * N * IC * OC;
+  cases.back().run = [bias](Ops& o, const CaseTensors& t) {
+    o.linear_backward(t["dx"], t["dw"], bias ? t["db"] : Tensor{}, t["dout"], t["x"], t["w"]);
+  };
+}
+
+// Memory-centric tiling's ops: the second of two tiles of fc, writing and reading the tile's columns of the
+// whole layer's [N, 4C] tensors.
+void add_linear_columns(std::vector<OpCase>& cases, const Sizes& s) {
+  const int64_t N = s.N(), C = s.C, OC = 4 * C, W = OC / 2, first = OC - W;
+  const std::string shape = shape_text({N, C}, "x" + std::to_string(OC) + " tile 2/2");
+  std::vector<Arg> args = {in("x", {N, C}), in("w", {W, C}, 0.02), in("b", {W}, 0.02), out("out", {N, OC})};
+  cases.push_back({"linear", "linear_forward_columns fc", shape, args, {"out"}});
+  cases.back().run = [first](Ops& o, const CaseTensors& t) {
+    o.linear_forward_columns(t["out"], first, t["x"], t["w"], t["b"]);
+  };
+  for (Arg a : {in("dout", {N, OC}, 0.1), out("dx", {N, C}), out("dw", {W, C}), out("db", {W})})
+    args.push_back(a);
+  cases.push_back({"linear", "linear_backward_columns fc", shape, args, {"dx", "dw", "db"}});
+  cases.back().run = [first](Ops& o, const CaseTensors& t) {
+    o.linear_backward_columns(t["dx"], t["dw"], t["db"], t["dout"], first, t["x"], t["w"]);
+  };
+}
+
+void add_linear(std::vector<OpCase>& cases, const Sizes& s) {
+  const int64_t N = s.N(), C = s.C;
+  add_linear_layer(cases, "qkv", N, C, 3 * C, true);
+  add_linear_layer(cases, "attn_proj", N, C, C, true);
+  add_linear_layer(cases, "fc", N, C, 4 * C, true);
+  add_linear_layer(cases, "fc_proj", N, 4 * C, C, true);
+  add_linear_layer(cases, "lm_head", N, C, s.Vp(), false);
+  add_linear_columns(cases, s);
+}
+
+std::vector<Arg> attention_args(const Sizes& s) {
+  const int64_t B = s.B, T = s.T, C = s.C, NH = s.NH;
+  return {in("qkv", {B, T, 3 * C}), out("out", {B, T, C}, 0), out("att", {B, NH, T, T}, 0)};
+}
+
+void add_attention(std::vector<OpCase>& cases, const Sizes& s) {
+  const int64_t B = s.B, T = s.T, C = s.C;
+  for (double p : {0.0, 0.1}) {
+    const std::string suffix = p > 0 ? " dropout 0.1" : "";
+    const std::string shape = shape_text({B, T, 3 * C});
+    cases.push_back({"attention", "attention_forward" + suffix, shape, attention_args(s), {"out", "att"}});
+    cases.back().run = with_keys(s.B, p, [](Ops& o, const CaseTensors& t, const DropoutMask* mask) {
+      o.attention_forward(t["out"], t["att"], t["qkv"], mask);
+    });
+    std::vector<Arg> args = attention_args(s);
+    args.push_back(in("dout", {B, T, C}));
+    args.push_back(out("dqkv", {B, T, 3 * C}));
+    cases.push_back({"attention", "attention_backward" + suffix, shape, args, {"dqkv"}});
+    cases.back().run = with_keys(s.B, p, [](Ops& o, const CaseTensors& t, const DropoutMask* mask) {
+      o.attention_forward(t["out"], t["att"], t["qkv"], mask);
+      o.attention_backward(t["dqkv"], t["dout"], t["qkv"], t["att"], mask);
+    });
+  }
+  cases.push_back({"attention", "attention_decode", shape_text({T, 3 * C}),
+                   {in("qkv", {T, 3 * C}), out("out", {1, C}), out("att", {s.NH, T})}, {"out", "att"}});
+  cases.back().run = [](Ops& o, const CaseTensors& t) { o.attention_decode(t["out"], t["att"], t["qkv"]); };
+}
+
+void add_gelu(std::vector<OpCase>& cases, const Sizes& s) {
+  const std::vector<int64_t> shape = {s.N(), 4 * int64_t(s.C)};
+  cases.push_back({"gelu", "gelu_forward", shape_text(shape), {in("x", shape, 2.0), out("out", shape)}, {"out"}});
+  cases.back().run = [](Ops& o, const CaseTensors& t) { o.gelu_forward(t["out"], t["x"]); };
+  cases.push_back({"gelu", "gelu_backward", shape_text(shape),
+                   {in("x", shape, 2.0), in("dout", shape), out("dx", shape)}, {"dx"}});
+  cases.back().run = [](Ops& o, const CaseTensors& t) { o.gelu_backward(t["dx"], t["x"], t["dout"]); };
+}
+
+std::vector<Arg> cross_entropy_args(const Sizes& s, int64_t columns) {
+  const int64_t N = s.N();
+  return {in("logits", {N, columns}, 3.0), tokens("targets", {N}, s.V), out("losses", {N}, 0),
+          out("probs", {N, columns}, 0)};
+}
+
+// The vocabulary-parallel cross-entropy as the rank holding the second half of the columns runs it, the
+// first half's stats computed beside it (the all-gather's other part).
+void add_cross_entropy_columns(std::vector<OpCase>& cases, const Sizes& s) {
+  const int64_t N = s.N(), W = s.Vp() / 2, first = s.Vp() - W;
+  const int V = s.V;
+  const std::string shape = shape_text({N, W}, " columns 2/2");
+  std::vector<Arg> args = cross_entropy_args(s, W);
+  args.push_back(out("stats", {N, 3}, 0));
+  cases.push_back({"cross_entropy", "cross_entropy_stats", shape, args, {"stats"}});
+  cases.back().run = [first, V](Ops& o, const CaseTensors& t) {
+    o.cross_entropy_stats(t["stats"], t["logits"], t["targets"], first, V);
+  };
+  args = cross_entropy_args(s, W);
+  for (Arg a : {in("logits0", {N, W}, 3.0), out("stats", {2, N, 3}, 0), in("dlosses", {N}),
+                out("dlogits", {N, W}, 0)})
+    args.push_back(a);
+  auto merge = [first, V](Ops& o, const CaseTensors& t) {
+    const Tensor& stats = t["stats"];
+    const size_t half = size_t(stats.nbytes() / 2);
+    const Tensor of0{stats.data, {t["losses"].shape[0], 3}, stats.dtype, stats.device};
+    const Tensor of1{static_cast<char*>(stats.data) + half, of0.shape, stats.dtype, stats.device};
+    o.cross_entropy_stats(of0, t["logits0"], t["targets"], 0, V);
+    o.cross_entropy_stats(of1, t["logits"], t["targets"], first, V);
+    o.cross_entropy_merge(t["losses"], t["probs"], t["logits"], stats, first, V);
+  };
+  cases.push_back({"cross_entropy", "cross_entropy_merge", shape, args, {"losses", "probs"}});
+  cases.back().run = merge;
+  cases.push_back({"cross_entropy", "cross_entropy_backward_columns", shape, args, {"dlogits"}});
+  cases.back().run = [merge, first, V](Ops& o, const CaseTensors& t) {
+    merge(o, t);
+    o.cross_entropy_backward_columns(t["dlogits"], t["probs"], t["targets"], t["dlosses"], first, V);
+  };
+}
+
+void add_cross_entropy(std::vector<OpCase>& cases, const Sizes& s) {
+  const int64_t N = s.N(), Vp = s.Vp();
+  const int V = s.V;
+  const std::string shape = shape_text({N, Vp});
+  cases.push_back({"cross_entropy", "cross_entropy_forward", shape, cross_entropy_args(s, Vp),
+                   {"losses", "probs"}});
+  cases.back().run = [V](Ops& o, const CaseTensors& t) {
+    o.cross_entropy_forward(t["losses"], t["probs"], t["logits"], t["targets"], V);
+  };
+  std::vector<Arg> args = cross_entropy_args(s, Vp);
+  args.push_back(in("dlosses", {N}));
+  args.push_back(out("dlogits", {N, Vp}, 0));
+  cases.push_back({"cross_entropy", "cross_entropy_backward", shape, args, {"dlogits"}});
+  cases.back().run = [V](Ops& o, const CaseTensors& t) {
+    o.cross_entropy_forward(t["losses"], t["probs"], t["logits"], t["targets"], V);
+    o.cross_entropy_backward(t["dlogits"], t["probs"], t["targets"], t["dlosses"], V);
+  };
+  add_cross_entropy_columns(cases, s);
+}
+
+}  // namespace
+
+std::string Sizes::describe() const {
+  return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
+         " NH=" + std::to_string(NH) + " V=" + std::to_string(V);
+}
+
+Sizes gpt2_124m() {
+  return Sizes{4, 1024, 768, 12, 50257};
+}
+
+std::vector<std::pair<Sizes, std::string>> edge_sizes() {
+  return {
+      {Sizes{2, 1000, 768, 12, 1001}, "T = 1000: a partial last attention tile"},
+      {Sizes{3, 1, 768, 12, 1001}, "T = 1: one row"},
+      {Sizes{2, 512, 768, 6, 1001}, "head size 128 (the large shared-memory tiles)"},
+      {Sizes{130, 64, 128, 2, 1001}, "130 sequences: two dropout-key chunks of attention"},
+      {Sizes{3, 333, 102, 6, 1001}, "odd sizes: rows of 102 floats, head size 17, T = 333, V = 1001"},
+      {Sizes{64, 512, 128, 2, 1001}, "32768 rows: every chunked reduction's largest grid"},
+  };
+}
+
+const Tensor& CaseTensors::operator[](const std::string& name) const {
+  const auto it = by_name.find(name);
+  if (it == by_name.end()) throw std::logic_error("op case: no tensor named " + name);
+  return it->second;
+}
+
+std::vector<OpCase> op_cases(const Sizes& s) {
+  std::vector<OpCase> cases;
+  add_embedding(cases, s);
+  add_layernorm(cases, s);
+  add_linear(cases, s);
+  add_attention(cases, s);
+  add_gelu(cases, s);
+  add_cross_entropy(cases, s);
+  return cases;
+}
+
+std::vector<GradientCase> gradient_cases(const Sizes& s) {
+  const int64_t B = s.B, T = s.T, C = s.C, N = s.N(), Vp = s.Vp();
+  const int V = s.V;
+  std::vector<GradientCase> cases;
+  cases.push_back({"embedding", "embedding", shape_text({B, T, C}),
+                   {tokens("tokens", {B, T}, s.V), in("wte", {Vp, C}), in("wpe", {T, C}), out("out", {B, T, C}),
+                    out("dout", {B, T, C}), out("dwte", {Vp, C}), out("dwpe", {T, C})},
+                   "out", "dout", {{"wte", "dwte"}, {"wpe", "dwpe"}}});
+  cases.back().forward = [](Ops& o, const CaseTensors& t) {
+    o.embedding_forward(t["out"], t["tokens"], t["wte"], t["wpe"]);
+  };
+  cases.back().backward = [](Ops& o, const CaseTensors& t) {
+    o.embedding_backward(t["dwte"], t["dwpe"], t["dout"], t["tokens"]);
+  };
+  std::vector<Arg> ln = layernorm_args(s);
+  for (Arg a : {out("dout", {N, C}), out("dx", {N, C}), out("dw", {C}), out("db", {C})}) ln.push_back(a);
+  cases.push_back({"layernorm", "layernorm", shape_text({N, C}), ln, "out", "dout",
+                   {{"x", "dx"}, {"w", "dw"}, {"b", "db"}}, layernorm_forward, layernorm_backward});
+  cases.push_back({"linear", "linear", shape_text({N, C}, "x" + std::to_string(3 * C)),
+                   {in("x", {N, C}), in("w", {3 * C, C}), in("b", {3 * C}), out("out", {N, 3 * C}),
+                    out("dout", {N, 3 * C}), out("dx", {N, C}), out("dw", {3 * C, C}), out("db", {3 * C})},
+                   "out", "dout", {{"x", "dx"}, {"w", "dw"}, {"b", "db"}}});
+  cases.back().forward = [](Ops& o, const CaseTensors& t) { o.linear_forward(t["out"], t["x"], t["w"], t["b"]); };
+  cases.back().backward = [](Ops& o, const CaseTensors& t) {
+    o.linear_backward(t["dx"], t["dw"], t["db"], t["dout"], t["x"], t["w"]);
+  };
+  std::vector<Arg> att = attention_args(s);
+  for (Arg a : {out("dout", {B, T, C}), out("dqkv", {B, T, 3 * C})}) att.push_back(a);
+  cases.push_back({"attention", "attention", shape_text({B, T, 3 * C}), att, "out", "dout", {{"qkv", "dqkv"}}});
+  cases.back().forward = [](Ops& o, const CaseTensors& t) {
+    o.attention_forward(t["out"], t["att"], t["qkv"], nullptr);
+  };
+  cases.back().backward = [](Ops& o, const CaseTensors& t) {
+    o.attention_backward(t["dqkv"], t["dout"], t["qkv"], t["att"], nullptr);
+  };
+  const std::vector<int64_t> wide = {N, 4 * C};
+  cases.push_back({"gelu", "gelu", shape_text(wide),
+                   {in("x", wide, 2.0), out("out", wide), out("dout", wide), out("dx", wide)}, "out", "dout",
+                   {{"x", "dx"}}});
+  cases.back().forward = [](Ops& o, const CaseTensors& t) { o.gelu_forward(t["out"], t["x"]); };
+  cases.back().backward = [](Ops& o, const CaseTensors& t) { o.gelu_backward(t["dx"], t["x"], t["dout"]); };
+  std::vector<Arg> ce = cross_entropy_args(s, Vp);
+  for (Arg a : {out("dlosses", {N}), out("dlogits", {N, Vp}, 0)}) ce.push_back(a);
+  cases.push_back({"cross_entropy", "cross_entropy", shape_text({N, Vp}), ce, "losses", "dlosses",
+                   {{"logits", "dlogits"}}});
+  cases.back().forward = [V](Ops& o, const CaseTensors& t) {
+    o.cross_entropy_forward(t["losses"], t["probs"], t["logits"], t["targets"], V);
+  };
+  cases.back().backward = [V](Ops& o, const CaseTensors& t) {
+    o.cross_entropy_backward(t["dlogits"], t["probs"], t["targets"], t["dlosses"], V);
+  };
+  return cases;
+}
+
+std::vector<std::string> families() {
+  return {"embedding", "layernorm", "linear", "attention", "gelu", "cross_entropy"};
+}
+
+}  // namespace gpt::cases

@@ -1,0 +1,80 @@
+// The table of op cases every backend is checked and timed on (ggml's test-backend-ops is the model). A case
+// names an op of the device seam (kernels/ops.h) at one shape: the tensors it takes and how each starts, the
+// outputs to compare, the tolerance, and how to run it on any Ops. kernels/cases/run_case.h runs a case in
+// three modes: against the CPU backend in fp64 (the reference), its backward against central finite
+// differences, and timed. tests/kernels (CpuOps), tests/kernels_cuda and scripts/gpu_check's op table
+// (CudaOps) and bench/kernels run this one table.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace gpt::cases {
+
+// The sizes a table is built at: B sequences of T tokens of width C in NH heads, a vocabulary of V ids
+// padded to Vp as GPTConfig::padded_vocab pads it.
+struct Sizes {
+  int B = 2, T = 64, C = 64, NH = 4, V = 1000;
+  int64_t N() const { return int64_t(B) * T; }
+  int64_t Vp() const { return (int64_t(V) + 127) / 128 * 128; }
+  std::string describe() const;  // "B=4 T=1024 C=768 NH=12 V=50257"
+};
+
+// GPT-2 124M at B = 4, T = 1024.
+Sizes gpt2_124m();
+// The shapes a real model meets beyond 124M's, each with why: T no multiple of the attention tile and T = 1,
+// head size 128, widths and vocabularies that are no multiple of a vector, more sequences than one attention
+// launch takes, many rows for the chunked reductions. Small enough for a GPU test's time.
+std::vector<std::pair<Sizes, std::string>> edge_sizes();
+
+// One tensor of a case. Float tensors take the dtype the case runs in; tokens are i32.
+struct Arg {
+  std::string name;
+  std::vector<int64_t> shape;
+  double scale = 1;     // float: standard normal values times scale (0: zeros)
+  int token_below = 0;  // > 0: i32 token ids in [0, token_below)
+  bool input = false;   // what the gradient check perturbs (never a tensor the op writes)
+};
+
+// The tensors of a case on one backend, by name.
+struct CaseTensors {
+  std::map<std::string, Tensor> by_name;
+  const Tensor& operator[](const std::string& name) const;
+};
+using CaseRun = std::function<void(Ops&, const CaseTensors&)>;
+
+// One op at one shape. run() may call other ops first (a backward runs its forward for the saved state);
+// outputs start from their Arg values, so an accumulating op is compared with what it adds.
+struct OpCase {
+  std::string family;  // the group a table selects by: "layernorm", "linear", ...
+  std::string op;      // "layernorm_backward"
+  std::string shape;   // "[4096, 768]"
+  std::vector<Arg> args;
+  std::vector<std::string> outputs;  // compared against the reference
+  double tolerance = 1e-5;           // max |got - ref| / max |ref| for fp32 tensors
+  double flops = 0;                  // per run, for the timed mode's GFLOP/s (0: not shown)
+  CaseRun run;
+};
+
+// A forward and its backward, for the finite-difference check: L = sum_i dout_i * output_i, so the backward
+// given dout yields dL/dinput; each (input, gradient) pair is checked along one random direction.
+struct GradientCase {
+  std::string family, op, shape;
+  std::vector<Arg> args;
+  std::string output, dout;
+  std::vector<std::pair<std::string, std::string>> wrt;  // (input, the gradient the backward writes)
+  CaseRun forward, backward;
+};
+
+std::vector<OpCase> op_cases(const Sizes& s);
+std::vector<GradientCase> gradient_cases(const Sizes& s);
+// The families, in table order.
+std::vector<std::string> families();
+
+}  // namespace gpt::cases

@@ -1,0 +1,89 @@
+// The op-case table (kernels/cases) on the CPU backend: every case in fp32 within its tolerance of the fp64
+// reference, at small sizes and at small versions of the shapes a real model meets; every forward/backward
+// pair against finite differences; fp16 and bf16 tensors, which the CPU's layer ops do not take, reported as
+// not supported; and a backend with one wrong op fails exactly that op's rows.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "kernels/cases/op_cases.h"
+#include "kernels/cases/run_case.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace gpt::cases {
+namespace {
+
+const std::vector<Sizes> kSmall = {
+    Sizes{2, 16, 32, 4, 100},  // every dimension a vector multiple
+    Sizes{3, 13, 18, 3, 77},   // odd: head size 6, T = 13, rows of 18 floats
+    Sizes{2, 1, 32, 2, 130},   // T = 1
+};
+
+TEST_CASE("every op case on the CPU in fp32 is within its tolerance of the fp64 reference") {
+  for (const Sizes& s : kSmall) {
+    for (const OpCase& c : op_cases(s)) {
+      for (const Result& r : compare_to_reference(cpu_ops(), c, kFp32)) {
+        INFO(s.describe() << ": " << r.op << " " << r.shape << " error " << r.error << " " << r.message);
+        CHECK(r.verdict == Verdict::kPass);
+      }
+    }
+  }
+}
+
+TEST_CASE("every backward of the table matches central finite differences in fp64") {
+  for (const Sizes& s : kSmall) {
+    for (const GradientCase& g : gradient_cases(s)) {
+      for (const Result& r : check_gradient(cpu_ops(), g)) {
+        INFO(s.describe() << ": " << r.op << " error " << r.error << " " << r.message);
+        CHECK(r.verdict == Verdict::kPass);
+      }
+    }
+  }
+}
+
+TEST_CASE("half-precision tensors the CPU's layer ops do not take are not supported, never passed") {
+  for (const OpCase& c : op_cases(kSmall[0])) {
+    for (const Variant& v : {kFp16, kBf16}) {
+      const std::vector<Result> results = compare_to_reference(cpu_ops(), c, v);
+      REQUIRE(results.size() == 1);
+      INFO(c.op << " " << v.label << ": " << results[0].message);
+      CHECK(results[0].verdict == Verdict::kUnsupported);
+      CHECK(std::string(verdict_name(results[0].verdict)) == "not supported");
+    }
+  }
+}
+
+// The CPU backend with GELU's forward off by one part in 1e4 on every value.
+class SkewedGelu : public CpuOps {
+ public:
+  void gelu_forward(const Tensor& out, const Tensor& x) override {
+    CpuOps::gelu_forward(out, x);
+    std::vector<float> values(size_t(out.numel()));
+    download(values.data(), out);
+    for (float& v : values) v *= 1.0001f;
+    upload(out, values.data());
+  }
+};
+
+TEST_CASE("a wrong op fails its own rows and no others") {
+  SkewedGelu skewed;
+  for (const OpCase& c : op_cases(kSmall[0])) {
+    for (const Result& r : compare_to_reference(skewed, c, kFp32)) {
+      INFO(r.op << " error " << r.error);
+      CHECK((r.verdict == Verdict::kFail) == (r.op == "gelu_forward out"));
+    }
+  }
+}
+
+TEST_CASE("the timed mode reports a time, and GFLOP/s for the GEMMs") {
+  for (const OpCase& c : op_cases(kSmall[0])) {
+    if (c.op != "linear_forward fc" && c.op != "gelu_forward") continue;
+    const Timing t = time_case(cpu_ops(), c, 3);
+    CHECK(t.ms > 0);
+    CHECK((t.gflops > 0) == (c.flops > 0));
+  }
+}
+
+}  // namespace
+}  // namespace gpt::cases
