@@ -39,25 +39,37 @@ void add_embedding(std::vector<OpCase>& cases, const Sizes& s) {
   const int64_t B = s.B, T = s.T, C = s.C, Vp = s.Vp(), R = Vp / 2, first = Vp - R;
   const std::string shape = shape_text({B, T, C});
   const Arg ids = tokens("tokens", {B, T}, s.V);
-  cases.push_back({"embedding", "embedding_forward", shape,
-                   {ids, in("wte", {Vp, C}, 0.02), in("wpe", {T, C}, 0.01), out("out", {B, T, C})}, {"out"}});
+  cases.push_back({"embedding",
+                   "embedding_forward",
+                   shape,
+                   {ids, in("wte", {Vp, C}, 0.02), in("wpe", {T, C}, 0.01), out("out", {B, T, C})},
+                   {"out"}});
   cases.back().run = [](Ops& o, const CaseTensors& t) {
     o.embedding_forward(t["out"], t["tokens"], t["wte"], t["wpe"]);
   };
-  cases.push_back({"embedding", "embedding_backward", shape,
-                   {ids, in("dout", {B, T, C}), out("dwte", {Vp, C}), out("dwpe", {T, C})}, {"dwte", "dwpe"}});
+  cases.push_back({"embedding",
+                   "embedding_backward",
+                   shape,
+                   {ids, in("dout", {B, T, C}), out("dwte", {Vp, C}), out("dwpe", {T, C})},
+                   {"dwte", "dwpe"}});
   cases.back().run = [](Ops& o, const CaseTensors& t) {
     o.embedding_backward(t["dwte"], t["dwpe"], t["dout"], t["tokens"]);
   };
   // The vocabulary-parallel embedding on the second of two slices of the table.
   const std::string rows = shape_text({B, T, C}, " rows 2/2");
-  cases.push_back({"embedding", "embedding_forward_rows", rows,
-                   {ids, in("wte", {R, C}, 0.02), in("wpe", {T, C}, 0.01), out("out", {B, T, C})}, {"out"}});
+  cases.push_back({"embedding",
+                   "embedding_forward_rows",
+                   rows,
+                   {ids, in("wte", {R, C}, 0.02), in("wpe", {T, C}, 0.01), out("out", {B, T, C})},
+                   {"out"}});
   cases.back().run = [first](Ops& o, const CaseTensors& t) {
     o.embedding_forward_rows(t["out"], t["tokens"], t["wte"], first, t["wpe"]);
   };
-  cases.push_back({"embedding", "embedding_backward_rows", rows,
-                   {ids, in("dout", {B, T, C}), out("dwte", {R, C}), out("dwpe", {T, C})}, {"dwte", "dwpe"}});
+  cases.push_back({"embedding",
+                   "embedding_backward_rows",
+                   rows,
+                   {ids, in("dout", {B, T, C}), out("dwte", {R, C}), out("dwpe", {T, C})},
+                   {"dwte", "dwpe"}});
   cases.back().run = [first](Ops& o, const CaseTensors& t) {
     o.embedding_backward_rows(t["dwte"], first, t["dwpe"], t["dout"], t["tokens"]);
   };
@@ -65,8 +77,8 @@ void add_embedding(std::vector<OpCase>& cases, const Sizes& s) {
 
 std::vector<Arg> layernorm_args(const Sizes& s) {
   const int64_t N = s.N(), C = s.C;
-  return {in("x", {N, C}, 2.0), in("w", {C}, 0.5), in("b", {C}, 0.1), out("out", {N, C}, 0),
-          out("mean", {N}, 0),  out("rstd", {N}, 0)};
+  return {in("x", {N, C}, 2.0),  in("w", {C}, 0.5),   in("b", {C}, 0.1),
+          out("out", {N, C}, 0), out("mean", {N}, 0), out("rstd", {N}, 0)};
 }
 void layernorm_forward(Ops& o, const CaseTensors& t) {
   o.layernorm_forward(t["out"], t["mean"], t["rstd"], t["x"], t["w"], t["b"]);
@@ -83,10 +95,8 @@ void add_layernorm(std::vector<OpCase>& cases, const Sizes& s) {
   std::vector<Arg> args = layernorm_args(s);
   for (Arg a : {in("dout", {N, C}), out("dx", {N, C}), out("dw", {C}), out("db", {C})}) args.push_back(a);
   cases.push_back({"layernorm", "layernorm_backward", shape, args, {"dx", "dw", "db"}});
-  cases.back().run = [](Ops& o, const CaseTensors& t) {
-    layernorm_forward(o, t);
-    layernorm_backward(o, t);
-  };
+  cases.back().prepare = layernorm_forward;
+  cases.back().run = layernorm_backward;
 }
 
 // One of the model's linear layers: forward, and backward accumulating into random gradients.
@@ -160,22 +170,31 @@ void add_attention(std::vector<OpCase>& cases, const Sizes& s) {
     args.push_back(in("dout", {B, T, C}));
     args.push_back(out("dqkv", {B, T, 3 * C}));
     cases.push_back({"attention", "attention_backward" + suffix, shape, args, {"dqkv"}});
-    cases.back().run = with_keys(s.B, p, [](Ops& o, const CaseTensors& t, const DropoutMask* mask) {
+    cases.back().prepare = with_keys(s.B, p, [](Ops& o, const CaseTensors& t, const DropoutMask* mask) {
       o.attention_forward(t["out"], t["att"], t["qkv"], mask);
+    });
+    cases.back().run = with_keys(s.B, p, [](Ops& o, const CaseTensors& t, const DropoutMask* mask) {
       o.attention_backward(t["dqkv"], t["dout"], t["qkv"], t["att"], mask);
     });
   }
-  cases.push_back({"attention", "attention_decode", shape_text({T, 3 * C}),
-                   {in("qkv", {T, 3 * C}), out("out", {1, C}), out("att", {s.NH, T})}, {"out", "att"}});
+  cases.push_back({"attention",
+                   "attention_decode",
+                   shape_text({T, 3 * C}),
+                   {in("qkv", {T, 3 * C}), out("out", {1, C}), out("att", {s.NH, T})},
+                   {"out", "att"}});
   cases.back().run = [](Ops& o, const CaseTensors& t) { o.attention_decode(t["out"], t["att"], t["qkv"]); };
 }
 
 void add_gelu(std::vector<OpCase>& cases, const Sizes& s) {
   const std::vector<int64_t> shape = {s.N(), 4 * int64_t(s.C)};
-  cases.push_back({"gelu", "gelu_forward", shape_text(shape), {in("x", shape, 2.0), out("out", shape)}, {"out"}});
+  cases.push_back(
+      {"gelu", "gelu_forward", shape_text(shape), {in("x", shape, 2.0), out("out", shape)}, {"out"}});
   cases.back().run = [](Ops& o, const CaseTensors& t) { o.gelu_forward(t["out"], t["x"]); };
-  cases.push_back({"gelu", "gelu_backward", shape_text(shape),
-                   {in("x", shape, 2.0), in("dout", shape), out("dx", shape)}, {"dx"}});
+  cases.push_back({"gelu",
+                   "gelu_backward",
+                   shape_text(shape),
+                   {in("x", shape, 2.0), in("dout", shape), out("dx", shape)},
+                   {"dx"}});
   cases.back().run = [](Ops& o, const CaseTensors& t) { o.gelu_backward(t["dx"], t["x"], t["dout"]); };
 }
 
@@ -201,20 +220,27 @@ void add_cross_entropy_columns(std::vector<OpCase>& cases, const Sizes& s) {
   for (Arg a : {in("logits0", {N, W}, 3.0), out("stats", {2, N, 3}, 0), in("dlosses", {N}),
                 out("dlogits", {N, W}, 0)})
     args.push_back(a);
-  auto merge = [first, V](Ops& o, const CaseTensors& t) {
+  // The two ranks' stats, [2, N, 3], as the all-gather leaves them.
+  auto gather_stats = [first, V](Ops& o, const CaseTensors& t) {
     const Tensor& stats = t["stats"];
     const size_t half = size_t(stats.nbytes() / 2);
     const Tensor of0{stats.data, {t["losses"].shape[0], 3}, stats.dtype, stats.device};
     const Tensor of1{static_cast<char*>(stats.data) + half, of0.shape, stats.dtype, stats.device};
     o.cross_entropy_stats(of0, t["logits0"], t["targets"], 0, V);
     o.cross_entropy_stats(of1, t["logits"], t["targets"], first, V);
-    o.cross_entropy_merge(t["losses"], t["probs"], t["logits"], stats, first, V);
+  };
+  auto merge_stats = [first, V](Ops& o, const CaseTensors& t) {
+    o.cross_entropy_merge(t["losses"], t["probs"], t["logits"], t["stats"], first, V);
   };
   cases.push_back({"cross_entropy", "cross_entropy_merge", shape, args, {"losses", "probs"}});
-  cases.back().run = merge;
+  cases.back().prepare = gather_stats;
+  cases.back().run = merge_stats;
   cases.push_back({"cross_entropy", "cross_entropy_backward_columns", shape, args, {"dlogits"}});
-  cases.back().run = [merge, first, V](Ops& o, const CaseTensors& t) {
-    merge(o, t);
+  cases.back().prepare = [gather_stats, merge_stats](Ops& o, const CaseTensors& t) {
+    gather_stats(o, t);
+    merge_stats(o, t);
+  };
+  cases.back().run = [first, V](Ops& o, const CaseTensors& t) {
     o.cross_entropy_backward_columns(t["dlogits"], t["probs"], t["targets"], t["dlosses"], first, V);
   };
 }
@@ -223,8 +249,8 @@ void add_cross_entropy(std::vector<OpCase>& cases, const Sizes& s) {
   const int64_t N = s.N(), Vp = s.Vp();
   const int V = s.V;
   const std::string shape = shape_text({N, Vp});
-  cases.push_back({"cross_entropy", "cross_entropy_forward", shape, cross_entropy_args(s, Vp),
-                   {"losses", "probs"}});
+  cases.push_back(
+      {"cross_entropy", "cross_entropy_forward", shape, cross_entropy_args(s, Vp), {"losses", "probs"}});
   cases.back().run = [V](Ops& o, const CaseTensors& t) {
     o.cross_entropy_forward(t["losses"], t["probs"], t["logits"], t["targets"], V);
   };
@@ -232,11 +258,34 @@ void add_cross_entropy(std::vector<OpCase>& cases, const Sizes& s) {
   args.push_back(in("dlosses", {N}));
   args.push_back(out("dlogits", {N, Vp}, 0));
   cases.push_back({"cross_entropy", "cross_entropy_backward", shape, args, {"dlogits"}});
-  cases.back().run = [V](Ops& o, const CaseTensors& t) {
+  cases.back().prepare = [V](Ops& o, const CaseTensors& t) {
     o.cross_entropy_forward(t["losses"], t["probs"], t["logits"], t["targets"], V);
+  };
+  cases.back().run = [V](Ops& o, const CaseTensors& t) {
     o.cross_entropy_backward(t["dlogits"], t["probs"], t["targets"], t["dlosses"], V);
   };
   add_cross_entropy_columns(cases, s);
+}
+
+// The residual stream's add, and AdamW over one transformer layer's parameters (the CPU has AdamW in fp32
+// only, so its reference is the CPU's fp32 update; nvcc contracts the update's multiply-adds, hence 1e-5).
+void add_residual_and_adamw(std::vector<OpCase>& cases, const Sizes& s) {
+  const std::vector<int64_t> shape = {s.N(), s.C};
+  cases.push_back(
+      {"residual", "add", shape_text(shape), {in("a", shape), in("b", shape), out("out", shape)}, {"out"}});
+  cases.back().run = [](Ops& o, const CaseTensors& t) { o.add(t["out"], t["a"], t["b"]); };
+  const int64_t n = 12 * int64_t(s.C) * s.C + 13 * s.C;
+  Arg v = out("v", {n}, 1e-4);
+  v.squared = true;
+  cases.push_back({"adamw",
+                   "adamw step 7",
+                   shape_text({n}),
+                   {out("param", {n}, 0.02), in("grad", {n}, 1e-3), out("m", {n}, 1e-4), v},
+                   {"param", "m", "v"}});
+  cases.back().run = [](Ops& o, const CaseTensors& t) {
+    o.adamw(t["param"], t["grad"], t["m"], t["v"], AdamWHyper{6e-4, 0.9, 0.95, 1e-8, 0.1, true}, 7, 0.5f);
+  };
+  cases.back().reference = DType::kF32;
 }
 
 }  // namespace
@@ -275,6 +324,7 @@ std::vector<OpCase> op_cases(const Sizes& s) {
   add_attention(cases, s);
   add_gelu(cases, s);
   add_cross_entropy(cases, s);
+  add_residual_and_adamw(cases, s);
   return cases;
 }
 
@@ -282,10 +332,14 @@ std::vector<GradientCase> gradient_cases(const Sizes& s) {
   const int64_t B = s.B, T = s.T, C = s.C, N = s.N(), Vp = s.Vp();
   const int V = s.V;
   std::vector<GradientCase> cases;
-  cases.push_back({"embedding", "embedding", shape_text({B, T, C}),
-                   {tokens("tokens", {B, T}, s.V), in("wte", {Vp, C}), in("wpe", {T, C}), out("out", {B, T, C}),
-                    out("dout", {B, T, C}), out("dwte", {Vp, C}), out("dwpe", {T, C})},
-                   "out", "dout", {{"wte", "dwte"}, {"wpe", "dwpe"}}});
+  cases.push_back({"embedding",
+                   "embedding",
+                   shape_text({B, T, C}),
+                   {tokens("tokens", {B, T}, s.V), in("wte", {Vp, C}), in("wpe", {T, C}),
+                    out("out", {B, T, C}), out("dout", {B, T, C}), out("dwte", {Vp, C}), out("dwpe", {T, C})},
+                   "out",
+                   "dout",
+                   {{"wte", "dwte"}, {"wpe", "dwpe"}}});
   cases.back().forward = [](Ops& o, const CaseTensors& t) {
     o.embedding_forward(t["out"], t["tokens"], t["wte"], t["wpe"]);
   };
@@ -294,19 +348,33 @@ std::vector<GradientCase> gradient_cases(const Sizes& s) {
   };
   std::vector<Arg> ln = layernorm_args(s);
   for (Arg a : {out("dout", {N, C}), out("dx", {N, C}), out("dw", {C}), out("db", {C})}) ln.push_back(a);
-  cases.push_back({"layernorm", "layernorm", shape_text({N, C}), ln, "out", "dout",
-                   {{"x", "dx"}, {"w", "dw"}, {"b", "db"}}, layernorm_forward, layernorm_backward});
-  cases.push_back({"linear", "linear", shape_text({N, C}, "x" + std::to_string(3 * C)),
+  cases.push_back({"layernorm",
+                   "layernorm",
+                   shape_text({N, C}),
+                   ln,
+                   "out",
+                   "dout",
+                   {{"x", "dx"}, {"w", "dw"}, {"b", "db"}},
+                   layernorm_forward,
+                   layernorm_backward});
+  cases.push_back({"linear",
+                   "linear",
+                   shape_text({N, C}, "x" + std::to_string(3 * C)),
                    {in("x", {N, C}), in("w", {3 * C, C}), in("b", {3 * C}), out("out", {N, 3 * C}),
                     out("dout", {N, 3 * C}), out("dx", {N, C}), out("dw", {3 * C, C}), out("db", {3 * C})},
-                   "out", "dout", {{"x", "dx"}, {"w", "dw"}, {"b", "db"}}});
-  cases.back().forward = [](Ops& o, const CaseTensors& t) { o.linear_forward(t["out"], t["x"], t["w"], t["b"]); };
+                   "out",
+                   "dout",
+                   {{"x", "dx"}, {"w", "dw"}, {"b", "db"}}});
+  cases.back().forward = [](Ops& o, const CaseTensors& t) {
+    o.linear_forward(t["out"], t["x"], t["w"], t["b"]);
+  };
   cases.back().backward = [](Ops& o, const CaseTensors& t) {
     o.linear_backward(t["dx"], t["dw"], t["db"], t["dout"], t["x"], t["w"]);
   };
   std::vector<Arg> att = attention_args(s);
   for (Arg a : {out("dout", {B, T, C}), out("dqkv", {B, T, 3 * C})}) att.push_back(a);
-  cases.push_back({"attention", "attention", shape_text({B, T, 3 * C}), att, "out", "dout", {{"qkv", "dqkv"}}});
+  cases.push_back(
+      {"attention", "attention", shape_text({B, T, 3 * C}), att, "out", "dout", {{"qkv", "dqkv"}}});
   cases.back().forward = [](Ops& o, const CaseTensors& t) {
     o.attention_forward(t["out"], t["att"], t["qkv"], nullptr);
   };
@@ -314,14 +382,23 @@ std::vector<GradientCase> gradient_cases(const Sizes& s) {
     o.attention_backward(t["dqkv"], t["dout"], t["qkv"], t["att"], nullptr);
   };
   const std::vector<int64_t> wide = {N, 4 * C};
-  cases.push_back({"gelu", "gelu", shape_text(wide),
-                   {in("x", wide, 2.0), out("out", wide), out("dout", wide), out("dx", wide)}, "out", "dout",
+  cases.push_back({"gelu",
+                   "gelu",
+                   shape_text(wide),
+                   {in("x", wide, 2.0), out("out", wide), out("dout", wide), out("dx", wide)},
+                   "out",
+                   "dout",
                    {{"x", "dx"}}});
   cases.back().forward = [](Ops& o, const CaseTensors& t) { o.gelu_forward(t["out"], t["x"]); };
   cases.back().backward = [](Ops& o, const CaseTensors& t) { o.gelu_backward(t["dx"], t["x"], t["dout"]); };
   std::vector<Arg> ce = cross_entropy_args(s, Vp);
   for (Arg a : {out("dlosses", {N}), out("dlogits", {N, Vp}, 0)}) ce.push_back(a);
-  cases.push_back({"cross_entropy", "cross_entropy", shape_text({N, Vp}), ce, "losses", "dlosses",
+  cases.push_back({"cross_entropy",
+                   "cross_entropy",
+                   shape_text({N, Vp}),
+                   ce,
+                   "losses",
+                   "dlosses",
                    {{"logits", "dlogits"}}});
   cases.back().forward = [V](Ops& o, const CaseTensors& t) {
     o.cross_entropy_forward(t["losses"], t["probs"], t["logits"], t["targets"], V);
@@ -333,7 +410,7 @@ std::vector<GradientCase> gradient_cases(const Sizes& s) {
 }
 
 std::vector<std::string> families() {
-  return {"embedding", "layernorm", "linear", "attention", "gelu", "cross_entropy"};
+  return {"embedding", "layernorm", "linear", "attention", "gelu", "cross_entropy", "residual", "adamw"};
 }
 
 }  // namespace gpt::cases

@@ -37,9 +37,10 @@ std::vector<std::pair<Sizes, std::string>> edge_sizes();
 struct Arg {
   std::string name;
   std::vector<int64_t> shape;
-  double scale = 1;     // float: standard normal values times scale (0: zeros)
-  int token_below = 0;  // > 0: i32 token ids in [0, token_below)
-  bool input = false;   // what the gradient check perturbs (never a tensor the op writes)
+  double scale = 1;      // float: standard normal values times scale (0: zeros)
+  int token_below = 0;   // > 0: i32 token ids in [0, token_below)
+  bool input = false;    // what the gradient check perturbs (never a tensor the op writes)
+  bool squared = false;  // the values squared (Adam's second moments)
 };
 
 // The tensors of a case on one backend, by name.
@@ -49,8 +50,9 @@ struct CaseTensors {
 };
 using CaseRun = std::function<void(Ops&, const CaseTensors&)>;
 
-// One op at one shape. run() may call other ops first (a backward runs its forward for the saved state);
-// outputs start from their Arg values, so an accumulating op is compared with what it adds.
+// One op at one shape: prepare() (may be empty) computes what the op reads that another op writes (a
+// backward's saved state, from its forward), then run() is the op itself, the part the timed mode times.
+// Outputs start from their Arg values, so an accumulating op is compared with what it adds.
 struct OpCase {
   std::string family;  // the group a table selects by: "layernorm", "linear", ...
   std::string op;      // "layernorm_backward"
@@ -59,7 +61,9 @@ struct OpCase {
   std::vector<std::string> outputs;  // compared against the reference
   double tolerance = 1e-5;           // max |got - ref| / max |ref| for fp32 tensors
   double flops = 0;                  // per run, for the timed mode's GFLOP/s (0: not shown)
-  CaseRun run;
+  CaseRun prepare, run;
+  // The dtype the CPU computes the reference in: fp64, or fp32 for an op it has in fp32 only (AdamW).
+  DType reference = DType::kF64;
 };
 
 // A forward and its backward, for the finite-difference check: L = sum_i dout_i * output_i, so the backward

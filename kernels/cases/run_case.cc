@@ -65,7 +65,9 @@ class Materialized {
         const uint64_t range = (bits & 1) ? std::min<uint64_t>(64, uint64_t(a.token_below)) : a.token_below;
         v[size_t(i)] = double((bits >> 1) % range);
       } else if (a.scale != 0) {
-        v[size_t(i)] = take(dtype, nullptr, 0, float(random::normal(key, uint64_t(i)) * a.scale));
+        double x = random::normal(key, uint64_t(i)) * a.scale;
+        if (a.squared) x *= x;
+        v[size_t(i)] = take(dtype, nullptr, 0, float(x));
       }
     }
     return v;
@@ -74,21 +76,35 @@ class Materialized {
   // The value `f` rounded as dtype holds it (bytes == nullptr), or element i of bytes.
   static double take(DType dtype, const uint8_t* bytes, size_t i, float f = 0) {
     switch (dtype) {
-      case DType::kF64: return bytes ? reinterpret_cast<const double*>(bytes)[i] : double(f);
-      case DType::kF16: return f16_to_f32(bytes ? reinterpret_cast<const uint16_t*>(bytes)[i] : f32_to_f16(f));
+      case DType::kF64:
+        return bytes ? reinterpret_cast<const double*>(bytes)[i] : double(f);
+      case DType::kF16:
+        return f16_to_f32(bytes ? reinterpret_cast<const uint16_t*>(bytes)[i] : f32_to_f16(f));
       case DType::kBF16:
         return bf16_to_f32(bytes ? reinterpret_cast<const uint16_t*>(bytes)[i] : f32_to_bf16(f));
-      case DType::kI32: return bytes ? reinterpret_cast<const int32_t*>(bytes)[i] : double(int32_t(f));
-      default: return bytes ? reinterpret_cast<const float*>(bytes)[i] : double(f);
+      case DType::kI32:
+        return bytes ? reinterpret_cast<const int32_t*>(bytes)[i] : double(int32_t(f));
+      default:
+        return bytes ? reinterpret_cast<const float*>(bytes)[i] : double(f);
     }
   }
   static void put(DType dtype, uint8_t* bytes, size_t i, double value) {
     switch (dtype) {
-      case DType::kF64: reinterpret_cast<double*>(bytes)[i] = value; break;
-      case DType::kF16: reinterpret_cast<uint16_t*>(bytes)[i] = f32_to_f16(float(value)); break;
-      case DType::kBF16: reinterpret_cast<uint16_t*>(bytes)[i] = f32_to_bf16(float(value)); break;
-      case DType::kI32: reinterpret_cast<int32_t*>(bytes)[i] = int32_t(value); break;
-      default: reinterpret_cast<float*>(bytes)[i] = float(value); break;
+      case DType::kF64:
+        reinterpret_cast<double*>(bytes)[i] = value;
+        break;
+      case DType::kF16:
+        reinterpret_cast<uint16_t*>(bytes)[i] = f32_to_f16(float(value));
+        break;
+      case DType::kBF16:
+        reinterpret_cast<uint16_t*>(bytes)[i] = f32_to_bf16(float(value));
+        break;
+      case DType::kI32:
+        reinterpret_cast<int32_t*>(bytes)[i] = int32_t(value);
+        break;
+      default:
+        reinterpret_cast<float*>(bytes)[i] = float(value);
+        break;
     }
   }
 
@@ -106,11 +122,17 @@ Result result_for(const std::string& op, const Variant& v, const std::string& sh
   return r;
 }
 
-// The case's outputs computed in fp64 on the CPU from the starting values the backend's tensors hold.
+void run_whole(const OpCase& c, Ops& ops, const CaseTensors& t) {
+  if (c.prepare) c.prepare(ops, t);
+  c.run(ops, t);
+}
+
+// The case's outputs computed on the CPU (in fp64 unless the case says) from the starting values the
+// backend's tensors hold.
 std::vector<std::vector<double>> reference_outputs(const OpCase& c, Materialized& on_backend) {
-  Materialized ref(cpu_ops(), c.args, DType::kF64);
+  Materialized ref(cpu_ops(), c.args, c.reference);
   for (const Arg& a : c.args) ref.set(a.name, on_backend.start(a.name));
-  c.run(cpu_ops(), ref.tensors);
+  run_whole(c, cpu_ops(), ref.tensors);
   std::vector<std::vector<double>> outputs;
   for (const std::string& name : c.outputs) outputs.push_back(ref.get(name));
   return outputs;
@@ -148,7 +170,7 @@ std::vector<Result> compare_to_reference(Ops& ops, const OpCase& c, const Varian
   std::vector<Result> results;
   try {
     Materialized on_backend(ops, c.args, v.dtype);
-    c.run(ops, on_backend.tensors);
+    run_whole(c, ops, on_backend.tensors);
     const std::vector<std::vector<double>> expected = reference_outputs(c, on_backend);
     for (size_t i = 0; i < c.outputs.size(); ++i) {
       Result r = result_for(c.op + " " + c.outputs[i], v, c.shape, tol);
@@ -219,7 +241,7 @@ std::vector<Result> check_gradient(Ops& ops, const GradientCase& g) {
 
 Timing time_case(Ops& ops, const OpCase& c, int reps) {
   Materialized m(ops, c.args, DType::kF32);
-  c.run(ops, m.tensors);  // warm-up (and any one-time setup of a library)
+  run_whole(c, ops, m.tensors);  // warm-up (and any one-time setup of a library)
   ops.synchronize();
   std::vector<double> ms(size_t(std::max(reps, 1)));
   for (double& t : ms) {

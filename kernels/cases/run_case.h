@@ -32,10 +32,10 @@ enum class Verdict { kPass, kFail, kUnsupported };
 const char* verdict_name(Verdict v);  // "PASS", "FAIL", "not supported"
 
 struct Result {
-  std::string op;      // "layernorm_backward dx"
-  std::string dtype;   // "fp32"
-  std::string shape;   // the case's
-  double error = 0;    // max |got - ref| / max |ref|, or the finite differences' relative error
+  std::string op;     // "layernorm_backward dx"
+  std::string dtype;  // "fp32"
+  std::string shape;  // the case's
+  double error = 0;   // max |got - ref| / max |ref|, or the finite differences' relative error
   double tolerance = 0;
   Verdict verdict = Verdict::kFail;
   std::string message;  // why it failed or is not supported

@@ -451,6 +451,9 @@ bool CpuOps::all_finite(const Tensor& x) {
 
 void CpuOps::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                    const AdamWHyper& hyper, int64_t step, float grad_scale) {
+  for (const Tensor* t : {&param, &grad, &m, &v})
+    if (t->dtype != DType::kF32)
+      throw UnsupportedOp("CpuOps::adamw: expected f32 state, got " + t->describe());
   cpu::adamw_update(ptr<float>(param), ptr<float>(grad), ptr<float>(m), ptr<float>(v), param.numel(), hyper,
                     step, grad_scale);
 }

@@ -1,8 +1,10 @@
-// The checks of the equivalence table: each runs ops of the device seam (kernels/ops.h) on CpuOps and on
-// CudaOps from the same starting bytes and adds one row per compared output to the table.
-//   float ops  (float_checks.cc)  fp32 within a relative tolerance; also with the GPU's inputs rounded to
-//                                 fp16 and bf16 (the compute weights' precision), against the CPU's fp32
-//   exact ops  (exact_checks.cc)  casts, adds, division, dropout masks: byte-identical; reductions, AdamW
+// The checks of the equivalence table: CudaOps on the ops of the device seam (kernels/ops.h), one row per
+// compared output.
+//   layer ops  (case_checks.cc)   the op-case table (kernels/cases) in fp32, fp16 and bf16 against the CPU's
+//                                 fp64 reference; a dtype CudaOps lacks is a "not supported" row
+//                                 (AdamW's reference is the CPU's fp32 update: it has no other)
+//   exact ops  (exact_checks.cc)  casts, adds, division, dropout masks: byte-identical to CpuOps; reductions
+//                                 within fp32 tolerance of CpuOps
 //   quantizers (quant_checks.cc)  every bit width and input dtype, with error feedback: byte-identical
 #pragma once
 
@@ -24,21 +26,6 @@ struct Shapes {
 };
 
 inline constexpr double kF32Tolerance = 1e-5;
-inline constexpr double kF16Tolerance = 1e-2;
-inline constexpr double kBF16Tolerance = 4e-2;
-
-// One float op: run(ops, gpu_side) calls it on one backend's tensors. Every twin is reset to its starting
-// bytes before each run; `inputs` are the ones rounded to fp16/bf16 in those variants.
-struct FloatCase {
-  std::string op;
-  std::string shape;
-  std::vector<const Twin*> inputs;
-  std::vector<std::pair<std::string, const Twin*>> outputs;
-  std::vector<const Twin*> others;  // reset too, never rounded (accumulators, saved statistics)
-  std::function<void(Ops&, bool)> run;
-  bool half_variants = true;
-};
-void check_float_op(Table& table, Scratch& scratch, const FloatCase& c);
 
 // One row per compared byte buffer; `extra` joins the error text (e.g. a flag that differs).
 void add_bytes_row(Table& table, const std::string& op, const std::string& dtype, const std::string& shape,
@@ -51,31 +38,27 @@ struct NamedCheck {
   CheckFunction run;
 };
 
-void check_embedding(Table& table, Backends& backends, const Shapes& s);
-void check_layernorm(Table& table, Backends& backends, const Shapes& s);
-void check_linear(Table& table, Backends& backends, const Shapes& s);
-void check_attention(Table& table, Backends& backends, const Shapes& s);
-void check_gelu(Table& table, Backends& backends, const Shapes& s);
-void check_cross_entropy(Table& table, Backends& backends, const Shapes& s);
+// The op-case table's cases of one family (kernels/cases: families()).
+void check_cases(Table& table, Backends& backends, const Shapes& s, const std::string& family);
 void check_elementwise(Table& table, Backends& backends, const Shapes& s);
 void check_dropout(Table& table, Backends& backends, const Shapes& s);
 void check_reductions(Table& table, Backends& backends, const Shapes& s);
-void check_adamw(Table& table, Backends& backends, const Shapes& s);
 void check_quantizers(Table& table, Backends& backends, const Shapes& s);
 
 // In table order.
 inline const std::vector<NamedCheck>& all_checks() {
   static const std::vector<NamedCheck> checks = {
-      {"embedding", check_embedding},
-      {"layernorm", check_layernorm},
-      {"linear", check_linear},
-      {"attention", check_attention},
-      {"gelu", check_gelu},
-      {"cross_entropy", check_cross_entropy},
+      {"embedding", [](Table& t, Backends& b, const Shapes& s) { check_cases(t, b, s, "embedding"); }},
+      {"layernorm", [](Table& t, Backends& b, const Shapes& s) { check_cases(t, b, s, "layernorm"); }},
+      {"linear", [](Table& t, Backends& b, const Shapes& s) { check_cases(t, b, s, "linear"); }},
+      {"attention", [](Table& t, Backends& b, const Shapes& s) { check_cases(t, b, s, "attention"); }},
+      {"gelu", [](Table& t, Backends& b, const Shapes& s) { check_cases(t, b, s, "gelu"); }},
+      {"cross_entropy",
+       [](Table& t, Backends& b, const Shapes& s) { check_cases(t, b, s, "cross_entropy"); }},
       {"elementwise", check_elementwise},
       {"dropout", check_dropout},
       {"reductions", check_reductions},
-      {"adamw", check_adamw},
+      {"adamw", [](Table& t, Backends& b, const Shapes& s) { check_cases(t, b, s, "adamw"); }},
       {"quantizers", check_quantizers},
   };
   return checks;

@@ -1,8 +1,9 @@
-// equivalence: the CUDA backend against the CPU backend, op by op (scripts/gpu_check's `ops` step), and
-// cuBLAS's GEMM rates (its `gemm` step). Every op of the device seam (kernels/ops.h), forward and backward,
-// runs on CpuOps and on CudaOps from the same random inputs at GPT-2 124M's shapes, and the table prints one
-// row per compared output with its error, its tolerance and PASS or FAIL (checks.h says which tolerance
-// applies where). An op the CUDA backend does not implement yet is a FAIL row carrying its message.
+// equivalence: the CUDA backend, op by op (scripts/gpu_check's `ops` step), and cuBLAS's GEMM rates (its
+// `gemm` step). Every op of the device seam (kernels/ops.h), forward and backward, runs on CudaOps from the
+// same random inputs as its reference at GPT-2 124M's shapes: the layer ops are the op-case table's
+// (kernels/cases) against the CPU in fp64, the engine ops against CpuOps. The table prints one row per
+// compared output with its error, its tolerance and PASS, FAIL or "not supported" (a dtype CudaOps does not
+// take yet; checks.h says which tolerance applies where).
 //
 //   equivalence [--batch B] [--seq T] [--width C] [--heads NH] [--vocab V] [--only NAME,...]
 //                                               the table; exit 0 when every row passes, 1 otherwise
@@ -90,9 +91,9 @@ int print_gemm_rates(const gpt::cuda::Context& ctx, int tokens) {
 
 int run_table(gpt::gpu_check::Backends& backends, const Options& o) {
   const gpt::gpu_check::Shapes& shapes = o.shapes;
-  std::printf("equivalence: CudaOps against CpuOps at B=%d T=%d C=%d NH=%d V=%d (padded %d)\n", shapes.B,
-              shapes.T, shapes.C, shapes.NH, shapes.V, shapes.Vp);
-  std::printf("error: max |cuda - cpu| / max |cpu| over the tensor, or the bytes that differ\n");
+  std::printf("equivalence: CudaOps at B=%d T=%d C=%d NH=%d V=%d (padded %d)\n", shapes.B, shapes.T, shapes.C,
+              shapes.NH, shapes.V, shapes.Vp);
+  std::printf("error: max |cuda - reference| / max |reference| over the tensor, or the bytes that differ\n");
   gpt::gpu_check::Table table;
   gpt::gpu_check::Table::print_header();
   for (const auto& check : gpt::gpu_check::all_checks()) {

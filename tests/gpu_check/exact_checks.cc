@@ -141,25 +141,4 @@ void check_reductions(Table& table, Backends& backends, const Shapes&) {
   finite_row(table, backends, x.values({n}, v), "one -inf", false);
 }
 
-void check_adamw(Table& table, Backends& backends, const Shapes& s) {
-  Scratch x(backends);
-  const int64_t n = 12 * int64_t(s.C) * s.C + 13 * s.C;  // one transformer layer's parameters
-  const Twin& param = x.random({n}, 91, 0.02f);
-  const Twin& grad = x.random({n}, 92, 1e-3f);
-  const Twin& m = x.random({n}, 93, 1e-4f);
-  std::vector<float> v = normal_values(n, 94, 1e-4f);
-  for (float& e : v) e *= e;  // second moments are squares
-  const Twin& v2 = x.values({n}, v);
-  const AdamWHyper hyper{6e-4, 0.9, 0.95, 1e-8, 0.1, true};
-  check_float_op(
-      table, x,
-      {"adamw step 7",
-       shape_string({n}),
-       {},
-       {{"param", &param}, {"m", &m}, {"v", &v2}},
-       {&grad},
-       [&](Ops& ops, bool g) { ops.adamw(param.on(g), grad.on(g), m.on(g), v2.on(g), hyper, 7, 0.5f); },
-       false});
-}
-
 }  // namespace gpt::gpu_check

@@ -21,7 +21,10 @@ void Table::add(Row row) {
   std::string error = row.error;
   std::replace(error.begin(), error.end(), '\n', ' ');
   std::printf(kFormat, row.op.c_str(), row.dtype.c_str(), row.shape.c_str(), error.c_str(),
-              row.tolerance.c_str(), row.pass ? "PASS" : "FAIL");
+              row.tolerance.c_str(),
+              !row.supported ? "not supported"
+              : row.pass     ? "PASS"
+                             : "FAIL");
   std::fflush(stdout);
   rows_.push_back(std::move(row));
 }
@@ -32,7 +35,7 @@ void Table::add_failure(const std::string& op, const std::string& dtype, const s
 }
 
 int Table::failures() const {
-  return int(std::count_if(rows_.begin(), rows_.end(), [](const Row& r) { return !r.pass; }));
+  return int(std::count_if(rows_.begin(), rows_.end(), [](const Row& r) { return r.supported && !r.pass; }));
 }
 
 double max_relative_error(const std::vector<float>& cpu, const std::vector<float>& gpu) {

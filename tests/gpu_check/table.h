@@ -16,6 +16,7 @@ struct Row {
   std::string error;  // what was measured: "3.1e-07", "0 bytes differ", or the exception's message
   std::string tolerance;
   bool pass = false;
+  bool supported = true;  // false: the backend lacks the op in this dtype ("not supported", neither way)
 };
 
 class Table {
