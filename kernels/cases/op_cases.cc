@@ -288,11 +288,18 @@ void add_residual_and_adamw(std::vector<OpCase>& cases, const Sizes& s) {
   cases.back().reference = DType::kF32;
 }
 
+template <typename Case>
+void offset_by(Case& c, int offset) {
+  c.offset = offset;
+  if (offset) c.shape += " offset " + std::to_string(offset);
+}
+
 }  // namespace
 
 std::string Sizes::describe() const {
   return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
-         " NH=" + std::to_string(NH) + " V=" + std::to_string(V);
+         " NH=" + std::to_string(NH) + " V=" + std::to_string(V) +
+         (offset ? " offset " + std::to_string(offset) : "");
 }
 
 Sizes gpt2_124m() {
@@ -306,6 +313,7 @@ std::vector<std::pair<Sizes, std::string>> edge_sizes() {
       {Sizes{2, 512, 768, 6, 1001}, "head size 128 (the large shared-memory tiles)"},
       {Sizes{130, 64, 128, 2, 1001}, "130 sequences: two dropout-key chunks of attention"},
       {Sizes{3, 333, 102, 6, 1001}, "odd sizes: rows of 102 floats, head size 17, T = 333, V = 1001"},
+      {Sizes{2, 64, 128, 2, 1001, 1}, "every float tensor 4 bytes past a 16-byte boundary"},
       {Sizes{64, 512, 128, 2, 1001}, "32768 rows: every chunked reduction's largest grid"},
   };
 }
@@ -325,6 +333,7 @@ std::vector<OpCase> op_cases(const Sizes& s) {
   add_gelu(cases, s);
   add_cross_entropy(cases, s);
   add_residual_and_adamw(cases, s);
+  for (OpCase& c : cases) offset_by(c, s.offset);
   return cases;
 }
 
@@ -406,6 +415,7 @@ std::vector<GradientCase> gradient_cases(const Sizes& s) {
   cases.back().backward = [V](Ops& o, const CaseTensors& t) {
     o.cross_entropy_backward(t["dlogits"], t["probs"], t["targets"], t["dlosses"], V);
   };
+  for (GradientCase& g : cases) offset_by(g, s.offset);
   return cases;
 }
 

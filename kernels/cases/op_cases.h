@@ -21,6 +21,9 @@ namespace gpt::cases {
 // padded to Vp as GPTConfig::padded_vocab pads it.
 struct Sizes {
   int B = 2, T = 64, C = 64, NH = 4, V = 1000;
+  // Float tensors start this many elements past the arena's 64-byte alignment (1: the paths for pointers
+  // that are no multiple of 16 bytes).
+  int offset = 0;
   int64_t N() const { return int64_t(B) * T; }
   int64_t Vp() const { return (int64_t(V) + 127) / 128 * 128; }
   std::string describe() const;  // "B=4 T=1024 C=768 NH=12 V=50257"
@@ -64,6 +67,7 @@ struct OpCase {
   CaseRun prepare, run;
   // The dtype the CPU computes the reference in: fp64, or fp32 for an op it has in fp32 only (AdamW).
   DType reference = DType::kF64;
+  int offset = 0;  // Sizes::offset
 };
 
 // A forward and its backward, for the finite-difference check: L = sum_i dout_i * output_i, so the backward
@@ -74,6 +78,7 @@ struct GradientCase {
   std::string output, dout;
   std::vector<std::pair<std::string, std::string>> wrt;  // (input, the gradient the backward writes)
   CaseRun forward, backward;
+  int offset = 0;  // Sizes::offset
 };
 
 std::vector<OpCase> op_cases(const Sizes& s);

@@ -20,12 +20,17 @@ namespace {
 // drawn in fp32 and rounded to the dtype, so every dtype's reference starts where the backend does.
 class Materialized {
  public:
-  Materialized(Ops& ops, const std::vector<Arg>& args, DType dtype)
+  Materialized(Ops& ops, const std::vector<Arg>& args, DType dtype, int offset)
       : ops_(ops), arena_("op case", Arena::kUnlimited, &ops.device_memory()) {
     for (size_t i = 0; i < args.size(); ++i) {
       const Arg& a = args[i];
-      const Tensor t =
-          arena_.allocate_tensor(a.name, "op case", a.shape, a.token_below > 0 ? DType::kI32 : dtype);
+      const bool tokens = a.token_below > 0;
+      int64_t n = 1;
+      for (int64_t d : a.shape) n *= d;
+      Tensor t = arena_.allocate_tensor(a.name, "op case", {n + (tokens ? 0 : offset)},
+                                        tokens ? DType::kI32 : dtype);
+      if (!tokens) t.data = static_cast<char*>(t.data) + offset * dtype_size(dtype);
+      t.shape = a.shape;
       tensors.by_name[a.name] = t;
       starts_[a.name] = starting_values(a, i, dtype);
       set(a.name, starts_[a.name]);
@@ -130,7 +135,7 @@ void run_whole(const OpCase& c, Ops& ops, const CaseTensors& t) {
 // The case's outputs computed on the CPU (in fp64 unless the case says) from the starting values the
 // backend's tensors hold.
 std::vector<std::vector<double>> reference_outputs(const OpCase& c, Materialized& on_backend) {
-  Materialized ref(cpu_ops(), c.args, c.reference);
+  Materialized ref(cpu_ops(), c.args, c.reference, 0);
   for (const Arg& a : c.args) ref.set(a.name, on_backend.start(a.name));
   run_whole(c, cpu_ops(), ref.tensors);
   std::vector<std::vector<double>> outputs;
@@ -169,7 +174,7 @@ std::vector<Result> compare_to_reference(Ops& ops, const OpCase& c, const Varian
   const double tol = tolerance(c, v);
   std::vector<Result> results;
   try {
-    Materialized on_backend(ops, c.args, v.dtype);
+    Materialized on_backend(ops, c.args, v.dtype, c.offset);
     run_whole(c, ops, on_backend.tensors);
     const std::vector<std::vector<double>> expected = reference_outputs(c, on_backend);
     for (size_t i = 0; i < c.outputs.size(); ++i) {
@@ -197,7 +202,7 @@ std::vector<Result> check_gradient(Ops& ops, const GradientCase& g) {
   constexpr double kTolerance = 1e-5;
   std::vector<Result> results;
   try {
-    Materialized m(ops, g.args, DType::kF64);
+    Materialized m(ops, g.args, DType::kF64, g.offset);
     g.forward(ops, m.tensors);
     g.backward(ops, m.tensors);
     const std::vector<double> w = m.get(g.dout);
@@ -240,7 +245,7 @@ std::vector<Result> check_gradient(Ops& ops, const GradientCase& g) {
 }
 
 Timing time_case(Ops& ops, const OpCase& c, int reps) {
-  Materialized m(ops, c.args, DType::kF32);
+  Materialized m(ops, c.args, DType::kF32, c.offset);
   run_whole(c, ops, m.tensors);  // warm-up (and any one-time setup of a library)
   ops.synchronize();
   std::vector<double> ms(size_t(std::max(reps, 1)));

@@ -9,7 +9,7 @@
 namespace gpt::gpu_check {
 
 void check_cases(Table& table, Backends& backends, const Shapes& s, const std::string& family) {
-  const cases::Sizes sizes{s.B, s.T, s.C, s.NH, s.V};
+  const cases::Sizes sizes{s.B, s.T, s.C, s.NH, s.V, s.offset};
   for (const cases::OpCase& c : cases::op_cases(sizes)) {
     if (c.family != family) continue;
     for (const cases::Variant& v : cases::kFloatVariants) {

@@ -22,6 +22,7 @@ namespace gpt::gpu_check {
 // GPT-2 124M: B sequences of T tokens, width C, NH heads, vocabulary V padded to Vp.
 struct Shapes {
   int B = 4, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304;
+  int offset = 0;  // the op-case table's float tensors start this many elements past their alignment
   int64_t N() const { return int64_t(B) * T; }
 };
 

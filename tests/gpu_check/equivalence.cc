@@ -5,16 +5,17 @@
 // compared output with its error, its tolerance and PASS, FAIL or "not supported" (a dtype CudaOps does not
 // take yet; checks.h says which tolerance applies where).
 //
-//   equivalence [--batch B] [--seq T] [--width C] [--heads NH] [--vocab V] [--only NAME,...]
+//   equivalence [--batch B] [--seq T] [--width C] [--heads NH] [--vocab V] [--offset E] [--only NAME,...]
 //                                               the table; exit 0 when every row passes, 1 otherwise
 //   equivalence --list                          the checks' names, one a line
 //   equivalence --gemm [--batch B]              cuBLAS TFLOP/s at the 124M's fc and lm_head GEMMs
 // The shape flags reach what 124M's shapes never do: a T that is no multiple of the attention tile, head
 // size 128, widths and vocabularies that are no multiple of a vector (the unaligned fallbacks), and more
-// sequences than one attention launch takes (its batch chunks). scripts/gpu_check runs each check of each
-// shape in its own process, so a faulting kernel (a sticky CUDA error) costs one row.
-// Without a usable GPU it prints one line and exits 2. TF32 stays off: CudaOps' fp32 GEMMs are true fp32,
-// and scripts/gpu_check also sets NVIDIA_TF32_OVERRIDE=0 for the table.
+// sequences than one attention launch takes (its batch chunks); --offset E starts the layer ops' float
+// tensors E elements past their alignment (the paths for pointers that are no multiple of 16 bytes).
+// scripts/gpu_check runs each check of each shape in its own process, so a faulting kernel (a sticky CUDA
+// error) costs one row. Without a usable GPU it prints one line and exits 2. TF32 stays off: CudaOps' fp32
+// GEMMs are true fp32, and scripts/gpu_check also sets NVIDIA_TF32_OVERRIDE=0 for the table.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -34,7 +35,8 @@ struct Options {
 };
 
 const char* kUsage =
-    "usage: equivalence [--batch B] [--seq T] [--width C] [--heads NH] [--vocab V] [--only NAME,...] "
+    "usage: equivalence [--batch B] [--seq T] [--width C] [--heads NH] [--vocab V] [--offset E] "
+    "[--only NAME,...] "
     "[--list] [--gemm]\n";
 
 // The value of a shape flag, or 0 when it is no integer in [1, most].
@@ -45,14 +47,16 @@ int shape_value(const char* text, int most) {
 }
 
 bool parse_shape_flag(const std::string& arg, const char* value, gpt::gpu_check::Shapes& s) {
-  int* field = arg == "--batch"   ? &s.B
-               : arg == "--seq"   ? &s.T
-               : arg == "--width" ? &s.C
-               : arg == "--heads" ? &s.NH
-               : arg == "--vocab" ? &s.V
-                                  : nullptr;
+  int* field = arg == "--batch"    ? &s.B
+               : arg == "--seq"    ? &s.T
+               : arg == "--width"  ? &s.C
+               : arg == "--heads"  ? &s.NH
+               : arg == "--vocab"  ? &s.V
+               : arg == "--offset" ? &s.offset
+                                   : nullptr;
   if (!field) return false;
   *field = shape_value(value, 1 << 20);
+  if (arg == "--offset") return *field > 0 && *field < 16;
   if (arg == "--vocab") s.Vp = (s.V + 127) / 128 * 128;  // as GPTConfig::padded_vocab() pads it
   return *field > 0;
 }

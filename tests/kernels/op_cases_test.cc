@@ -15,9 +15,10 @@ namespace gpt::cases {
 namespace {
 
 const std::vector<Sizes> kSmall = {
-    Sizes{2, 16, 32, 4, 100},  // every dimension a vector multiple
-    Sizes{3, 13, 18, 3, 77},   // odd: head size 6, T = 13, rows of 18 floats
-    Sizes{2, 1, 32, 2, 130},   // T = 1
+    Sizes{2, 16, 32, 4, 100},    // every dimension a vector multiple
+    Sizes{3, 13, 18, 3, 77},     // odd: head size 6, T = 13, rows of 18 floats
+    Sizes{2, 1, 32, 2, 130},     // T = 1
+    Sizes{2, 8, 32, 4, 100, 1},  // every float tensor 4 bytes past a 16-byte boundary
 };
 
 TEST_CASE("every op case on the CPU in fp32 is within its tolerance of the fp64 reference") {
