@@ -288,6 +288,91 @@ void add_residual_and_adamw(std::vector<OpCase>& cases, const Sizes& s) {
   cases.back().reference = DType::kF32;
 }
 
+// The embedding, LayerNorm and the qkv layer, forward and backward.
+void add_gradient_cases_of_layers(std::vector<GradientCase>& cases, const Sizes& s) {
+  const int64_t B = s.B, T = s.T, C = s.C, N = s.N(), Vp = s.Vp();
+  cases.push_back({"embedding",
+                   "embedding",
+                   shape_text({B, T, C}),
+                   {tokens("tokens", {B, T}, s.V), in("wte", {Vp, C}), in("wpe", {T, C}),
+                    out("out", {B, T, C}), out("dout", {B, T, C}), out("dwte", {Vp, C}), out("dwpe", {T, C})},
+                   "out",
+                   "dout",
+                   {{"wte", "dwte"}, {"wpe", "dwpe"}}});
+  cases.back().forward = [](Ops& o, const CaseTensors& t) {
+    o.embedding_forward(t["out"], t["tokens"], t["wte"], t["wpe"]);
+  };
+  cases.back().backward = [](Ops& o, const CaseTensors& t) {
+    o.embedding_backward(t["dwte"], t["dwpe"], t["dout"], t["tokens"]);
+  };
+  std::vector<Arg> ln = layernorm_args(s);
+  for (Arg a : {out("dout", {N, C}), out("dx", {N, C}), out("dw", {C}), out("db", {C})}) ln.push_back(a);
+  cases.push_back({"layernorm",
+                   "layernorm",
+                   shape_text({N, C}),
+                   ln,
+                   "out",
+                   "dout",
+                   {{"x", "dx"}, {"w", "dw"}, {"b", "db"}},
+                   layernorm_forward,
+                   layernorm_backward});
+  cases.push_back({"linear",
+                   "linear",
+                   shape_text({N, C}, "x" + std::to_string(3 * C)),
+                   {in("x", {N, C}), in("w", {3 * C, C}), in("b", {3 * C}), out("out", {N, 3 * C}),
+                    out("dout", {N, 3 * C}), out("dx", {N, C}), out("dw", {3 * C, C}), out("db", {3 * C})},
+                   "out",
+                   "dout",
+                   {{"x", "dx"}, {"w", "dw"}, {"b", "db"}}});
+  cases.back().forward = [](Ops& o, const CaseTensors& t) {
+    o.linear_forward(t["out"], t["x"], t["w"], t["b"]);
+  };
+  cases.back().backward = [](Ops& o, const CaseTensors& t) {
+    o.linear_backward(t["dx"], t["dw"], t["db"], t["dout"], t["x"], t["w"]);
+  };
+}
+
+// Attention, GELU and the loss, forward and backward.
+void add_gradient_cases_of_attention_and_loss(std::vector<GradientCase>& cases, const Sizes& s) {
+  const int64_t B = s.B, T = s.T, C = s.C, N = s.N(), Vp = s.Vp();
+  const int V = s.V;
+  std::vector<Arg> att = attention_args(s);
+  for (Arg a : {out("dout", {B, T, C}), out("dqkv", {B, T, 3 * C})}) att.push_back(a);
+  cases.push_back(
+      {"attention", "attention", shape_text({B, T, 3 * C}), att, "out", "dout", {{"qkv", "dqkv"}}});
+  cases.back().forward = [](Ops& o, const CaseTensors& t) {
+    o.attention_forward(t["out"], t["att"], t["qkv"], nullptr);
+  };
+  cases.back().backward = [](Ops& o, const CaseTensors& t) {
+    o.attention_backward(t["dqkv"], t["dout"], t["qkv"], t["att"], nullptr);
+  };
+  const std::vector<int64_t> wide = {N, 4 * C};
+  cases.push_back({"gelu",
+                   "gelu",
+                   shape_text(wide),
+                   {in("x", wide, 2.0), out("out", wide), out("dout", wide), out("dx", wide)},
+                   "out",
+                   "dout",
+                   {{"x", "dx"}}});
+  cases.back().forward = [](Ops& o, const CaseTensors& t) { o.gelu_forward(t["out"], t["x"]); };
+  cases.back().backward = [](Ops& o, const CaseTensors& t) { o.gelu_backward(t["dx"], t["x"], t["dout"]); };
+  std::vector<Arg> ce = cross_entropy_args(s, Vp);
+  for (Arg a : {out("dlosses", {N}), out("dlogits", {N, Vp}, 0)}) ce.push_back(a);
+  cases.push_back({"cross_entropy",
+                   "cross_entropy",
+                   shape_text({N, Vp}),
+                   ce,
+                   "losses",
+                   "dlosses",
+                   {{"logits", "dlogits"}}});
+  cases.back().forward = [V](Ops& o, const CaseTensors& t) {
+    o.cross_entropy_forward(t["losses"], t["probs"], t["logits"], t["targets"], V);
+  };
+  cases.back().backward = [V](Ops& o, const CaseTensors& t) {
+    o.cross_entropy_backward(t["dlogits"], t["probs"], t["targets"], t["dlosses"], V);
+  };
+}
+
 template <typename Case>
 void offset_by(Case& c, int offset) {
   c.offset = offset;
@@ -338,83 +423,9 @@ std::vector<OpCase> op_cases(const Sizes& s) {
 }
 
 std::vector<GradientCase> gradient_cases(const Sizes& s) {
-  const int64_t B = s.B, T = s.T, C = s.C, N = s.N(), Vp = s.Vp();
-  const int V = s.V;
   std::vector<GradientCase> cases;
-  cases.push_back({"embedding",
-                   "embedding",
-                   shape_text({B, T, C}),
-                   {tokens("tokens", {B, T}, s.V), in("wte", {Vp, C}), in("wpe", {T, C}),
-                    out("out", {B, T, C}), out("dout", {B, T, C}), out("dwte", {Vp, C}), out("dwpe", {T, C})},
-                   "out",
-                   "dout",
-                   {{"wte", "dwte"}, {"wpe", "dwpe"}}});
-  cases.back().forward = [](Ops& o, const CaseTensors& t) {
-    o.embedding_forward(t["out"], t["tokens"], t["wte"], t["wpe"]);
-  };
-  cases.back().backward = [](Ops& o, const CaseTensors& t) {
-    o.embedding_backward(t["dwte"], t["dwpe"], t["dout"], t["tokens"]);
-  };
-  std::vector<Arg> ln = layernorm_args(s);
-  for (Arg a : {out("dout", {N, C}), out("dx", {N, C}), out("dw", {C}), out("db", {C})}) ln.push_back(a);
-  cases.push_back({"layernorm",
-                   "layernorm",
-                   shape_text({N, C}),
-                   ln,
-                   "out",
-                   "dout",
-                   {{"x", "dx"}, {"w", "dw"}, {"b", "db"}},
-                   layernorm_forward,
-                   layernorm_backward});
-  cases.push_back({"linear",
-                   "linear",
-                   shape_text({N, C}, "x" + std::to_string(3 * C)),
-                   {in("x", {N, C}), in("w", {3 * C, C}), in("b", {3 * C}), out("out", {N, 3 * C}),
-                    out("dout", {N, 3 * C}), out("dx", {N, C}), out("dw", {3 * C, C}), out("db", {3 * C})},
-                   "out",
-                   "dout",
-                   {{"x", "dx"}, {"w", "dw"}, {"b", "db"}}});
-  cases.back().forward = [](Ops& o, const CaseTensors& t) {
-    o.linear_forward(t["out"], t["x"], t["w"], t["b"]);
-  };
-  cases.back().backward = [](Ops& o, const CaseTensors& t) {
-    o.linear_backward(t["dx"], t["dw"], t["db"], t["dout"], t["x"], t["w"]);
-  };
-  std::vector<Arg> att = attention_args(s);
-  for (Arg a : {out("dout", {B, T, C}), out("dqkv", {B, T, 3 * C})}) att.push_back(a);
-  cases.push_back(
-      {"attention", "attention", shape_text({B, T, 3 * C}), att, "out", "dout", {{"qkv", "dqkv"}}});
-  cases.back().forward = [](Ops& o, const CaseTensors& t) {
-    o.attention_forward(t["out"], t["att"], t["qkv"], nullptr);
-  };
-  cases.back().backward = [](Ops& o, const CaseTensors& t) {
-    o.attention_backward(t["dqkv"], t["dout"], t["qkv"], t["att"], nullptr);
-  };
-  const std::vector<int64_t> wide = {N, 4 * C};
-  cases.push_back({"gelu",
-                   "gelu",
-                   shape_text(wide),
-                   {in("x", wide, 2.0), out("out", wide), out("dout", wide), out("dx", wide)},
-                   "out",
-                   "dout",
-                   {{"x", "dx"}}});
-  cases.back().forward = [](Ops& o, const CaseTensors& t) { o.gelu_forward(t["out"], t["x"]); };
-  cases.back().backward = [](Ops& o, const CaseTensors& t) { o.gelu_backward(t["dx"], t["x"], t["dout"]); };
-  std::vector<Arg> ce = cross_entropy_args(s, Vp);
-  for (Arg a : {out("dlosses", {N}), out("dlogits", {N, Vp}, 0)}) ce.push_back(a);
-  cases.push_back({"cross_entropy",
-                   "cross_entropy",
-                   shape_text({N, Vp}),
-                   ce,
-                   "losses",
-                   "dlosses",
-                   {{"logits", "dlogits"}}});
-  cases.back().forward = [V](Ops& o, const CaseTensors& t) {
-    o.cross_entropy_forward(t["losses"], t["probs"], t["logits"], t["targets"], V);
-  };
-  cases.back().backward = [V](Ops& o, const CaseTensors& t) {
-    o.cross_entropy_backward(t["dlogits"], t["probs"], t["targets"], t["dlosses"], V);
-  };
+  add_gradient_cases_of_layers(cases, s);
+  add_gradient_cases_of_attention_and_loss(cases, s);
   for (GradientCase& g : cases) offset_by(g, s.offset);
   return cases;
 }
