@@ -27,6 +27,20 @@ std::string tensor_slice_problem(const GPTConfig& config, int size) {
   return "";
 }
 
+std::string tiled_slice_problem(int tile_factor, int size) {
+  if (size <= 1 || tile_factor <= 1) return "";
+  return "--tile-factor " + std::to_string(tile_factor) + " and --tensor-model-parallel-size " +
+         std::to_string(size) +
+         ": memory-centric tiling and tensor parallelism do not combine yet; drop one of them";
+}
+
+std::string sequence_split_problem(const GPTConfig& config, int size) {
+  if (size < 1 || config.seq_len % size == 0) return "";
+  return "--sequence-parallel splits --seq-length " + std::to_string(config.seq_len) +
+         " over --tensor-model-parallel-size " + std::to_string(size) +
+         ": choose a sequence length divisible by " + std::to_string(size);
+}
+
 const ParamInfo& ParamTable::find(const std::string& name) const {
   for (const ParamInfo& p : params) {
     if (p.name == name) return p;
@@ -159,8 +173,8 @@ ParamTable make_param_table(const GPTConfig& config, int tile_factor, TensorSlic
     throw std::invalid_argument(problem);
   if (std::string problem = tensor_slice_problem(config, slice.size); !problem.empty())
     throw std::invalid_argument(problem);
-  if (slice.size > 1 && tile_factor > 1)
-    throw std::invalid_argument("memory-centric tiling with tensor parallelism is not supported yet");
+  if (std::string problem = tiled_slice_problem(tile_factor, slice.size); !problem.empty())
+    throw std::invalid_argument(problem);
   const int64_t C = config.hidden;
   ParamTable table;
   table.tile_factor = tile_factor;

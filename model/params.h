@@ -102,6 +102,12 @@ ParamTable make_param_table(const GPTConfig& config, int tile_factor = 1, Tensor
 // Why the model cannot be split over `size` tensor-parallel ranks (empty when it can): the heads, the hidden
 // size and the padded vocabulary must be multiples of it.
 std::string tensor_slice_problem(const GPTConfig& config, int size);
+// Why memory-centric tiling (tile_factor) cannot combine with `size` tensor-parallel ranks (empty when it
+// can): the rule's one home; gpt_train's options, the planner, the engine and the checkpoint loader ask it.
+std::string tiled_slice_problem(int tile_factor, int size);
+// Why sequence parallelism cannot split this model's sequence over `size` ranks (empty when it can): the
+// sequence length must be a multiple of it. The rule's one home.
+std::string sequence_split_problem(const GPTConfig& config, int size);
 // The runs of a sliced parameter's elements in the whole parameter: f(local, whole, length) for each run of
 // `length` consecutive elements at offset `local` in the slice and `whole` in the whole parameter (both
 // relative to the parameter's start), in local order. A replicated parameter is one run.

@@ -314,11 +314,12 @@ int check_parallelism(const Values& v, int world_size, const TrainOptions& o) {
     throw UsageError("--tensor-model-parallel-size " + str(t) + " does not divide the world size " +
                      str(world_size) + "; choose a divisor of the number of ranks");
   }
-  if (o.ranks_per_node > 0 && o.ranks_per_node % t != 0) {
-    throw UsageError(
-        "--tensor-model-parallel-size " + str(t) + " does not divide --ranks-per-node " +
-        str(o.ranks_per_node) +
-        "; a tensor-parallel group must stay inside one node (our rule): choose a divisor of it");
+  if (o.ranks_per_node > 0) {
+    if (std::string problem =
+            ZeroEngine::tensor_parallel_node_problem(t, o.ranks_per_node, "--ranks-per-node");
+        !problem.empty()) {
+      throw UsageError(problem);
+    }
   }
   if (std::string problem = tensor_slice_problem(o.model, t); !problem.empty()) throw UsageError(problem);
   return world_size / t;
@@ -477,10 +478,8 @@ void resolve_tensor_parallel_memory(const DeepSpeedConfig& ds, const Values& v, 
     o.notes.push_back(
         "--sequence-parallel turned off: it needs --tensor-model-parallel-size > 1 (Megatron does the same)");
   }
-  if (o.zero.sequence_parallel && o.model.seq_len % t != 0) {
-    throw UsageError("--sequence-parallel splits --seq-length " + str(o.model.seq_len) +
-                     " over --tensor-model-parallel-size " + str(t) +
-                     ": choose a sequence length divisible by " + str(t));
+  if (o.zero.sequence_parallel) {
+    if (std::string problem = sequence_split_problem(o.model, t); !problem.empty()) throw UsageError(problem);
   }
   if (v.distribute_saved_activations) check_distribute_saved("--distribute-saved-activations", o);
   o.zero.distribute_saved_activations = v.distribute_saved_activations;
@@ -765,11 +764,8 @@ void TrainFlags::finish(int world_size) {
   resolve_schedule(flags_, pick, ds, v_, o_);
   check_whole(world_size, o_);
   resolve_tiling(flags_, pick, ds, v_, o_);
-  if (o_.tensor_parallel > 1 && o_.zero.tile_factor > 1) {
-    throw UsageError("--tile-factor " + str(o_.zero.tile_factor) + " and --tensor-model-parallel-size " +
-                     str(o_.tensor_parallel) +
-                     ": memory-centric tiling and tensor parallelism do not combine yet; drop one of them");
-  }
+  if (std::string problem = tiled_slice_problem(o_.zero.tile_factor, o_.tensor_parallel); !problem.empty())
+    throw UsageError(problem);
   if (std::string problem = ZeroEngine::check_offload(o_.zero, o_.model, data_parallel, o_.tensor_parallel);
       !problem.empty()) {
     throw UsageError(ds.path.empty() ? problem : ds.path + ": " + problem);

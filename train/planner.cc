@@ -643,28 +643,20 @@ std::string str(int64_t v) {
   return std::to_string(v);
 }
 
-// Why the plan cannot use the configured tensor-parallel size on the cluster (empty when it can), in the
-// words of gpt_train's own checks (train/options.cc), which run first when --plan comes from the command
-// line.
+// Why the plan cannot use the configured tensor-parallel size on the cluster (empty when it can): the rules'
+// own homes (model/params.h, ZeroEngine::tensor_parallel_node_problem), which gpt_train's options ask too.
 std::string tensor_parallel_problem(const TrainOptions& o) {
   const int t = o.tensor_parallel;
-  if (t < 1) return "--tensor-model-parallel-size " + str(t) + " must be at least 1";
-  if (o.plan.gpus_per_node % t != 0) {
-    return "--tensor-model-parallel-size " + str(t) + " does not divide --gpus-per-node " +
-           str(o.plan.gpus_per_node) +
-           "; a tensor-parallel group must stay inside one node (our rule): choose a divisor of it";
+  if (std::string problem =
+          ZeroEngine::tensor_parallel_node_problem(t, o.plan.gpus_per_node, "--gpus-per-node");
+      !problem.empty()) {
+    return problem;
   }
   if (std::string problem = tensor_slice_problem(o.model, t); !problem.empty()) return problem;
-  if (t > 1 && o.zero.sequence_parallel && o.model.seq_len % t != 0) {
-    return "--sequence-parallel splits --seq-length " + str(o.model.seq_len) +
-           " over --tensor-model-parallel-size " + str(t) + ": choose a sequence length divisible by " +
-           str(t);
+  if (t > 1 && o.zero.sequence_parallel) {
+    if (std::string problem = sequence_split_problem(o.model, t); !problem.empty()) return problem;
   }
-  if (t > 1 && o.zero.tile_factor > 1) {
-    return "--tile-factor " + str(o.zero.tile_factor) + " and --tensor-model-parallel-size " + str(t) +
-           ": memory-centric tiling and tensor parallelism do not combine yet; drop one of them";
-  }
-  return "";
+  return tiled_slice_problem(o.zero.tile_factor, t);
 }
 
 void check_plannable(const TrainOptions& o) {

@@ -163,7 +163,7 @@ void read_partition(const FieldReader& r, const json& root, CheckpointManifest& 
   const int t = m.tensor_parallel;
   if (m.world_size % t != 0) r.fail("tensor_parallel " + std::to_string(t) + " does not divide world_size");
   if (std::string problem = tensor_slice_problem(m.model, t); !problem.empty()) r.fail(problem);
-  if (t > 1 && m.tile_factor > 1) r.fail("tensor_parallel and zero.tile_factor do not combine");
+  if (std::string problem = tiled_slice_problem(m.tile_factor, t); !problem.empty()) r.fail(problem);
   const int expected_shards = m.stage == 0 ? 1 : m.data_parallel();
   const int shards = int(r.integer(root, "", "num_shards", expected_shards, expected_shards));
   const json& units = r.array(root, "", "units");

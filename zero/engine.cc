@@ -38,9 +38,8 @@ TensorSlice slice_of(const comm::Communicator* tensor_parallel) {
 std::string check_tensor_parallel(const GPTConfig& model, const ZeroConfig& config, int t) {
   if (t == 1) return config.sequence_parallel ? "sequence parallelism needs a tensor-parallel group" : "";
   if (std::string problem = tensor_slice_problem(model, t); !problem.empty()) return problem;
-  if (config.tile_factor > 1) return "memory-centric tiling and tensor parallelism do not combine yet";
-  if (config.sequence_parallel && model.seq_len % t != 0) return "the sequence length must divide by t";
-  return "";
+  if (std::string problem = tiled_slice_problem(config.tile_factor, t); !problem.empty()) return problem;
+  return config.sequence_parallel ? sequence_split_problem(model, t) : "";
 }
 
 }  // namespace
@@ -194,13 +193,18 @@ std::string ZeroEngine::check_offload(const ZeroConfig& config, const GPTConfig&
   return "";
 }
 
+std::string ZeroEngine::tensor_parallel_node_problem(int t, int ranks_per_node,
+                                                     const std::string& node_flag) {
+  if (t < 1 || ranks_per_node % t == 0) return "";
+  return "--tensor-model-parallel-size " + std::to_string(t) + " does not divide " + node_flag + " " +
+         std::to_string(ranks_per_node) +
+         "; a tensor-parallel group must stay inside one node (our rule): choose a divisor of it";
+}
+
 comm::Topology ZeroEngine::data_parallel_topology(const comm::Topology& world, int t, int dp_rank) {
-  if (world.ranks_per_node % t != 0) {
-    throw comm::TopologyError(
-        "--tensor-model-parallel-size " + std::to_string(t) + " does not divide the " +
-        std::to_string(world.ranks_per_node) +
-        " ranks per node; a tensor-parallel group must stay inside one node (our rule): "
-        "choose a divisor of the ranks per node");
+  if (std::string problem = tensor_parallel_node_problem(t, world.ranks_per_node, "--ranks-per-node");
+      !problem.empty()) {
+    throw comm::TopologyError(problem);
   }
   return comm::make_topology(world.world_size / t, dp_rank, world.ranks_per_node / t, world.simulated);
 }
