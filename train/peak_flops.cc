@@ -260,8 +260,11 @@ PeakFlops gpu_peak(const BackendGpu& gpu, DType gemm_dtype, int ranks_on_machine
   peak.flops_per_s = sheet.tflops * 1e12 / sharing;
   const std::string dtype = gemm_dtype_name(gemm_dtype);
   peak.formula = gpu.name + " " + dtype + " dense " + flops_text(sheet.tflops * 1e12);
-  if (sharing > 1) peak.formula += " / " + std::to_string(sharing) + " ranks sharing the GPU";
-  peak.formula += " = " + flops_text(peak.flops_per_s) + " per rank";
+  if (sharing > 1) {
+    peak.formula +=
+        " / " + std::to_string(sharing) + " ranks sharing the GPU = " + flops_text(peak.flops_per_s);
+  }
+  peak.formula += " per rank";
   peak.sources = "datasheet, " + sheet.entry + " (sm_" + std::to_string(gpu.major) +
                  std::to_string(gpu.minor) + "); the GEMMs run in " + dtype +
                  (gemm_dtype == DType::kF32 ? " without TF32 (CUBLAS_COMPUTE_32F)" : "");
