@@ -29,6 +29,13 @@ std::string describe_backend(const Ops* backend) {
          ")";
 }
 
+BackendGpu backend_gpu(const Ops* backend) {
+  const auto* gpu = dynamic_cast<const cuda::CudaOps*>(backend);
+  if (!gpu) return {};
+  const cuda::DeviceInfo& info = gpu->context().info();
+  return {info.name, info.major, info.minor, info.index, cuda::probe_devices().count};
+}
+
 size_t backend_peak_device_bytes(const Ops* backend) {
   const auto* gpu = dynamic_cast<const cuda::CudaOps*>(backend);
   return gpu ? gpu->peak_device_bytes() : 0;

@@ -22,6 +22,10 @@ std::string describe_backend(const Ops* /*backend*/) {
   return "cpu";
 }
 
+BackendGpu backend_gpu(const Ops* /*backend*/) {
+  return {};
+}
+
 size_t backend_peak_device_bytes(const Ops* /*backend*/) {
   return 0;
 }

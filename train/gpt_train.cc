@@ -2,7 +2,7 @@
 // without it). Megatron-style flags and a DeepSpeed-style JSON config (train/options.h); a start-up banner
 // with the memory table and the expected traffic; a progress line every --log-interval steps; validation; a
 // JSON Lines metrics file; checkpoints that resume exactly (also at another world size); --plan for a
-// cluster.
+// cluster. The banner and the memory reports are train/banner.h's; MFU's peak is train/peak_flops.h's.
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,18 +25,18 @@
 #include "kernels/cpu/threads.h"
 #include "model/llmc_format.h"
 #include "model/model_file.h"
+#include "train/banner.h"
 #include "train/batches.h"
 #include "train/device_world.h"
 #include "train/memory_guard.h"
 #include "train/metrics.h"
 #include "train/options.h"
+#include "train/peak_flops.h"
 #include "train/planner.h"
 #include "zero/checkpoint.h"
+#include "zero/context.h"
 #include "zero/engine.h"
 #include "zero/parallel_groups.h"
-#include "zero/qgz.h"
-#include "zero/tensor_parallel_traffic.h"
-#include "zero/traffic_model.h"
 
 namespace gpt {
 namespace {
@@ -48,107 +48,11 @@ void on_stop_signal(int) {
   stop_signal = 1;
 }
 
-std::string bytes_text(double b) {
-  char s[32];
-  std::snprintf(s, sizeof s,
-                b >= 1e9   ? "%.2f GB"
-                : b >= 1e6 ? "%.2f MB"
-                           : "%.0f B",
-                b >= 1e9   ? b / 1e9
-                : b >= 1e6 ? b / 1e6
-                           : b);
-  return s;
-}
-
-// "3.21 GiB, 3.20 GiB": one size per rank.
-std::string peaks_text(const std::vector<double>& peaks) {
-  std::string text;
-  for (size_t r = 0; r < peaks.size(); ++r) text += (r ? ", " : "") + format_bytes(size_t(peaks[r]));
-  return text;
-}
-
 std::string duration_text(double seconds) {
   const long s = long(seconds + 0.5);
   char text[32];
   std::snprintf(text, sizeof text, "%02ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
   return text;
-}
-
-void print_banner(const TrainOptions& o, const ParallelGroups& groups, const ZeroEngine& engine,
-                  const data::TrainLoader& loader, bool has_validation) {
-  const comm::Communicator& world = groups.world();
-  const GPTConfig& m = o.model;
-  std::printf(
-      "gpt_train: GPT-2 %d layers, hidden %d, %d heads, seq %d, vocab %d (padded %d): %.2fM parameters\n",
-      m.num_layers, m.hidden, m.heads, m.seq_len, m.vocab, m.padded_vocab(), engine.table().total / 1e6);
-  std::printf("  world %d ranks (%s), ZeRO stage %d, %s, overlap_comm %s, reduce_bucket_size %lld\n",
-              world.size(), world.topology().describe().c_str(), o.zero.stage,
-              precision_name(o.zero.precision), o.zero.overlap_comm ? "on" : "off",
-              static_cast<long long>(o.zero.reduce_bucket_size));
-  if (groups.tensor_size() > 1) {
-    std::printf(
-        "  tensor parallelism t = %d (consecutive ranks) x data parallelism d = %d; sequence parallelism "
-        "%s; ZeRO shards each rank's tensor-parallel slice over its data-parallel group\n",
-        groups.tensor_size(), groups.data().size(), o.zero.sequence_parallel ? "on" : "off");
-  }
-  std::printf(
-      "  batch: micro %d x accumulation %d x %d data-parallel ranks = global %lld sequences (%lld tokens); "
-      "%lld training windows%s\n",
-      o.micro_batch, o.accumulation_steps, groups.data().size(), static_cast<long long>(o.global_batch),
-      static_cast<long long>(o.global_batch * m.seq_len), static_cast<long long>(loader.num_windows()),
-      has_validation ? "" : ", no validation data");
-  std::printf("  optimizer %s (betas %g, %g, eps %g, weight decay %g), %s; clip %g; %d steps\n",
-              o.zero.adam.decoupled ? "AdamW" : "Adam+L2", o.zero.adam.beta1, o.zero.adam.beta2,
-              o.zero.adam.eps, o.zero.adam.weight_decay, o.schedule.describe().c_str(),
-              o.zero.gradient_clipping, o.train_iters);
-  std::printf("  dropout hidden %g, attention %g; activation recomputation %s; %d threads per rank\n",
-              o.zero.hidden_dropout, o.zero.attention_dropout, o.zero.recompute.describe().c_str(),
-              cpu::num_threads());
-  if (o.zero.tile_factor > 1) {
-    std::printf("  memory-centric tiling: %d tiles per block matrix, %d gather units per block\n",
-                o.zero.tile_factor, engine.table().block_units(0).count());
-  }
-  if (o.zero.stage == 3) {
-    const ZeroConfig& z = o.zero;
-    std::printf(
-        "  ZeRO++: qwZ %s, hpZ %s, qgZ %s\n",
-        z.quantized_weights ? ("on (int8, block " + std::to_string(z.weight_block) + ")").c_str() : "off",
-        z.hpz_partition_size > 1 ? ("on (h = " + std::to_string(z.hpz_partition_size) + ")").c_str() : "off",
-        z.quantized_gradients ? ("on (" + describe_qgz(z) + ")").c_str() : "off");
-  }
-  TrafficModelInput model_input;
-  model_input.partition = &engine.partition();
-  model_input.zero = o.zero;
-  model_input.ranks_per_node = groups.data_topology().ranks_per_node;
-  model_input.accumulation_steps = o.accumulation_steps;
-  const comm::TrafficCounts expected = expected_step_traffic(model_input);
-  // One data-parallel group's closed forms; the t groups move the same bytes each.
-  const double t = groups.tensor_size();
-  std::printf("  expected bytes per step (closed forms, all ranks):");
-  for (comm::Phase phase :
-       {comm::Phase::kParamGatherFwd, comm::Phase::kParamGatherBwd, comm::Phase::kGradReduce}) {
-    std::printf(" %s intra %s inter %s;", comm::phase_name(phase),
-                bytes_text(t * double(expected.at(phase, comm::Link::kIntraNode))).c_str(),
-                bytes_text(t * double(expected.at(phase, comm::Link::kInterNode))).c_str());
-  }
-  if (groups.tensor_size() > 1) {  // the layers' own collectives, inside the nodes
-    const comm::TrafficCounts layers = expected_tensor_parallel_traffic(
-        {o.model, o.micro_batch, o.accumulation_steps, groups.tensor_size(), groups.data().size(),
-         o.zero.sequence_parallel, o.zero.recompute, o.zero.distribute_saved_activations});
-    for (comm::Phase phase : {comm::Phase::kTpFwd, comm::Phase::kTpBwd, comm::Phase::kActGather})
-      std::printf(" %s intra %s;", comm::phase_name(phase),
-                  bytes_text(double(layers.at(phase, comm::Link::kIntraNode))).c_str());
-  }
-  std::printf("\n");
-  if (!o.vocab_file.empty() || !o.merge_file.empty()) {
-    std::printf(
-        "  note: --vocab-file/--merge-file accepted: gpt_train reads token shards (gpt_prepare and "
-        "gpt_generate use the tokenizer)\n");
-  }
-  for (const std::string& note : o.notes) std::printf("  note: %s\n", note.c_str());
-  for (const std::string& note : engine.notes()) std::printf("  note: %s\n", note.c_str());
-  std::fputs(engine.memory_table().c_str(), stdout);
-  std::fflush(stdout);
 }
 
 // Validation data: --valid-data-path, or the --split share of --data-path. Without enough windows for one
@@ -203,6 +107,16 @@ MemoryVerdict guard_then_check(const TrainOptions& o, comm::Communicator& host_w
   return verdict;
 }
 
+// MFU's denominator (train/peak_flops.h): the GEMMs run in the layer loop's dtype, fp32 with --fp16 and
+// --bf16 too (zero/context.h). The measurement runs only where no peak can be stated (an unknown clock or
+// GPU).
+PeakFlops mfu_peak(const TrainOptions& o, Ops* backend, int ranks_on_machine) {
+  return rank_peak_flops(
+      o.peak_tflops, backend, loop_dtype(o.zero.precision), cpu::num_threads(), ranks_on_machine,
+      [&] { return 1e9 * (backend ? measure_gemm_gflops(*backend, 2048) : measure_sgemm_gflops(512)); },
+      backend ? "cuBLAS fp32 GEMM 2048^3" : "Eigen SGEMM 512^3");
+}
+
 // The sums behind one progress line: the steps since the previous line.
 struct Interval {
   double loss = 0, ms = 0;
@@ -244,7 +158,8 @@ class Run {
   ZeroEngine engine_;
   int64_t iteration_ = 0, skipped_total_ = 0, first_iteration_ = 0;
   std::unique_ptr<MetricsFile> metrics_;
-  double sgemm_gflops_ = 0, last_val_ = -1;
+  PeakFlops peak_;  // MFU's denominator
+  double last_val_ = -1;
   std::chrono::steady_clock::time_point run_start_;
   Interval interval_;
 };
@@ -265,19 +180,12 @@ Run::Run(const TrainOptions& o, const ParallelGroups& groups, Ops* backend, cons
   start_from_model_file_or_checkpoint();
   if (rank0_ && !o.metrics_file.empty())
     metrics_ = std::make_unique<MetricsFile>(o.metrics_file, iteration_ > 0);
-  // MFU's denominator: the GEMM rate of the device the model runs on, measured now.
-  sgemm_gflops_ = backend ? measure_gemm_gflops(*backend, 2048) : measure_sgemm_gflops(512);
+  peak_ = mfu_peak(o, backend, memory_.ranks_on_machine);
   if (rank0_) {
-    print_banner(o, groups, engine_, batches_.loader(), valid_.loader != nullptr);
-    std::printf("  device %s, communication over %s\n", describe_backend(backend).c_str(), transport.c_str());
-    std::printf(
-        "  memory guard: each rank needs up to %s at its peak; this one may use %s (%s %s shared by %d "
-        "rank%s on its machine)\n",
-        format_bytes(size_t(memory_.need)).c_str(), format_bytes(size_t(memory_.budget)).c_str(),
-        memory_.source.c_str(), format_bytes(size_t(memory_.machine_memory)).c_str(),
-        memory_.ranks_on_machine, memory_.ranks_on_machine == 1 ? "" : "s");
+    print_banner(o, groups, engine_,
+                 {&batches_.loader(), valid_.loader != nullptr, describe_backend(backend), transport, peak_,
+                  memory_, valid_.note});
   }
-  if (rank0_ && !valid_.note.empty()) std::printf("  note: %s\n", valid_.note.c_str());
   std::signal(SIGTERM, on_stop_signal);
   std::signal(SIGINT, on_stop_signal);
 }
@@ -350,10 +258,7 @@ void Run::loop() {
     after_step(r, s, exit_now);
   }
   const std::vector<double> peaks = peak_rss_of_ranks();  // checkpoints included
-  if (rank0_) {
-    std::printf("peak RSS (VmHWM) per rank: %s; the memory guard predicted %s\n", peaks_text(peaks).c_str(),
-                format_bytes(size_t(memory_.need)).c_str());
-  }
+  if (rank0_) print_peak_rss(peaks, memory_);
 }
 
 StepMetrics Run::measure(const ZeroEngine::StepResult& r, double lr, double ms) {
@@ -367,7 +272,7 @@ StepMetrics Run::measure(const ZeroEngine::StepResult& r, double lr, double ms) 
   s.skipped_total = skipped_total_ += r.skipped ? 1 : 0;
   s.ms = ms;
   s.tokens_per_s = double(o_.global_batch) * o_.model.seq_len / (ms / 1000.0);
-  s.mfu = o_.model.model_flops_per_token() * s.tokens_per_s / world_.size() / (sgemm_gflops_ * 1e9);
+  s.mfu = o_.model.model_flops_per_token() * s.tokens_per_s / world_.size() / peak_.flops_per_s;
   s.device = o_.device;
   s.peak_rss_bytes = peak_rss_bytes();  // rank 0's (the metrics file is rank 0's)
   return s;
@@ -426,46 +331,13 @@ std::vector<double> Run::peak_rss_of_ranks() {
   return all;
 }
 
-// The engine's table (each state's arena peak) completed with what no arena holds, counted as the guard
-// counts it (the MPI ring's staging, the engine's start-up copy, checkpoint copies) and the process baseline
-// the guard measured: its total is the predicted peak, beside every rank's measured peak RSS. Gather and
-// bucket buffers and hpZ secondaries exist only once a step has run.
+// Every rank's peak RSS so far beside the memory the engine and the guard account for (a collective).
 void Run::print_memory_after_first_step() {
   const std::vector<double> peaks = peak_rss_of_ranks();
-  if (!rank0_) return;
-  const comm::Topology& t = host_world_.topology();
-  const MemoryNeed predicted = rank_memory_need(o_, t.num_nodes(), t.ranks_per_node, memory_.baseline);
-  std::printf(
-      "after the first step, memory per rank (ZeRO stage %d, %s, W = %d; arena peaks, then what the "
-      "arenas do not hold)\n",
-      o_.zero.stage, precision_name(o_.zero.precision), world_.size());
-  double total = 0;
-  auto row = [&](const std::string& state, double bytes, const std::string& note) {
-    total += bytes;
-    std::printf("  %-22s %12s%s%s\n", state.c_str(), format_bytes(size_t(bytes)).c_str(),
-                note.empty() ? "" : "   ", note.c_str());
-  };
-  for (const ZeroEngine::MemoryLine& line : engine_.memory()) {
-    row(line.state, double(line.bytes),
-        line.formula.empty()
-            ? ""
-            : "ZeRO formula " + line.formula + " = " + format_bytes(size_t(line.formula_bytes)));
+  if (rank0_) {
+    print_first_step_memory(o_, engine_, world_.size(), host_world_.topology(), memory_, peaks,
+                            backend_peak_device_bytes(backend_));
   }
-  for (const char* state :
-       {"communication staging", "start-up copy", "checkpoint copy", "process baseline"}) {
-    if (const double bytes = predicted.of(state); bytes > 0) {
-      row(state, bytes, std::string(state) == "process baseline" ? "measured before the engine" : "counted");
-    }
-  }
-  const double largest = *std::max_element(peaks.begin(), peaks.end());
-  std::printf("  %-22s %12s   the memory guard predicted %s\n", "total", format_bytes(size_t(total)).c_str(),
-              format_bytes(size_t(predicted.total)).c_str());
-  std::printf("  %-22s %12s   the largest of the ranks' (%s); the total is %+.1f%% of it\n",
-              "peak RSS (VmHWM)", format_bytes(size_t(largest)).c_str(), peaks_text(peaks).c_str(),
-              100 * (total / largest - 1));
-  if (const size_t peak = backend_peak_device_bytes(backend_); peak > 0)
-    std::printf("  device peak      %s (the most GPU memory rank 0 has held at once)\n",
-                bytes_text(double(peak)).c_str());
 }
 
 double Run::evaluate() {

@@ -14,6 +14,7 @@
 #include "model/params.h"
 #include "train/ds_config.h"
 #include "train/model_flags.h"
+#include "train/peak_flops.h"
 #include "train/units.h"
 #include "zero/engine.h"
 
@@ -777,8 +778,15 @@ bool parse_train_options(int argc, const char* const* argv, int world_size, Trai
       "gpt_train",
       "Trains GPT-2 with ZeRO / ZeRO++ over MPI: mpiexec -n N gpt_train [flags] (see README.md).");
   TrainFlags train(flags, options);
+  // gpt_train's own (bench/zeropp, the other user of TrainFlags, reports no MFU).
+  std::string peak_tflops;
+  flags.group("MFU");
+  flags.add_string("--peak-tflops", &peak_tflops,
+                   "dense peak TFLOP/s of what one rank computes on, MFU's denominator (default: the CPU "
+                   "cores' FMA peak or the GPU's datasheet figure, named in the banner)");
   if (!flags.parse(argc, argv)) return false;
   train.finish(world_size);
+  if (!peak_tflops.empty()) options->peak_tflops = parse_peak_tflops(peak_tflops);
   return true;
 }
 

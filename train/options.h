@@ -54,9 +54,12 @@ struct TrainOptions {
   double split_train = 1.0, split_valid = 0.0;  // --split as fractions of the windows (train first, in order)
   std::string vocab_file, merge_file;
   std::string deepspeed_config;
-  int ranks_per_node = 0;      // 0: detect real nodes
-  double comm_timeout = 600;   // --comm-timeout seconds without progress before the job is aborted; 0 = never
-  int threads = 0;             // 0: all cores
+  int ranks_per_node = 0;     // 0: detect real nodes
+  double comm_timeout = 600;  // --comm-timeout seconds without progress before the job is aborted; 0 = never
+  int threads = 0;            // 0: all cores
+  // --peak-tflops: the dense peak TFLOP/s of what one rank computes on, MFU's denominator; 0: the device's
+  // stated peak (train/peak_flops.h).
+  double peak_tflops = 0;
   std::string device = "cpu";  // --device cpu|cuda: the backend that holds and computes the model's state
   // --memory-limit: the machine's memory this job may use, shared by its ranks on the machine (the memory
   // guard, train/memory_guard.h); 0: MemAvailable from /proc/meminfo.

@@ -31,6 +31,14 @@ TINY=(--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --
   --micro-batch-size 2 --threads 1)
 out=$("$TRAIN" "${TINY[@]}" --train-iters 3 --data-path "$TMP/good.bin" 2>&1) || fail "training failed: $out"
 grep -q "step     3/3 | loss" <<<"$out" || fail "no step lines: $out"
+# MFU against the stated peak of the cores (named in the banner) cannot pass 100%, however busy the machine.
+grep -qE "^  MFU peak: 1 core x .* GFLOP/s per rank \(cores: 1 thread per rank" <<<"$out" ||
+  fail "no stated MFU peak: $out"
+awk -F'MFU ' '/^step/ { split($2, v, "%"); if (v[1] + 0 > 100) bad = 1 } END { exit bad }' <<<"$out" ||
+  fail "MFU over 100%: $out"
+out=$("$TRAIN" "${TINY[@]}" --train-iters 1 --peak-tflops 0.25 --data-path "$TMP/good.bin" 2>&1) ||
+  fail "training with --peak-tflops failed: $out"
+grep -qF "  MFU peak: 250 GFLOP/s per rank (--peak-tflops)" <<<"$out" || fail "--peak-tflops not named: $out"
 
 cp "$TMP/good.bin" "$TMP/magic.bin"
 printf '\x01' | dd of="$TMP/magic.bin" bs=1 seek=0 conv=notrunc status=none
@@ -53,6 +61,8 @@ expect_error "heads do not divide" "--hidden-size 30 is not divisible by --num-a
 expect_error "sequence too long" "--seq-length 2048 exceeds --max-position-embeddings 1024" \
   "$TRAIN" "${TINY[@]}" --seq-length 2048 --data-path "$TMP/good.bin"
 expect_error "learning rate" "--lr expects a number, got 'fast'" "$TRAIN" "${TINY[@]}" --lr fast
+expect_error "peak TFLOP/s" "--peak-tflops '-2' is not a positive number of TFLOP/s|for example 67" \
+  "$TRAIN" "${TINY[@]}" --data-path "$TMP/good.bin" --peak-tflops -2
 expect_error "unknown flag" "unknown flag --num-layer; did you mean --num-layers?" "$TRAIN" --num-layer 2
 expect_error "missing data" "--data-path is required" "$TRAIN" "${TINY[@]}"
 expect_error "unknown device" "--device tpu: unknown device; use one of cpu|cuda" \
