@@ -77,42 +77,46 @@ struct RowState {
   Real* o;
 };
 
-// Folds key columns [j0, j1) (all j <= i, j1 > j0) into row i's state: the online softmax step. s is scratch
-// for the tile's scores. The old o and l are rescaled by exp(m - m') when the max grows (exp(-inf) = 0 on
-// the first tile), so every p_j is exp(s_ij - current max) <= 1 and nothing overflows.
+// Folds key columns [j0, j1) (all j <= i, j1 > j0) into row i's state: the online softmax step. s [Bc] and
+// pv [hs] are scratch. The tile's own sums start from 0 (as a GEMM tile does), so a row's chains are a tile
+// long plus one fma per tile, not T long. The old l and o are rescaled by exp(m - m') when the max grows
+// (exp(-inf) = 0 on the first tile), so every p_j = exp(s_ij - current max) <= 1 and nothing overflows.
 template <typename Real>
-void online_softmax_step(RowState<Real>& row, Real* s, const Head<Real>& head, int i, int j0, int j1) {
+void online_softmax_step(RowState<Real>& row, Real* s, Real* pv, const Head<Real>& head, int i, int j0,
+                         int j1) {
   Real m_new = row.m;
   for (int j = j0; j < j1; ++j) {
     s[j - j0] = head.score(i, j);
     m_new = std::max(m_new, s[j - j0]);
   }
-  const Real alpha = std::exp(row.m - m_new);
-  row.l *= alpha;
-  for (int d = 0; d < head.hs; ++d) row.o[d] *= alpha;
+  Real rowsum = 0;  // the softmax's denominator counts every probability, dropped or not
+  std::fill(pv, pv + head.hs, Real(0));
   for (int j = j0; j < j1; ++j) {
     const Real p = std::exp(s[j - j0] - m_new);
-    row.l += p;  // the softmax's denominator counts every probability, dropped or not
+    rowsum += p;
     const Real pd = head.dropped(p, i, j);
     const Real* vj = head.v + j * head.stride;
-    for (int d = 0; d < head.hs; ++d) row.o[d] = std::fma(pd, vj[d], row.o[d]);
+    for (int d = 0; d < head.hs; ++d) pv[d] = std::fma(pd, vj[d], pv[d]);
   }
+  const Real alpha = std::exp(row.m - m_new);
+  row.l = std::fma(alpha, row.l, rowsum);
+  for (int d = 0; d < head.hs; ++d) row.o[d] = std::fma(alpha, row.o[d], pv[d]);
   row.m = m_new;
 }
 
 // One query tile [i0, i1) of one head: key tiles at or below the diagonal in ascending order, then the
 // normalization. out_rows points at row i0 of the head's output (rows C apart); lse_rows at its lse of row
-// i0. o and s are scratch of (i1 - i0) * hs and Bc values.
+// i0. o, s and pv are scratch of (i1 - i0) * hs, Bc and hs values.
 template <typename Real>
 void forward_query_tile(Real* out_rows, Real* lse_rows, const Head<Real>& head, int i0, int i1, int C,
-                        int cols, Real* o, Real* s) {
+                        int cols, Real* o, Real* s, Real* pv) {
   std::vector<RowState<Real>> rows(i1 - i0);
   for (int r = 0; r < i1 - i0; ++r) rows[r].o = o + int64_t(r) * head.hs;
   std::fill(o, o + int64_t(i1 - i0) * head.hs, Real(0));
   for (int j0 = 0; j0 < i1; j0 += cols) {  // causal: no key tile starts after the tile's last row
     for (int i = i0; i < i1; ++i) {
       const int j1 = std::min(j0 + cols, i + 1);  // the diagonal tile masks j > i
-      if (j1 > j0) online_softmax_step(rows[i - i0], s, head, i, j0, j1);
+      if (j1 > j0) online_softmax_step(rows[i - i0], s, pv, head, i, j0, j1);
     }
   }
   for (int i = i0; i < i1; ++i) {
@@ -126,25 +130,27 @@ void forward_query_tile(Real* out_rows, Real* lse_rows, const Head<Real>& head, 
 
 // ---- backward ----
 
-// The gradient state of one (sequence, head): its dout, out and lse rows, Dr_i = dot(dout_i, out_i), and the
-// accumulators dq [T, hs] and, for the key tile in progress, dk and dv [Bc, hs].
+// The gradient state of one (sequence, head): its dout, out and lse rows, Dr_i = dot(dout_i, out_i), the
+// accumulators dq [T, hs] and, for the key tile in progress, dk and dv [Bc, hs], and one block's partial sums
+// dq_part [Br, hs], dk_part and dv_part [Bc, hs].
 template <typename Real>
 struct HeadGrad {
   const Real* dout;  // dout_i,d = dout[i*C + d]; out likewise
   const Real* out;
   const Real* lse;  // [T]
   int C;
-  std::vector<Real> Dr, dq, dk, dv;
+  std::vector<Real> Dr, dq, dk, dv, dq_part, dk_part, dv_part;
 };
 
-// The contribution of query row i to key columns [j0, j1) (j1 <= i + 1): P recomputed from lse, dropout's
-// mask applied where P multiplied V in the forward, and dS through softmax's Jacobian.
+// The contribution of query row i (in the query tile from i0) to key columns [j0, j1) (j1 <= i + 1), into
+// the block's partial sums: P recomputed from lse, dropout's mask applied where P multiplied V in the
+// forward, and dS through softmax's Jacobian (scale folded in).
 template <typename Real>
-void backward_row(HeadGrad<Real>& g, const Head<Real>& head, int i, int j0, int j1) {
+void backward_row(HeadGrad<Real>& g, const Head<Real>& head, int i, int i0, int j0, int j1) {
   const int hs = head.hs;
   const Real* qi = head.q + i * head.stride;
   const Real* doi = g.dout + int64_t(i) * g.C;
-  Real* dqi = g.dq.data() + int64_t(i) * hs;
+  Real* dqi = g.dq_part.data() + int64_t(i - i0) * hs;
   for (int j = j0; j < j1; ++j) {
     const Real p = std::exp(head.score(i, j) - g.lse[i]);
     const Real* vj = head.v + j * head.stride;
@@ -152,14 +158,35 @@ void backward_row(HeadGrad<Real>& g, const Head<Real>& head, int i, int j0, int 
     const Real dp = dot(doi, vj, hs);  // dL/d(dropped P_ij)
     const Real ds = p * (head.dropped(dp, i, j) - g.Dr[i]) * head.scale;
     const Real pd = head.dropped(p, i, j);
-    Real* dvj = g.dv.data() + int64_t(j - j0) * hs;
-    Real* dkj = g.dk.data() + int64_t(j - j0) * hs;
+    Real* dvj = g.dv_part.data() + int64_t(j - j0) * hs;
+    Real* dkj = g.dk_part.data() + int64_t(j - j0) * hs;
     for (int d = 0; d < hs; ++d) {
       dvj[d] = std::fma(pd, doi[d], dvj[d]);
       dkj[d] = std::fma(ds, qi[d], dkj[d]);
       dqi[d] = std::fma(ds, kj[d], dqi[d]);
     }
   }
+}
+
+// acc[e] += part[e] for e < n.
+template <typename Real>
+void add_into(Real* acc, const Real* part, int64_t n) {
+  for (int64_t e = 0; e < n; ++e) acc[e] += part[e];
+}
+
+// One block: query tile [i0, i1) against key tile [j0, j1). Its sums start from 0 (rows ascending for dk and
+// dv, columns ascending for dq), then are added to the accumulators, as a GEMM tile accumulates: a sum's
+// chain is a tile long plus one addition per tile, not T long.
+template <typename Real>
+void backward_block(HeadGrad<Real>& g, const Head<Real>& head, int i0, int i1, int j0, int j1) {
+  const int64_t hs = head.hs;
+  std::fill(g.dq_part.begin(), g.dq_part.begin() + (i1 - i0) * hs, Real(0));
+  std::fill(g.dk_part.begin(), g.dk_part.begin() + (j1 - j0) * hs, Real(0));
+  std::fill(g.dv_part.begin(), g.dv_part.begin() + (j1 - j0) * hs, Real(0));
+  for (int i = std::max(i0, j0); i < i1; ++i) backward_row(g, head, i, i0, j0, std::min(j1, i + 1));
+  add_into(g.dq.data() + i0 * hs, g.dq_part.data(), (i1 - i0) * hs);
+  add_into(g.dk.data(), g.dk_part.data(), (j1 - j0) * hs);
+  add_into(g.dv.data(), g.dv_part.data(), (j1 - j0) * hs);
 }
 
 // One key tile [j0, j1): the query tiles that reach it (from the one holding j0, causal), then dk and dv
@@ -170,10 +197,8 @@ void backward_key_tile(HeadGrad<Real>& g, const Head<Real>& head, int j0, int j1
   const int hs = head.hs;
   std::fill(g.dk.begin(), g.dk.end(), Real(0));
   std::fill(g.dv.begin(), g.dv.end(), Real(0));
-  for (int i0 = j0 / rows * rows; i0 < head.T; i0 += rows) {
-    const int i1 = std::min(i0 + rows, head.T);
-    for (int i = std::max(i0, j0); i < i1; ++i) backward_row(g, head, i, j0, std::min(j1, i + 1));
-  }
+  for (int i0 = j0 / rows * rows; i0 < head.T; i0 += rows)
+    backward_block(g, head, i0, std::min(i0 + rows, head.T), j0, j1);
   for (int j = j0; j < j1; ++j) {
     Real* dk = dk_rows + (j - j0) * head.stride;
     Real* dv = dv_rows + (j - j0) * head.stride;
@@ -209,8 +234,8 @@ void flash_attention_forward(Real* out, Real* lse, const Real* qkv, int B, int T
   const int hs = C / NH;
 #pragma omp parallel
   {
-    // One query tile's scratch per thread: o [Br, hs] and the scores of one row's key tile [Bc].
-    std::vector<Real> o(int64_t(tiles.rows) * hs), s(tiles.cols);
+    // One query tile's scratch per thread: o [Br, hs], and one row's key tile's scores [Bc] and P V [hs].
+    std::vector<Real> o(int64_t(tiles.rows) * hs), s(tiles.cols), pv(hs);
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; ++bh) {
       const int b = bh / NH, h = bh % NH;
@@ -219,7 +244,7 @@ void flash_attention_forward(Real* out, Real* lse, const Real* qkv, int B, int T
         const int i1 = std::min(i0 + tiles.rows, T);
         Real* out_rows = out + (int64_t(b) * T + i0) * C + int64_t(h) * hs;
         Real* lse_rows = lse + int64_t(bh) * T + i0;
-        forward_query_tile(out_rows, lse_rows, head, i0, i1, C, tiles.cols, o.data(), s.data());
+        forward_query_tile(out_rows, lse_rows, head, i0, i1, C, tiles.cols, o.data(), s.data(), pv.data());
       }
     }
   }
@@ -237,6 +262,9 @@ void flash_attention_backward(Real* dqkv, const Real* dout, const Real* qkv, con
     g.dq.resize(int64_t(T) * hs);
     g.dk.resize(int64_t(tiles.cols) * hs);
     g.dv.resize(int64_t(tiles.cols) * hs);
+    g.dq_part.resize(int64_t(tiles.rows) * hs);
+    g.dk_part.resize(int64_t(tiles.cols) * hs);
+    g.dv_part.resize(int64_t(tiles.cols) * hs);
 #pragma omp for schedule(static)
     for (int bh = 0; bh < B * NH; ++bh) {
       const int b = bh / NH, h = bh % NH;
