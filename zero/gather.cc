@@ -154,8 +154,15 @@ void WeightGatherer::post(size_t index) {
     // qwZ may quantize the shard here: the ops finish it before the communicator reads the bytes.
     const void* own = config_.quantized_weights ? quantized_own_shard(unit) : own_shard(unit);
     slot.holds_swapped_shard = swap_ && !config_.quantized_weights;
-    context_.before_communication();
-    slot.request = dp_.all_gather(own, slot.wire, per_rank, phase_);
+    if (dp_.size() == 1) {
+      // One rank: the gather is a copy of the own shard, made by the backend in its order (the request stays
+      // complete).
+      const int64_t n = int64_t(per_rank);
+      ops_.copy(context_.view(slot.wire, n, DType::kI8), context_.view(own, n, DType::kI8));
+    } else {
+      context_.before_communication();
+      slot.request = dp_.all_gather(own, slot.wire, per_rank, phase_);
+    }
   }
   events_.add(EngineEvent::Kind::kPostGather, names_[unit], phase_ == comm::Phase::kParamGatherBwd);
   slots_.push_back(std::move(slot));
