@@ -148,7 +148,7 @@ void WeightGatherer::post(size_t index) {
   if (slot.from_secondary) {
     // hpZ: the h ranks of this node's group hold consecutive runs of W/h shards; a ring among them rebuilds
     // the rank-major buffer of all W shards without leaving the node.
-    context_.before_communication();
+    context_.before_communication(*hpz_);
     slot.request = hpz_->all_gather(secondaries_[unit], slot.wire, secondary_bytes(unit), phase_);
   } else {
     // qwZ may quantize the shard here: the ops finish it before the communicator reads the bytes.
@@ -160,7 +160,7 @@ void WeightGatherer::post(size_t index) {
       const int64_t n = int64_t(per_rank);
       ops_.copy(context_.view(slot.wire, n, DType::kI8), context_.view(own, n, DType::kI8));
     } else {
-      context_.before_communication();
+      context_.before_communication(dp_);
       slot.request = dp_.all_gather(own, slot.wire, per_rank, phase_);
     }
   }

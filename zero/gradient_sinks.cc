@@ -68,7 +68,7 @@ class AllReducedGradients final : public FullGradients<Real> {
     // One rank: the all-reduce would return its input (a sum of one, times 1); the casts stay, so the
     // gradients are rounded to the wire dtype as with more ranks.
     if (dp_.size() > 1) {
-      context_.before_communication();
+      context_.before_communication(dp_);
       dp_.all_reduce(wire, wire_, P, 1.0f, comm::Phase::kGradReduce).wait();
     }
     context_.ops.cast(context_.view(grad_, P, kLoop), context_.view(wire, P, wire_));
@@ -104,7 +104,7 @@ class ReduceScatteredGradients final : public FullGradients<Real> {
     } else {
       Real* shard =
           static_cast<Real*>(context_.wire.allocate("reduced gradient shard", "buffers", S * sizeof(Real)));
-      context_.before_communication();
+      context_.before_communication(dp_);
       dp_.reduce_scatter(send, wire_, shard, S, 1.0f, comm::Phase::kGradReduce).wait();
       context_.ops.copy(context_.view(grad_, S, kLoop), context_.view(shard, S, kLoop));
       context_.wire.release(shard);

@@ -200,7 +200,7 @@ void GradientReducer::post(int bucket) {
     // request stays complete.
     ops_.cast(context_.view(p.recv, chunk, accumulation_), context_.view(p.send, chunk, precision_));
   } else {
-    context_.before_communication();
+    context_.before_communication(dp_);
     p.request = dp_.reduce_scatter(p.send, precision_, p.recv, size_t(chunk), 1.0f, comm::Phase::kGradReduce);
   }
   events_.add(EngineEvent::Kind::kPostReduce, label, true);

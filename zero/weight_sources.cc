@@ -95,7 +95,7 @@ class RegatheredWeights final : public ReplicatedWeights<Real> {
     if (dp_.size() == 1) return refresh_alone(master, cb);
     void* shard = context_.wire.allocate("compute-weight shard", "buffers", S * cb);
     context_.ops.cast(context_.view(shard, S, dtype_), context_.view(master, S, kLoop));
-    context_.before_communication();
+    context_.before_communication(dp_);
     for (const UnitPartition& u : partition_.units()) {
       dp_.all_gather(static_cast<uint8_t*>(shard) + u.shard_offset * cb,
                      static_cast<uint8_t*>(compute_) + u.padded_offset * cb, u.shard * cb,

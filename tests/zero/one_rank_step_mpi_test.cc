@@ -32,6 +32,7 @@ class CountingCommunicator final : public comm::Communicator {
   int world_rank_of(int group_rank) const override { return inner_.world_rank_of(group_rank); }
   const comm::Topology& topology() const override { return inner_.topology(); }
   comm::TrafficMeter& meter() const override { return inner_.meter(); }
+  bool orders_after_device_work() const override { return inner_.orders_after_device_work(); }
   std::unique_ptr<comm::Communicator> subgroup(const std::vector<int>& world_ranks) override {
     std::unique_ptr<comm::Communicator> group = inner_.subgroup(world_ranks);
     if (!group) return nullptr;
