@@ -160,5 +160,38 @@ TEST_CASE("one data-parallel rank: no collective in a step, the same bits as the
   }
 }
 
+// The host synchronizations a step must make at one rank, with k micro-batches (model/loop.cc,
+// zero/engine.cc):
+//   2k  the uploads of each micro-batch's inputs and targets: an upload returns once the host array may be
+//       reused, and the CUDA backend's upload from pageable memory waits for its copy
+//       (kernels/cuda/cuda_ops.cc);
+//   k   each micro-batch's loss, which the layer loop returns as a number (ops.sum over the losses);
+//   1   the overflow flag (all_finite over the gradient shard), for the loss scaler;
+//   1   the squared gradient norm (sum_of_squares), for clipping and the step's result.
+// Nothing else: no synchronization before a collective (there is none at one rank), and none in the
+// optimizer, whose updates stay queued. A step's gradient-bucket and wire-buffer releases run the queued ops
+// on the checked backend (release_waits); on the CUDA backend its wire memory is kept and a released block is
+// retired with an event instead (tensor/kept_block_source.h), so they are not counted here.
+int64_t required_synchronizations(int micro_batches) {
+  return 3 * int64_t(micro_batches) + 2;
+}
+
+TEST_CASE("one data-parallel rank: a step synchronizes with the host only to read what it must") {
+  REQUIRE(comm::testing::world().size() == 1);
+  const GPTConfig model = testing::tiny_model();
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (int accumulation : {1, 2, 3}) {
+      testing::RunSpec spec = spec_for(stage, stage % 2 == 0 ? DType::kF32 : DType::kBF16);
+      spec.accumulation = accumulation;
+      const Run run = run_counted(model, spec);
+      INFO("stage " << stage << ", " << accumulation << " micro-batches: " << describe(run));
+      for (const StepRecord& step : run.steps) {
+        CHECK_FALSE(step.result.skipped);
+        CHECK(step.host_synchronizations == required_synchronizations(accumulation));
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gpt
