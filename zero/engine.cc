@@ -78,7 +78,7 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
   }
   for (const UnitInfo& u : table_.units) unit_names_.push_back(u.name);
   const int64_t S = partition_.shard_total();
-  if (config.offload.optimizer_on_nvme() || config.offload.param_on_nvme()) {
+  if (config.offload.swaps_through_wire()) {
     offload_ = std::make_unique<OffloadStore>(config_, partition_, dp.topology().world_rank, context_);
     notes_.insert(notes_.end(), offload_->notes().begin(), offload_->notes().end());
   }

@@ -3,7 +3,6 @@
 #include "zero/gather.h"
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -227,10 +226,12 @@ void WeightGatherer::release(int unit) {
       throw std::logic_error("WeightGatherer: " + names_[unit] + " released before acquired");
     if (hpz_ && !it->from_secondary && !secondaries_[unit]) {
       // Keep this rank's slice of the group's share: the bytes of shards [j W/h, (j+1) W/h), j = rank mod h,
-      // exactly as they arrived.
+      // exactly as they arrived. Copied by an op: wire memory may be device memory (under NCCL).
       const size_t bytes = secondary_bytes(unit);
       secondaries_[unit] = context_.wire.allocate("hpZ secondary " + names_[unit], "hpZ secondary", bytes);
-      std::memcpy(secondaries_[unit], static_cast<uint8_t*>(it->wire) + size_t(hpz_->rank()) * bytes, bytes);
+      ops_.copy(context_.view(secondaries_[unit], int64_t(bytes), DType::kI8),
+                context_.view(static_cast<uint8_t*>(it->wire) + size_t(hpz_->rank()) * bytes, int64_t(bytes),
+                              DType::kI8));
       secondary_peak_ = std::max(secondary_peak_, secondary_bytes_held());
     }
     give_buffer(context_.wire, it->wire, it->wire_capacity);
