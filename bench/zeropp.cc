@@ -177,7 +177,8 @@ int run(gpt::comm::MpiSession& session, int argc, char** argv) {
   auto world = session.world(mpi);
   if (o.threads > 0) gpt::cpu::set_num_threads(o.threads);
   const std::unique_ptr<gpt::Ops> backend = gpt::make_backend(o.device, world->topology().machine_rank());
-  const gpt::DeviceWorld device_world = gpt::make_device_world(*world, backend.get(), o.comm_timeout);
+  const gpt::DeviceWorld device_world =
+      gpt::make_device_world(*world, backend.get(), o.comm_timeout, o.zero.offload.swaps_through_wire());
   gpt::comm::Communicator& training_world = device_world.nccl ? *device_world.nccl : *world;
   std::unique_ptr<gpt::data::ValidLoader> valid;
   if (!bench.valid_data_path.empty()) {

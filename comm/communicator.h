@@ -106,6 +106,14 @@ class Communicator {
   virtual int world_rank_of(int group_rank) const = 0;
   virtual const Topology& topology() const = 0;
   virtual TrafficMeter& meter() const = 0;
+  // Whether an operation issued here is ordered after the device work issued before the call, so that a
+  // caller whose device backend still has work queued (a GPU stream writing a send buffer, or yet to read a
+  // buffer the operation will overwrite) may issue it without waiting. false (MPI): the communicator reads
+  // and writes the buffers on the host and sees no device work; the caller must finish that work first
+  // (zero/context.h, EngineContext::before_communication). true (NCCL with an input stream): the operation
+  // runs on the communicator's stream behind an event recorded on the compute stream at the call. Either way
+  // the outputs are complete, for the host and every stream, once the Request's wait() returns.
+  virtual bool orders_after_device_work() const = 0;
 
   // A communicator over a subset of this communicator's ranks, given as world ranks in group-rank order (for
   // example a node's ranks, or the ranks with the same local index on every node). Every world rank must call

@@ -41,6 +41,7 @@ class MpiCommunicator final : public Communicator {
   }
   const Topology& topology() const override { return engine_->topology(); }
   TrafficMeter& meter() const override { return engine_->meter(); }
+  bool orders_after_device_work() const override { return false; }  // the host moves the bytes
 
   std::unique_ptr<Communicator> subgroup(const std::vector<int>& world_ranks) override {
     const int me = engine_->topology().world_rank;

@@ -418,6 +418,8 @@ class NcclCommunicator final : public Communicator {
   }
   const Topology& topology() const override { return topology_; }
   TrafficMeter& meter() const override { return meter_; }
+  // issue() makes the stream wait for an event recorded on the input stream (the compute stream) at the call.
+  bool orders_after_device_work() const override { return options_.input_stream != nullptr; }
 
   std::unique_ptr<Communicator> subgroup(const std::vector<int>& world_ranks) override;
   Request all_gather(const void* send, void* recv, size_t bytes_per_rank, Phase phase) override;

@@ -9,9 +9,13 @@
 //   thread; different Communicators use different streams and run concurrently.
 // - Inputs: when options.input_stream is set (the compute stream, e.g. the CUDA backend's Context::stream()),
 //   each operation first makes its stream wait for the work already enqueued there, so a buffer written by an
-//   earlier kernel is complete before NCCL reads it. Outputs: a Request completes once a CUDA event recorded
-//   after the operation has fired; the completion thread polls the events in order (a short spin, then
-//   sleeps of at most options.max_poll_sleep_us), so after wait() the host and any stream may use the output.
+//   earlier kernel is complete before NCCL reads it, and a kernel issued earlier that still reads a buffer
+//   the operation overwrites has finished too; orders_after_device_work() says so (true then), and the
+//   engine issues the operation without synchronizing the device first (zero/context.h). Outputs: a Request
+//   completes once a CUDA event recorded after the operation has fired; the completion thread polls the
+//   events in order (a short spin, then sleeps of at most options.max_poll_sleep_us), so after wait() the
+//   host and any stream may use the output. wait() blocks the host until then (no stream waits on the
+//   operation's event instead): ops issued after it are ordered after the operation by the host's wait.
 // - Buffers are device pointers or mapped pinned host pointers (NCCL reads them through unified addressing).
 //   Pageable host memory (a std::vector, say sum_over_ranks' words) is staged through device memory; such an
 //   operation returns only when it is complete (the copy back to pageable memory waits), so use it for small

@@ -11,9 +11,11 @@
 // Ops run in issue order on one stream of the backend: a CPU backend completes each call before it returns;
 // an asynchronous backend must complete all earlier work before an op returns a value to the host (sum,
 // sum_of_squares, all_finite, download) and before synchronize() returns.
-// The communicator reads and writes wire memory on the host and knows nothing of pending ops: callers
-// synchronize() before handing wire memory to it (zero/context.h, EngineContext::before_communication), and
-// a backend's release of a memory block waits for the ops that may still use it.
+// A host communicator (MPI) reads and writes wire memory on the host and knows nothing of pending ops:
+// callers synchronize() before handing wire memory to it (zero/context.h,
+// EngineContext::before_communication; a communicator that orders itself after the device's work, NCCL on the
+// backend's stream, needs no wait), and a backend's release of a memory block waits for the ops that may
+// still use it.
 //
 // Float ops take fp32 or fp64 tensors (fp64 for the gradient checks), all float tensors of one call the same
 // dtype. Shapes give the sizes: [N, C] rows for LayerNorm and linear, [B, T, C] activations, [B, NH, T, T]

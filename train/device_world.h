@@ -17,7 +17,11 @@ struct DeviceWorld {
 };
 
 // Collective over mpi_world (every rank calls it with its own backend, null for the CPU). mpi_world must
-// outlive the result.
-DeviceWorld make_device_world(comm::Communicator& mpi_world, Ops* backend, double comm_timeout_s);
+// outlive the result. Under NCCL the CUDA backend's wire memory becomes device memory (NCCL moves it on the
+// GPU), unless host_uses_wire: the run's host code reads and writes wire buffers (ZeRO-Infinity's swap
+// buffers, filled and drained by the disk), which then stay pinned host memory. Call before the backend's
+// wire memory is first used (before the engine is built).
+DeviceWorld make_device_world(comm::Communicator& mpi_world, Ops* backend, double comm_timeout_s,
+                              bool host_uses_wire);
 
 }  // namespace gpt

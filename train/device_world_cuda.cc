@@ -12,12 +12,14 @@
 
 namespace gpt {
 
-DeviceWorld make_device_world(comm::Communicator& mpi_world, Ops* backend, double comm_timeout_s) {
-  const auto* gpu = dynamic_cast<const cuda::CudaOps*>(backend);
+DeviceWorld make_device_world(comm::Communicator& mpi_world, Ops* backend, double comm_timeout_s,
+                              bool host_uses_wire) {
+  auto* gpu = dynamic_cast<cuda::CudaOps*>(backend);
   if (!gpu) return {nullptr, "MPI"};
 #ifdef GPT_WITHOUT_NCCL
   (void)mpi_world;
   (void)comm_timeout_s;
+  (void)host_uses_wire;
   return {nullptr, "MPI with host staging (built without NCCL)"};
 #else
   // Collective, so every rank learns the same answer; -1 everywhere unless each rank has its own GPU.
@@ -31,7 +33,12 @@ DeviceWorld make_device_world(comm::Communicator& mpi_world, Ops* backend, doubl
   options.device = device;
   options.input_stream = gpu->context().stream();
   options.comm_timeout_s = comm_timeout_s;
-  return {comm::make_nccl_communicator(mpi_world, options), "NCCL"};
+  std::unique_ptr<comm::Communicator> nccl = comm::make_nccl_communicator(mpi_world, options);
+  // NCCL reads and writes the wire buffers on the GPU: in device memory they never cross PCIe. MPI with host
+  // staging above, and a run whose host code touches them, keep them pinned host memory.
+  if (host_uses_wire) return {std::move(nccl), "NCCL (wire buffers in pinned host memory: offload)"};
+  gpu->keep_wire_memory_on_device();
+  return {std::move(nccl), "NCCL (wire buffers in device memory)"};
 #endif
 }
 

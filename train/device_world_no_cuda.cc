@@ -3,8 +3,8 @@
 
 namespace gpt {
 
-DeviceWorld make_device_world(comm::Communicator& /*mpi_world*/, Ops* /*backend*/,
-                              double /*comm_timeout_s*/) {
+DeviceWorld make_device_world(comm::Communicator& /*mpi_world*/, Ops* /*backend*/, double /*comm_timeout_s*/,
+                              bool /*host_uses_wire*/) {
   return {nullptr, "MPI"};
 }
 

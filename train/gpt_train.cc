@@ -363,7 +363,8 @@ void Run::save(const char* why) {
 int train(const TrainOptions& o, comm::Communicator& world) {
   if (o.threads > 0) cpu::set_num_threads(o.threads);
   const std::unique_ptr<Ops> backend = make_backend(o.device, world.topology().machine_rank());
-  const DeviceWorld device_world = make_device_world(world, backend.get(), o.comm_timeout);
+  const DeviceWorld device_world =
+      make_device_world(world, backend.get(), o.comm_timeout, o.zero.offload.swaps_through_wire());
   const ParallelGroups groups(device_world.nccl ? *device_world.nccl : world, o.tensor_parallel);
   Run run(o, groups, backend.get(), device_world.description, world);
   run.loop();

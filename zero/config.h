@@ -55,6 +55,9 @@ struct OffloadConfig {
 
   bool optimizer_on_nvme() const { return optimizer == OffloadDevice::kNvme; }
   bool param_on_nvme() const { return param == OffloadDevice::kNvme; }
+  // The engine's swap buffers (zero/offload_store.h) live in wire memory, and the disk reads and writes them
+  // from the host: wire memory must stay host memory (train/device_world.h).
+  bool swaps_through_wire() const { return optimizer_on_nvme() || param_on_nvme(); }
 };
 
 struct ZeroConfig {

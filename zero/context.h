@@ -26,11 +26,14 @@ struct EngineContext {
     return view(const_cast<void*>(data), n, dtype);
   }
 
-  // Call before handing wire memory to the communicator. An asynchronous backend (a GPU stream) may still be
-  // writing a send buffer, or have yet to read a buffer the communicator is about to overwrite; the
-  // communicator works on the host and sees neither, so every op issued so far must finish first. (A CPU
-  // backend has nothing pending.)
-  void before_communication() const { ops.synchronize(); }
+  // Call before handing wire memory to `comm`. An asynchronous backend (a GPU stream) may still be writing a
+  // send buffer, or have yet to read a buffer the communicator is about to overwrite. A communicator that
+  // works on the host (MPI) sees neither, so every op issued so far must finish first (a CPU backend has
+  // nothing pending); one that orders its operations after the device work issued before them (NCCL on the
+  // backend's stream, comm::Communicator::orders_after_device_work) needs no wait from the host.
+  void before_communication(const comm::Communicator& comm) const {
+    if (!comm.orders_after_device_work()) ops.synchronize();
+  }
 };
 
 // The dtype the layer loop computes in for compute weights of `precision`: fp32 for fp32/fp16/bf16, fp64 for

@@ -77,7 +77,7 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
   }
   for (const UnitInfo& u : table_.units) unit_names_.push_back(u.name);
   const int64_t S = partition_.shard_total();
-  if (config.offload.optimizer_on_nvme() || config.offload.param_on_nvme()) {
+  if (config.offload.swaps_through_wire()) {
     offload_ = std::make_unique<OffloadStore>(config_, partition_, dp.topology().world_rank, context_);
     notes_.insert(notes_.end(), offload_->notes().begin(), offload_->notes().end());
   }
@@ -342,13 +342,16 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
 }
 
 void ZeroEngine::sum_over_world(float* values, int n, float scale, comm::Phase phase) {
-  dp_.all_reduce(values, DType::kF32, size_t(n), scale, phase).wait();
+  // One data-parallel rank and scale 1: the sum is the values themselves.
+  if (dp_.size() > 1 || scale != 1.0f) dp_.all_reduce(values, DType::kF32, size_t(n), scale, phase).wait();
   if (tp_comm_) tp_comm_->all_reduce(values, DType::kF32, size_t(n), 1.0f, phase).wait();
 }
 
 double ZeroEngine::evaluate(const MicroBatch& micro_batch) {
   float loss = float(forward(micro_batch, false, comm::Phase::kEval));
-  dp_.all_reduce(&loss, DType::kF32, 1, 1.0f / float(dp_.size()), comm::Phase::kEval).wait();
+  // One data-parallel rank: the mean is the loss itself.
+  if (dp_.size() > 1)
+    dp_.all_reduce(&loss, DType::kF32, 1, 1.0f / float(dp_.size()), comm::Phase::kEval).wait();
   return loss;
 }
 

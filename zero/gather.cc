@@ -3,7 +3,6 @@
 #include "zero/gather.h"
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -148,14 +147,21 @@ void WeightGatherer::post(size_t index) {
   if (slot.from_secondary) {
     // hpZ: the h ranks of this node's group hold consecutive runs of W/h shards; a ring among them rebuilds
     // the rank-major buffer of all W shards without leaving the node.
-    context_.before_communication();
+    context_.before_communication(*hpz_);
     slot.request = hpz_->all_gather(secondaries_[unit], slot.wire, secondary_bytes(unit), phase_);
   } else {
     // qwZ may quantize the shard here: the ops finish it before the communicator reads the bytes.
     const void* own = config_.quantized_weights ? quantized_own_shard(unit) : own_shard(unit);
     slot.holds_swapped_shard = swap_ && !config_.quantized_weights;
-    context_.before_communication();
-    slot.request = dp_.all_gather(own, slot.wire, per_rank, phase_);
+    if (dp_.size() == 1) {
+      // One rank: the gather is a copy of the own shard, made by the backend in its order (the request stays
+      // complete).
+      const int64_t n = int64_t(per_rank);
+      ops_.copy(context_.view(slot.wire, n, DType::kI8), context_.view(own, n, DType::kI8));
+    } else {
+      context_.before_communication(dp_);
+      slot.request = dp_.all_gather(own, slot.wire, per_rank, phase_);
+    }
   }
   events_.add(EngineEvent::Kind::kPostGather, names_[unit], phase_ == comm::Phase::kParamGatherBwd);
   slots_.push_back(std::move(slot));
@@ -220,10 +226,12 @@ void WeightGatherer::release(int unit) {
       throw std::logic_error("WeightGatherer: " + names_[unit] + " released before acquired");
     if (hpz_ && !it->from_secondary && !secondaries_[unit]) {
       // Keep this rank's slice of the group's share: the bytes of shards [j W/h, (j+1) W/h), j = rank mod h,
-      // exactly as they arrived.
+      // exactly as they arrived. Copied by an op: wire memory may be device memory (under NCCL).
       const size_t bytes = secondary_bytes(unit);
       secondaries_[unit] = context_.wire.allocate("hpZ secondary " + names_[unit], "hpZ secondary", bytes);
-      std::memcpy(secondaries_[unit], static_cast<uint8_t*>(it->wire) + size_t(hpz_->rank()) * bytes, bytes);
+      ops_.copy(context_.view(secondaries_[unit], int64_t(bytes), DType::kI8),
+                context_.view(static_cast<uint8_t*>(it->wire) + size_t(hpz_->rank()) * bytes, int64_t(bytes),
+                              DType::kI8));
       secondary_peak_ = std::max(secondary_peak_, secondary_bytes_held());
     }
     give_buffer(context_.wire, it->wire, it->wire_capacity);

@@ -65,8 +65,12 @@ class AllReducedGradients final : public FullGradients<Real> {
     void* wire = context_.wire.allocate("gradients on the wire", "buffers", dtype_bytes(wire_, P));
     context_.ops.cast(context_.view(wire, P, wire_), context_.view(grad_, P, kLoop),
                       1.0f / float(dp_.size()));
-    context_.before_communication();
-    dp_.all_reduce(wire, wire_, P, 1.0f, comm::Phase::kGradReduce).wait();
+    // One rank: the all-reduce would return its input (a sum of one, times 1); the casts stay, so the
+    // gradients are rounded to the wire dtype as with more ranks.
+    if (dp_.size() > 1) {
+      context_.before_communication(dp_);
+      dp_.all_reduce(wire, wire_, P, 1.0f, comm::Phase::kGradReduce).wait();
+    }
     context_.ops.cast(context_.view(grad_, P, kLoop), context_.view(wire, P, wire_));
     context_.wire.release(wire);
   }
@@ -94,13 +98,18 @@ class ReduceScatteredGradients final : public FullGradients<Real> {
                           1.0f / float(W));
       }
     }
-    Real* shard =
-        static_cast<Real*>(context_.wire.allocate("reduced gradient shard", "buffers", S * sizeof(Real)));
-    context_.before_communication();
-    dp_.reduce_scatter(send, wire_, shard, S, 1.0f, comm::Phase::kGradReduce).wait();
-    context_.ops.copy(context_.view(grad_, S, kLoop), context_.view(shard, S, kLoop));
+    if (W == 1) {
+      // One rank: the reduce-scatter would write its input widened to the loop dtype (times 1).
+      context_.ops.cast(context_.view(grad_, S, kLoop), context_.view(send, S, wire_));
+    } else {
+      Real* shard =
+          static_cast<Real*>(context_.wire.allocate("reduced gradient shard", "buffers", S * sizeof(Real)));
+      context_.before_communication(dp_);
+      dp_.reduce_scatter(send, wire_, shard, S, 1.0f, comm::Phase::kGradReduce).wait();
+      context_.ops.copy(context_.view(grad_, S, kLoop), context_.view(shard, S, kLoop));
+      context_.wire.release(shard);
+    }
     context_.wire.release(send);
-    context_.wire.release(shard);
   }
 };
 

@@ -82,7 +82,7 @@ void qgz_start(const EngineContext& context, comm::Communicator& node, comm::Com
   }
   *finite = ok;
   const std::vector<size_t> bytes(L, size_t(N) * qb);
-  context.before_communication();
+  context.before_communication(node);
   exchange.request = node.all_to_all_v(exchange.send, bytes, exchange.recv, bytes, phase);
 }
 
@@ -109,7 +109,7 @@ void qgz_cross(const EngineContext& context, comm::Communicator& node, comm::Com
   quantize_hop(context, exchange.send, partial, feedback.cross, chunk, N, kQuantizedGradientBits, settings);
   context.wire.release(partial);
   const std::vector<size_t> bytes(N, q2);
-  context.before_communication();
+  context.before_communication(cross);
   exchange.request = cross.all_to_all_v(exchange.send, bytes, exchange.recv, bytes, phase);
   exchange.crossed = true;
 }

@@ -195,8 +195,12 @@ void GradientReducer::post(int bucket) {
     qgz_start(context_, *qgz_node_, *qgz_cross_, static_cast<const float*>(p.send), chunk, qgz_,
               feedback_of(bucket), p.qgz, &finite, comm::Phase::kGradReduce);
     local_finite_ = local_finite_ && finite;
+  } else if (dp_.size() == 1) {
+    // One rank: the reduce-scatter would write its input widened to the accumulation dtype (times 1); the
+    // request stays complete.
+    ops_.cast(context_.view(p.recv, chunk, accumulation_), context_.view(p.send, chunk, precision_));
   } else {
-    context_.before_communication();
+    context_.before_communication(dp_);
     p.request = dp_.reduce_scatter(p.send, precision_, p.recv, size_t(chunk), 1.0f, comm::Phase::kGradReduce);
   }
   events_.add(EngineEvent::Kind::kPostReduce, label, true);

@@ -40,7 +40,7 @@ void CommTensorGroup::all_reduce(const Tensor& x, TensorTraffic traffic) {
   const int64_t n = x.numel();
   const Tensor wire = staging(n, x.dtype);
   context_.ops.copy(wire, x);
-  context_.before_communication();
+  context_.before_communication(comm_);
   comm_.all_reduce(wire.data, x.dtype, size_t(n), 1.0f, tensor_phase(traffic)).wait();
   context_.ops.copy(x, wire);
 }
@@ -50,7 +50,7 @@ void CommTensorGroup::all_gather(const Tensor& out, const Tensor& x, TensorTraff
   const Tensor wire = staging(n * size(), x.dtype);
   const Tensor mine = part(wire, n * rank(), n);
   context_.ops.copy(mine, x);
-  context_.before_communication();
+  context_.before_communication(comm_);
   comm_.all_gather(mine.data, wire.data, dtype_bytes(x.dtype, n), tensor_phase(traffic)).wait();
   context_.ops.copy(out, wire);
 }
@@ -60,7 +60,7 @@ void CommTensorGroup::reduce_scatter(const Tensor& out, const Tensor& x, TensorT
   const Tensor wire = staging(n * size(), x.dtype);
   const Tensor mine = part(wire, n * rank(), n);
   context_.ops.copy(wire, x);
-  context_.before_communication();
+  context_.before_communication(comm_);
   // In place: this rank's sum lands on its own part of the send buffer (allowed for fp32 and fp64 data).
   comm_.reduce_scatter(wire.data, x.dtype, mine.data, size_t(n), 1.0f, tensor_phase(traffic)).wait();
   context_.ops.copy(out, mine);

@@ -92,9 +92,10 @@ class RegatheredWeights final : public ReplicatedWeights<Real> {
   void refresh(const Real* master) override {
     const int64_t S = partition_.shard_total();
     const size_t cb = dtype_size(dtype_);
+    if (dp_.size() == 1) return refresh_alone(master, cb);
     void* shard = context_.wire.allocate("compute-weight shard", "buffers", S * cb);
     context_.ops.cast(context_.view(shard, S, dtype_), context_.view(master, S, kLoop));
-    context_.before_communication();
+    context_.before_communication(dp_);
     for (const UnitPartition& u : partition_.units()) {
       dp_.all_gather(static_cast<uint8_t*>(shard) + u.shard_offset * cb,
                      static_cast<uint8_t*>(compute_) + u.padded_offset * cb, u.shard * cb,
@@ -106,6 +107,17 @@ class RegatheredWeights final : public ReplicatedWeights<Real> {
   }
 
  private:
+  // One rank: each unit's shard is the whole unit; it is rounded straight into its place in the padded
+  // layout, where the gather would have copied it.
+  void refresh_alone(const Real* master, size_t cb) {
+    for (const UnitPartition& u : partition_.units()) {
+      context_.ops.cast(
+          context_.view(static_cast<uint8_t*>(compute_) + u.padded_offset * cb, u.shard, dtype_),
+          context_.view(master + u.shard_offset, u.shard, kLoop));
+    }
+    Base::widen();
+  }
+
   comm::Communicator& dp_;
 };
 

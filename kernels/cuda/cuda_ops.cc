@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,22 @@ void PinnedBlockSource::reuse(void* block, size_t bytes) {
   }
   if (event) GPT_CUDA_CHECK(cudaEventSynchronize(event));  // usually long done: the last step's work
   std::memset(block, 0, bytes);
+}
+
+void DeviceWireMemory::reuse(void* block, size_t bytes) {
+  GPT_CUDA_CHECK(cudaMemsetAsync(block, 0, bytes, context_.stream()));
+}
+
+BlockSource& CudaOps::wire_memory() {
+  wire_handed_out_ = true;
+  if (wire_on_device_) return device_wire_memory_;
+  return wire_memory_;
+}
+
+void CudaOps::keep_wire_memory_on_device() {
+  if (wire_handed_out_ && !wire_on_device_)
+    throw std::logic_error("CudaOps: wire memory moved to the device after it was handed out");
+  wire_on_device_ = true;
 }
 
 void CudaOps::upload(const Tensor& dst, const void* host) {

@@ -38,6 +38,24 @@ class PinnedBlockSource final : public gpt::BlockSource {
   std::unordered_map<void*, cudaEvent_t> retired_;  // a block's event, recorded when it was last given back
 };
 
+// Wire memory in device memory, for a communicator that reads and writes it on the device (NCCL): gathers and
+// reductions then stay on the GPU instead of crossing PCIe twice. Blocks come from `memory` (counted in the
+// device peak); a kept block handed out again is zero-filled on the context's stream, behind the work that
+// used it last (a collective on another stream completed before its request did, and so before the block
+// was given back), so reuse never waits on the host.
+class DeviceWireMemory final : public gpt::BlockSource {
+ public:
+  DeviceWireMemory(const Context& context, gpt::BlockSource& memory) : context_(context), memory_(memory) {}
+  void* acquire(size_t bytes) override { return memory_.acquire(bytes); }
+  void release(void* block, size_t bytes) override { memory_.release(block, bytes); }
+  Device device() const override { return Device::kCUDA; }
+  void reuse(void* block, size_t bytes) override;
+
+ private:
+  const Context& context_;
+  gpt::BlockSource& memory_;
+};
+
 // Device memory that counts what it holds: the peak is the memory table's "device peak" line.
 class CountedDeviceMemory final : public gpt::BlockSource {
  public:
@@ -63,7 +81,12 @@ class CudaOps final : public Ops {
 
   Device device() const override { return Device::kCUDA; }
   BlockSource& device_memory() override { return device_memory_; }
-  BlockSource& wire_memory() override { return wire_memory_; }
+  // Pinned host memory, or device memory after keep_wire_memory_on_device().
+  BlockSource& wire_memory() override;
+  // Makes wire memory device memory (DeviceWireMemory): for a run whose communicator moves wire bytes on the
+  // device (NCCL) and whose host code never reads or writes them. Call before wire_memory() is first used;
+  // throws std::logic_error after.
+  void keep_wire_memory_on_device();
   void synchronize() override { context_.synchronize(); }
 
   void upload(const Tensor& dst, const void* host) override;
@@ -137,6 +160,10 @@ class CudaOps final : public Ops {
   CountedDeviceMemory device_memory_;
   PinnedBlockSource pinned_{context_};
   KeptBlockSource wire_memory_{pinned_, 0};  // every size: pinning costs even for small blocks
+  DeviceWireMemory device_wire_{context_, device_memory_};
+  KeptBlockSource device_wire_memory_{device_wire_, 0};  // every size: cudaFree synchronizes the device
+  bool wire_on_device_ = false;
+  bool wire_handed_out_ = false;
 };
 
 }  // namespace gpt::cuda

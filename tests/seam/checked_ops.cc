@@ -39,17 +39,18 @@ void ProtectedMemory::set_open(bool open) {
 }
 
 void ReleaseAfterQueue::release(void* block, size_t bytes) {
+  if (!ops_.queued_.empty()) ++ops_.release_waits_;
   ops_.drain();
   inner_.release(block, bytes);
 }
 
 void CheckedOps::upload(const Tensor& dst, const void* host) {
-  drain();
+  wait_on_host();
   inside([&] { cpu_.upload(dst, host); });
 }
 
 void CheckedOps::download(void* host, const Tensor& src) {
-  drain();
+  wait_on_host();
   inside([&] { cpu_.download(host, src); });
 }
 
@@ -177,7 +178,7 @@ void CheckedOps::cross_entropy_backward_columns(const Tensor& dlogits, const Ten
 }
 
 double CheckedOps::sum(const Tensor& x) {
-  drain();
+  wait_on_host();
   return inside([&] { return cpu_.sum(x); });
 }
 
@@ -190,12 +191,12 @@ void CheckedOps::add_into(const Tensor& dst, const Tensor& src) {
 }
 
 double CheckedOps::sum_of_squares(const Tensor& x) {
-  drain();
+  wait_on_host();
   return inside([&] { return cpu_.sum_of_squares(x); });
 }
 
 bool CheckedOps::all_finite(const Tensor& x) {
-  drain();
+  wait_on_host();
   return inside([&] { return cpu_.all_finite(x); });
 }
 
@@ -206,13 +207,13 @@ void CheckedOps::adamw(const Tensor& param, const Tensor& grad, const Tensor& m,
 
 bool CheckedOps::quantize(const Tensor& out, const Tensor& x, int64_t slice_len, int64_t count, int bits,
                           int block) {
-  drain();
+  wait_on_host();
   return inside([&] { return cpu_.quantize(out, x, slice_len, count, bits, block); });
 }
 
 bool CheckedOps::quantize_with_feedback(const Tensor& out, const Tensor& x, const Tensor& error,
                                         int64_t slice_len, int64_t count, int bits, int block, float beta) {
-  drain();
+  wait_on_host();
   return inside(
       [&] { return cpu_.quantize_with_feedback(out, x, error, slice_len, count, bits, block, beta); });
 }
@@ -246,6 +247,11 @@ void CheckedOps::later(std::function<void()> op) {
   } else {
     inside(op);
   }
+}
+
+void CheckedOps::wait_on_host() {
+  ++host_synchronizations_;
+  drain();
 }
 
 void CheckedOps::drain() {

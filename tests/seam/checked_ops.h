@@ -59,7 +59,7 @@ class CheckedOps final : public Ops {
   Device device() const override { return Device::kCUDA; }
   BlockSource& device_memory() override { return device_release_; }
   BlockSource& wire_memory() override { return wire_release_; }
-  void synchronize() override { drain(); }
+  void synchronize() override { wait_on_host(); }
 
   void upload(const Tensor& dst, const void* host) override;
   void download(void* host, const Tensor& src) override;
@@ -122,6 +122,14 @@ class CheckedOps final : public Ops {
   void divide(const Tensor& x, float divisor) override;
 
   int64_t calls() const { return calls_; }  // ops run so far
+  // Host synchronizations so far: the calls that make the host wait for every op issued before them, as a
+  // GPU backend's do (kernels/cuda/cuda_ops.cc): synchronize(), upload and download, and the ops that return
+  // a value (sum, sum_of_squares, all_finite, quantize and quantize_with_feedback's finite flag). Counted
+  // whether or not ops are queued, so a synchronous run counts the same.
+  int64_t host_synchronizations() const { return host_synchronizations_; }
+  // Block releases that found ops queued and ran them first (queued ops may still use the block).
+  // Counted apart: CUDA's wire memory is kept and retired with an event instead (tensor/kept_block_source.h).
+  int64_t release_waits() const { return release_waits_; }
 
  private:
   // Runs f with device memory open.
@@ -145,6 +153,8 @@ class CheckedOps final : public Ops {
   static std::shared_ptr<KeptMask> keep_mask(const DropoutMask* mask, int64_t rows);
   // Runs op now, or queues it when asynchronous.
   void later(std::function<void()> op);
+  // Counts a host synchronization, then drains.
+  void wait_on_host();
   // Runs the queued ops in issue order.
   void drain();
   friend class ReleaseAfterQueue;
@@ -156,6 +166,8 @@ class CheckedOps final : public Ops {
   ReleaseAfterQueue device_release_{device_, *this};
   ReleaseAfterQueue wire_release_{cpu_.wire_memory(), *this};
   int64_t calls_ = 0;
+  int64_t host_synchronizations_ = 0;
+  int64_t release_waits_ = 0;
 };
 
 }  // namespace gpt::testing
