@@ -5,13 +5,10 @@
 // bench/kernels [--device cpu|cuda] [--threads N] [--reps R] [--layers L] [--batch B] [--seq T]
 // [--hidden C] [--heads NH] (and the other shape flags of gpt_train: --vocab-size, --max-position-embeddings;
 // see --help)
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <Eigen/Core>
 
 #include "base/flags.h"
 #include "base/main.h"
@@ -20,6 +17,7 @@
 #include "kernels/cases/run_case.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/threads.h"
+#include "train/metrics.h"
 #include "train/model_flags.h"
 
 namespace {
@@ -67,19 +65,6 @@ double calls_per_step(const OpCase& c, const gpt::GPTConfig& m, int64_t adamw_el
   return 1;  // the embedding and the loss
 }
 
-double sgemm_gflops() {
-  const int S = 2048;
-  Eigen::MatrixXf a = Eigen::MatrixXf::Random(S, S), b = Eigen::MatrixXf::Random(S, S), c(S, S);
-  c.noalias() = a * b;  // warm-up
-  double best = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto start = std::chrono::steady_clock::now();
-    c.noalias() = a * b;
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  }
-  return 2.0 * S * S * S / best / 1e9;
-}
-
 struct Row {
   std::string op;
   gpt::cases::Timing timing;
@@ -119,7 +104,7 @@ int run(int argc, char** argv) {
   }
   std::printf("%s ops of one training step, %s, %d layer(s), %d thread(s), median of %d calls\n",
               o.device.c_str(), sizes.describe().c_str(), o.config.num_layers, o.threads, o.reps);
-  if (o.device == "cpu") std::printf("Eigen SGEMM 2048^3: %.1f GFLOP/s\n", sgemm_gflops());
+  if (o.device == "cpu") std::printf("Eigen SGEMM 2048^3: %.1f GFLOP/s\n", gpt::measure_sgemm_gflops(2048));
   std::printf("\n");
   print_rows(rows);
   return 0;

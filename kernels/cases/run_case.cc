@@ -143,6 +143,22 @@ std::vector<std::vector<double>> reference_outputs(const OpCase& c, Materialized
   return outputs;
 }
 
+// Runs body, which returns the case's results; an exception instead gives one result for the whole case:
+// "not supported" for UnsupportedOp (the backend lacks the op in this dtype), a failure with its message for
+// anything else.
+template <typename Body>
+std::vector<Result> guarded(Result whole_case, Body&& body) {
+  try {
+    return body();
+  } catch (const UnsupportedOp& e) {
+    whole_case.verdict = Verdict::kUnsupported;
+    whole_case.message = e.what();
+  } catch (const std::exception& e) {
+    whole_case.message = e.what();
+  }
+  return {whole_case};
+}
+
 double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double sum = 0;
   for (size_t i = 0; i < a.size(); ++i) sum += a[i] * b[i];
@@ -172,26 +188,19 @@ double max_relative_error(const std::vector<double>& ref, const std::vector<doub
 
 std::vector<Result> compare_to_reference(Ops& ops, const OpCase& c, const Variant& v) {
   const double tol = tolerance(c, v);
-  std::vector<Result> results;
-  try {
+  return guarded(result_for(c.op, v, c.shape, tol), [&] {
     Materialized on_backend(ops, c.args, v.dtype, c.offset);
     run_whole(c, ops, on_backend.tensors);
     const std::vector<std::vector<double>> expected = reference_outputs(c, on_backend);
+    std::vector<Result> results;
     for (size_t i = 0; i < c.outputs.size(); ++i) {
       Result r = result_for(c.op + " " + c.outputs[i], v, c.shape, tol);
       r.error = max_relative_error(expected[i], on_backend.get(c.outputs[i]));
       r.verdict = r.error <= tol ? Verdict::kPass : Verdict::kFail;
       results.push_back(r);
     }
-  } catch (const UnsupportedOp& e) {
-    results = {result_for(c.op, v, c.shape, tol)};
-    results[0].verdict = Verdict::kUnsupported;
-    results[0].message = e.what();
-  } catch (const std::exception& e) {
-    results = {result_for(c.op, v, c.shape, tol)};
-    results[0].message = e.what();
-  }
-  return results;
+    return results;
+  });
 }
 
 // Each input along a random direction u: (L(x + hu) - L(x - hu)) / 2h against the backward's <dL/dx, u>,
@@ -200,8 +209,8 @@ std::vector<Result> compare_to_reference(Ops& ops, const OpCase& c, const Varian
 // T = 1: 1.1e-6); a wrong backward is off by far more than the 1e-5 allowed.
 std::vector<Result> check_gradient(Ops& ops, const GradientCase& g) {
   constexpr double kTolerance = 1e-5;
-  std::vector<Result> results;
-  try {
+  return guarded(result_for(g.op, kFp64, g.shape, kTolerance), [&] {
+    std::vector<Result> results;
     Materialized m(ops, g.args, DType::kF64, g.offset);
     g.forward(ops, m.tensors);
     g.backward(ops, m.tensors);
@@ -233,15 +242,8 @@ std::vector<Result> check_gradient(Ops& ops, const GradientCase& g) {
       r.verdict = r.error <= kTolerance ? Verdict::kPass : Verdict::kFail;
       results.push_back(r);
     }
-  } catch (const UnsupportedOp& e) {
-    results = {result_for(g.op, kFp64, g.shape, kTolerance)};
-    results[0].verdict = Verdict::kUnsupported;
-    results[0].message = e.what();
-  } catch (const std::exception& e) {
-    results = {result_for(g.op, kFp64, g.shape, kTolerance)};
-    results[0].message = e.what();
-  }
-  return results;
+    return results;
+  });
 }
 
 Timing time_case(Ops& ops, const OpCase& c, int reps) {
