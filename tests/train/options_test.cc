@@ -1,6 +1,7 @@
 // gpt_train's activation-recomputation settings (train/options.h): Megatron's --recompute-* flags, the older
 // --checkpoint-activations, --sequence-parallel, --distribute-saved-activations and DeepSpeed's
-// activation_checkpointing keys resolve into TrainOptions, and every contradiction stops with one line.
+// activation_checkpointing keys resolve into TrainOptions, and every contradiction stops with one line; also
+// --peak-tflops (MFU's stated peak, train/peak_flops.h).
 #include "train/options.h"
 
 #include <doctest/doctest.h>
@@ -234,4 +235,13 @@ TEST_CASE("tensor parallelism's size against the model and the world; the batch 
   // 2 heads: t = 4 splits no whole head.
   CHECK(has(error_of(with({"--tensor-model-parallel-size", "4"})),
             "--tensor-model-parallel-size 4 does not divide --num-attention-heads 2"));
+}
+
+TEST_CASE("--peak-tflops on gpt_train's command line") {
+  CHECK(parse({}).peak_tflops == 0);  // the device's stated peak
+  CHECK(parse({"--peak-tflops", "67"}).peak_tflops == 67);
+  CHECK(parse({"--peak-tflops=0.25"}).peak_tflops == 0.25);
+  CHECK_THROWS_WITH_AS(parse({"--peak-tflops", "-1"}),
+                       doctest::Contains("--peak-tflops '-1' is not a positive number of TFLOP/s"),
+                       gpt::UsageError);
 }

@@ -1,6 +1,6 @@
 // MFU's denominator (train/peak_flops.h): the CPU formula from given inputs, /proc/cpuinfo's fields from a
-// sample, the microarchitecture and datasheet tables, the ranks sharing a GPU, and --peak-tflops on
-// gpt_train's command line with its one-line error.
+// sample, the microarchitecture and datasheet tables, the ranks sharing a GPU, and --peak-tflops's value and
+// its one-line error (the flag on gpt_train's command line: options_test).
 #include "train/peak_flops.h"
 
 #include <doctest/doctest.h>
@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "base/user_error.h"
-#include "train/options.h"
 
 namespace {
 
@@ -208,29 +207,6 @@ TEST_CASE("parse_peak_tflops takes a positive number and names the fix otherwise
           "rank "
           "computes on, for example 67 (an H100 SXM in fp32) or 0.166 (two Zen 4 cores at 2.6 GHz)");
   }
-}
-
-// gpt_train's command line with `extra`, for one rank.
-gpt::TrainOptions parse(const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {"gpt_train", "--num-layers",          "2",    "--hidden-size",
-                                   "32",        "--num-attention-heads", "2",    "--seq-length",
-                                   "16",        "--vocab-size",          "1000", "--data-path",
-                                   "unused.bin"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  gpt::TrainOptions o;
-  if (!gpt::parse_train_options(int(argv.size()), argv.data(), 1, &o)) throw std::logic_error("--help");
-  return o;
-}
-
-TEST_CASE("--peak-tflops on gpt_train's command line") {
-  CHECK(parse({}).peak_tflops == 0);  // the device's stated peak
-  CHECK(parse({"--peak-tflops", "67"}).peak_tflops == 67);
-  CHECK(parse({"--peak-tflops=0.25"}).peak_tflops == 0.25);
-  CHECK_THROWS_WITH_AS(parse({"--peak-tflops", "-1"}),
-                       doctest::Contains("--peak-tflops '-1' is not a positive number of TFLOP/s"),
-                       gpt::UsageError);
 }
 
 }  // namespace
