@@ -64,6 +64,9 @@ class Ops {
   virtual Device device() const = 0;
   virtual BlockSource& device_memory() = 0;
   virtual BlockSource& wire_memory() = 0;
+  // Whether ops compute values at all. false for the dry backend (kernels/dry), which the planner runs the
+  // engine on to count its memory: work that only produces values (initializing the weights) is skipped.
+  virtual bool computes() const { return true; }
   // Waits for every op issued so far.
   virtual void synchronize() = 0;
 

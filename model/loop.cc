@@ -225,8 +225,8 @@ LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, const Recom
   dresidual_ = allocate({B, T, C}, dtype);
   if (recompute.is_full()) recompute_out_ = allocate({B, T, C}, dtype);
   // The micro-batch's tokens on the device: input, not activations.
-  inputs_ = arena.allocate_tensor("input tokens", "buffers", {B, T_}, DType::kI32);
-  targets_ = arena.allocate_tensor("target tokens", "buffers", {B, T_}, DType::kI32);
+  inputs_ = arena.allocate_tensor("input tokens", "buffers: tokens", {B, T_}, DType::kI32);
+  targets_ = arena.allocate_tensor("target tokens", "buffers: tokens", {B, T_}, DType::kI32);
 }
 
 template <typename Real>

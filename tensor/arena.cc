@@ -52,12 +52,12 @@ Arena::~Arena() {
   for (auto& [data, entry] : blocks_) source_->release(data, entry.block.bytes);
 }
 
-Arena::CategoryUsage& Arena::category_locked(std::string_view category) {
-  for (auto& usage : categories_) {
-    if (usage.category == category) return usage;
+size_t Arena::index_of_locked(std::string_view category) {
+  for (size_t i = 0; i < categories_.size(); ++i) {
+    if (categories_[i].category == category) return i;
   }
   categories_.push_back(CategoryUsage{std::string(category)});
-  return categories_.back();
+  return categories_.size() - 1;
 }
 
 void* Arena::allocate(std::string_view name, std::string_view category, size_t bytes) {
@@ -71,16 +71,29 @@ void* Arena::allocate(std::string_view name, std::string_view category, size_t b
                     " are in use; reduce the model or batch size, or " + "spread the state over more ranks");
   }
   void* data = source_->acquire(reserved);
-  CategoryUsage& usage = category_locked(category);
-  const size_t category_index = static_cast<size_t>(&usage - categories_.data());
-  blocks_.emplace(
-      data, Entry{Block{std::string(name), usage.category, reserved, data}, next_serial_++, category_index});
+  const size_t category_index = index_of_locked(category);
+  const size_t part_mark = category.find(": ");
+  const size_t whole_index =
+      part_mark == std::string_view::npos ? kNoWhole : index_of_locked(category.substr(0, part_mark));
+  blocks_.emplace(data, Entry{Block{std::string(name), categories_[category_index].category, reserved, data},
+                              next_serial_++, category_index, whole_index});
   current_ += reserved;
   peak_ = std::max(peak_, current_);
-  usage.current_bytes += reserved;
-  usage.peak_bytes = std::max(usage.peak_bytes, usage.current_bytes);
-  usage.blocks += 1;
+  account_locked(category_index, reserved, true);
+  if (whole_index != kNoWhole) account_locked(whole_index, reserved, true);
   return data;
+}
+
+void Arena::account_locked(size_t category_index, size_t bytes, bool allocated) {
+  CategoryUsage& usage = categories_[category_index];
+  if (allocated) {
+    usage.current_bytes += bytes;
+    usage.peak_bytes = std::max(usage.peak_bytes, usage.current_bytes);
+    usage.blocks += 1;
+  } else {
+    usage.current_bytes -= bytes;
+    usage.blocks -= 1;
+  }
 }
 
 Tensor Arena::allocate_tensor(std::string_view name, std::string_view category, std::vector<int64_t> shape,
@@ -107,9 +120,8 @@ void Arena::release(void* data) {
     throw std::invalid_argument(message.str());
   }
   const Entry& entry = it->second;
-  CategoryUsage& usage = categories_[entry.category_index];
-  usage.current_bytes -= entry.block.bytes;
-  usage.blocks -= 1;
+  account_locked(entry.category_index, entry.block.bytes, false);
+  if (entry.whole_index != kNoWhole) account_locked(entry.whole_index, entry.block.bytes, false);
   current_ -= entry.block.bytes;
   source_->release(data, entry.block.bytes);
   blocks_.erase(it);

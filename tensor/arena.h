@@ -92,6 +92,8 @@ class Arena {
   Arena& operator=(const Arena&) = delete;
 
   // A zero-filled block of `bytes` (rounded up to 64). Zero bytes still yields a distinct valid pointer.
+  // A category may name a part of a larger one, "buffers: gradient buckets": the block counts in both, so
+  // the part has its own peak and the whole ("buffers") the peak of all its parts together.
   void* allocate(std::string_view name, std::string_view category, size_t bytes);
   // The same, described as a tensor on the arena's device.
   Tensor allocate_tensor(std::string_view name, std::string_view category, std::vector<int64_t> shape,
@@ -114,7 +116,7 @@ class Arena {
   std::string report() const;
 
  private:
-  CategoryUsage& category_locked(std::string_view category);
+  size_t index_of_locked(std::string_view category);  // in categories_, added when new
 
   std::string label_;
   size_t capacity_;
@@ -129,7 +131,10 @@ class Arena {
     Block block;
     uint64_t serial;
     size_t category_index;
+    size_t whole_index;  // the category it is a part of, or kNoWhole
   };
+  static constexpr size_t kNoWhole = size_t(-1);
+  void account_locked(size_t category_index, size_t bytes, bool allocated);
   std::unordered_map<void*, Entry> blocks_;
   std::vector<CategoryUsage> categories_;
 };

@@ -1,25 +1,24 @@
 // The planner's numbers: memory per GPU, bytes per step and predicted time for each configuration; see
 // planner.h. The text and JSON are written in planner_report.cc.
 //
-// Memory is planned for a GPU backend (MemoryTarget::kGpu), which differs from the CPU backend's arena in two
-// places: activations are kept in the compute dtype (2 bytes with fp16/bf16) where the CPU keeps fp32, and a
-// gathered unit is used in the compute dtype directly where the CPU widens it to fp32. Everything else is
-// what the engine allocates (zero/engine.cc, gather.cc, reduce.cc): fp32 master, Adam moments and gradient
-// shards, the compute-weight shard, hpZ secondaries as they arrived on the wire, fp32 unit and wte
-// gradients, and the gradient buckets in flight. MemoryTarget::kCpu counts what the CPU backend really holds
-// (cpu_buffer_lines below); gpt_train's memory guard and its table after the first step use it.
+// Memory: the model states by ZeRO's formulas (zero/memory_model.h), which the engine's own memory table
+// checks itself against; the buffers (gathered units, unit gradients, gradient buckets, qgZ's stages, ...)
+// as the engine's arenas hold them at their peak in a dry run of the configuration (zero/dry_run.h: the real
+// engine over memory that is only counted, one step walked without arithmetic), so the order in which the
+// engine acquires and releases them is stated once, in the engine; the activations by the restated count of
+// the layer loop's tensors (activation_formulas.h) in the compute dtype on a GPU (MemoryTarget::kGpu) and in
+// fp32 on the CPU backend (MemoryTarget::kCpu), which also counts what lives outside the arenas: the MPI
+// ring's staging and the engine's start-up copy. gpt_train's memory guard uses the CPU count.
 #include "train/planner.h"
 
 #include <algorithm>
-#include <functional>
-#include <map>
-#include <numeric>
 
 #include "base/user_error.h"
 #include "kernels/quant/quantize.h"
 #include "model/loop.h"
 #include "model/params.h"
 #include "train/activation_formulas.h"
+#include "zero/dry_run.h"
 #include "zero/engine.h"
 #include "zero/memory_model.h"
 #include "zero/offload_layout.h"
@@ -45,246 +44,10 @@ Partition make_partition(const ParamTable& table, const ZeroConfig& zero, int wo
   return Partition(table, world, zero.stage == 0 ? 1 : world);
 }
 
-// The `count` largest values of f over the items, added.
-template <typename T>
-double sum_of_largest(const std::vector<T>& items, size_t count, const std::function<double(const T&)>& f) {
-  std::vector<double> values;
-  for (const T& item : items) values.push_back(f(item));
-  std::sort(values.rbegin(), values.rend());
-  double sum = 0;
-  for (size_t i = 0; i < std::min(count, values.size()); ++i) sum += values[i];
-  return sum;
-}
-
 // The order in which the units' gradients become final, which is the order the reducer fills its buckets in
 // (model/loop.h): the reverse of the forward, each tile's right after its backward when tiled.
 std::vector<int> gradient_order(const Partition& p, const ZeroConfig& z) {
   return loop_schedule(int(p.units().size()), z.tile_factor, z.recompute).gradients;
-}
-
-// The engine's buffer pools (zero/gather.cc take_buffer, zero/gradient_sinks.cc buffer_for) keep every buffer
-// they allocate and hand out the smallest free one that fits, by its full size; a request that none fits
-// allocates another.
-// Untiled they settle at the closed forms below (wte, wpe and one or two blocks). Tiled, the requests come in
-// many sizes (tiles of 3C, C and 4C rows of C or 4C columns, five small units between them), and a best fit
-// can leave buffers that a later, larger tile cannot use: what the pool ends up holding is counted by
-// replaying the layer loop's requests (replay_gather_pool, replay_gradient_pool).
-class BestFitPool {
- public:
-  int take(double bytes) {
-    int best = -1;
-    for (int i = 0; i < int(sizes_.size()); ++i) {
-      if (free_[i] && sizes_[i] >= bytes && (best < 0 || sizes_[i] < sizes_[best])) best = i;
-    }
-    if (best < 0) {
-      sizes_.push_back(bytes);
-      free_.push_back(true);
-      best = int(sizes_.size()) - 1;
-    }
-    free_[best] = false;
-    return best;
-  }
-  void give(int buffer) { free_[buffer] = true; }
-  double allocated() const { return std::accumulate(sizes_.begin(), sizes_.end(), 0.0); }
-
- private:
-  std::vector<double> sizes_;
-  std::vector<bool> free_;
-};
-
-// A tiled model's blocks as the loop walks them: each unit's block (-1 outside the blocks) and whether it is
-// one of a block's five small units (model/params.h, BlockUnits).
-struct TiledBlocks {
-  int layers = 0;
-  std::vector<int> block_of;
-  std::vector<bool> small;
-  TiledBlocks(int num_units, int tile_factor)
-      : layers((num_units - 3) / BlockUnits::of(0, tile_factor).count()),
-        block_of(size_t(num_units), -1),
-        small(size_t(num_units), false) {
-    for (int l = 0; l < layers; ++l) {
-      const BlockUnits b = BlockUnits::of(l, tile_factor);
-      for (int u = b.first; u < b.first + b.count(); ++u) block_of[size_t(u)] = l;
-      for (int i = 0; tile_factor > 1 && i < BlockUnits::kSmallUnits; ++i) small[size_t(b.small(i))] = true;
-    }
-  }
-};
-
-// For each position of a pass, the position after whose acquisition the loop releases that unit
-// (model/loop.cc): before the next acquisition, except wte in the forward (held for the tied head at the
-// end), ln_f in the backward (held with wte for the head) and a tiled block's small units (held while the
-// block's tiles pass).
-std::vector<size_t> release_positions(const std::vector<int>& order, const TiledBlocks& blocks,
-                                      bool forward) {
-  const size_t n = order.size();
-  const int ln_f = int(blocks.block_of.size()) - 1;
-  std::vector<size_t> at(n);
-  for (size_t i = 0; i < n; ++i) {
-    const int u = order[i];
-    size_t last = i;
-    if (forward && u == ParamTable::kWte) {
-      last = n - 1;
-    } else if (!forward && u == ln_f) {
-      last = std::min(i + 1, n - 1);
-    } else if (blocks.small[size_t(u)]) {
-      while (last + 1 < n && blocks.block_of[size_t(order[last + 1])] == blocks.block_of[size_t(u)]) ++last;
-    }
-    at[i] = last;
-  }
-  return at;
-}
-
-// Stage 3's gather pool (the wire's, or the loop's copies'), bytes(u) per gathered unit: the forward and
-// backward passes replayed, with overlap_comm's prefetch of the next unit, until the pool stops growing.
-double replay_gather_pool(const Partition& p, const ZeroConfig& z, const std::function<double(int)>& bytes) {
-  const int U = int(p.units().size());
-  const LoopSchedule s = loop_schedule(U, z.tile_factor, z.recompute);
-  const TiledBlocks blocks(U, z.tile_factor);
-  BestFitPool pool;
-  for (int round = 0; round < 8; ++round) {
-    const double before = pool.allocated();
-    for (const bool forward : {true, false}) {
-      const std::vector<int>& order = forward ? s.forward : s.backward;
-      const std::vector<size_t> release = release_positions(order, blocks, forward);
-      std::vector<std::vector<int>> released_after(order.size());
-      for (size_t i = 0; i < order.size(); ++i) released_after[release[i]].push_back(order[i]);
-      std::map<int, int> held;  // unit -> its buffer, from posted to released
-      auto post = [&](size_t i) {
-        if (!held.count(order[i])) held[order[i]] = pool.take(bytes(order[i]));
-      };
-      for (size_t i = 0; i < order.size(); ++i) {
-        post(i);
-        if (z.overlap_comm && i + 1 < order.size()) post(i + 1);
-        for (int u : released_after[i]) pool.give(held.at(u)), held.erase(u);
-      }
-    }
-    if (round > 0 && pool.allocated() == before) break;
-  }
-  return pool.allocated();
-}
-
-// The unit-gradient pool of stages 2-3 (fp32, numel per unit), over backward passes: each gradient from open
-// to ready as the loop walks (model/loop.cc): ln_f's and wte's at the head, wte's open until the embedding;
-// a tiled block's small units open for the whole block and one tile at a time, in reverse matrix order.
-double replay_gradient_pool(const Partition& p, const ZeroConfig& z) {
-  const int U = int(p.units().size()), N = z.tile_factor, ln_f = U - 1;
-  const TiledBlocks blocks(U, N);
-  std::vector<std::pair<int, bool>> steps;  // (unit, opened: else ready)
-  auto open_ready = [&](int u) { steps.push_back({u, true}), steps.push_back({u, false}); };
-  steps.push_back({ln_f, true});
-  steps.push_back({ParamTable::kWte, true});
-  steps.push_back({ln_f, false});
-  for (int l = blocks.layers - 1; l >= 0; --l) {
-    const BlockUnits b = BlockUnits::of(l, N);
-    if (N == 1) {
-      open_ready(b.first);
-      continue;
-    }
-    for (int i = 0; i < BlockUnits::kSmallUnits; ++i) steps.push_back({b.small(i), true});
-    for (BlockLinear m : {BlockLinear::kFcProj, BlockLinear::kFc, BlockLinear::kAttnProj, BlockLinear::kQkv})
-      for (int k = 0; k < N; ++k) open_ready(b.tile(m, k));
-    for (int i = BlockUnits::kSmallUnits - 1; i >= 0; --i) steps.push_back({b.small(i), false});
-  }
-  open_ready(ParamTable::kWpe);
-  steps.push_back({ParamTable::kWte, false});
-  BestFitPool pool;
-  for (int round = 0; round < 8; ++round) {
-    const double before = pool.allocated();
-    std::map<int, int> open;
-    for (const auto& [u, opened] : steps) {
-      if (opened) {
-        open[u] = pool.take(4.0 * double(p.unit(u).numel));
-      } else {
-        pool.give(open.at(u));
-        open.erase(u);
-      }
-    }
-    if (round > 0 && pool.allocated() == before) break;
-  }
-  return pool.allocated();
-}
-
-// The gradient buckets of stages 2 and 3 as the reducer allocates them: this rank's chunk of each bucket
-// (elements), in the order gradients become final.
-std::vector<int64_t> bucket_chunks(const Partition& p, const ZeroConfig& z) {
-  std::vector<int64_t> chunks;
-  for (const std::vector<int>& bucket : plan_buckets(p, gradient_order(p, z), z.reduce_bucket_size)) {
-    int64_t chunk = 0;
-    for (int u : bucket) chunk += p.unit(u).shard;
-    chunks.push_back(chunk);
-  }
-  return chunks;
-}
-
-// Stages 2-3: the pooled fp32 unit gradients besides wte's (which stays open from the head to the
-// embedding): untiled the largest other unit's, tiled the pool as the backward's requests leave it.
-double other_unit_gradients(const Partition& p, const ZeroConfig& z) {
-  const std::vector<UnitPartition>& units = p.units();
-  if (z.tile_factor > 1) return replay_gradient_pool(p, z) - 4.0 * double(units[ParamTable::kWte].numel);
-  int64_t largest = 0;
-  for (size_t u = 0; u < units.size(); ++u) {
-    if (int(u) != ParamTable::kWte) largest = std::max(largest, units[u].numel);
-  }
-  return 4.0 * double(largest);
-}
-
-// What the GPU holds beyond the state shards while a micro-step runs (stages 2 and 3).
-std::vector<PlanMemoryLine> buffer_lines(const Partition& p, const ZeroConfig& z, int nodes) {
-  std::vector<PlanMemoryLine> lines;
-  if (z.stage < 2) return lines;  // the full gradient is the "gradients" line; reductions run in place
-  const double W = p.world_size(), cb = double(dtype_size(z.precision));
-  const std::string dtype = precision_name(z.precision);
-  const std::vector<UnitPartition>& units = p.units();
-  if (z.stage == 3) {
-    // A gathered unit in the compute dtype; with qwZ also the int8 blocks it arrived as. With overlap_comm
-    // the next unit is prefetched while this one computes.
-    const size_t in_flight = z.overlap_comm ? 2 : 1;
-    auto quantized_shard = [&](const UnitPartition& u) {
-      return double(quant::quantized_bytes(u.shard, kQuantizedWeightBits, z.weight_block));
-    };
-    auto slot = [&](const UnitPartition& u) {
-      return cb * double(u.padded) + (z.quantized_weights ? quantized_shard(u) * W : 0.0);
-    };
-    const std::string wire = z.quantized_weights ? " + int8 wire copy" : "";
-    if (z.tile_factor > 1) {
-      lines.push_back({"gathered units", replay_gather_pool(p, z, [&](int u) { return slot(units[u]); }),
-                       "wte, wpe, a tiled block's small units and tiles" +
-                           std::string(z.overlap_comm ? " (one computing, one prefetched)" : "") + " in " +
-                           dtype + wire + ", as the pool allocates them"});
-    } else {
-      lines.push_back({"gathered units", sum_of_largest<UnitPartition>(units, in_flight, slot),
-                       std::to_string(in_flight) + " x the largest unit in " + dtype + wire +
-                           (z.overlap_comm ? " (computing, prefetched)" : "")});
-    }
-    if (z.quantized_weights) {
-      // qwZ quantizes each of this rank's shards once per step and keeps them until the weights change.
-      double kept = 0;
-      for (const UnitPartition& u : units) kept += quantized_shard(u);
-      lines.push_back({"quantized shards", kept, "(1+4/B)P/W, this rank's shards in int8 for qwZ's gathers"});
-    }
-  }
-  lines.push_back({"unit gradient", other_unit_gradients(p, z),
-                   z.tile_factor > 1 ? "fp32, pooled: a tiled block's small units and one tile at a time"
-                                     : "fp32, the largest unit but wte"});
-  lines.push_back({"wte gradient", 4.0 * double(units[ParamTable::kWte].numel),
-                   "fp32, open from the head to the embedding"});
-
-  // Buckets: the send buffer of all W chunks in the compute dtype, the fp32 result chunk, and with qgZ the
-  // int4 send and receive buffers of its intra-node all-to-all. With overlap_comm two reductions are in
-  // flight while the next bucket fills.
-  const std::vector<int64_t> chunks = bucket_chunks(p, z);
-  const bool qgz = z.quantized_gradients && nodes >= 2;
-  const size_t alive = z.overlap_comm ? 3 : 1;
-  const double bytes = sum_of_largest<int64_t>(chunks, alive, [&](const int64_t& chunk) {
-    double b = W * double(chunk) * cb + 4.0 * double(chunk);
-    if (qgz) b += 2 * W * double(quant::quantized_bytes(chunk, z.intra_node_gradient_bits, z.gradient_block));
-    return b;
-  });
-  const std::string qgz_buffers = " + int" + std::to_string(z.intra_node_gradient_bits) + " buffers";
-  lines.push_back({"gradient buckets", bytes,
-                   std::to_string(alive) + " x the largest bucket in " + dtype + (qgz ? qgz_buffers : "") +
-                       (z.overlap_comm ? " (2 reducing, 1 filling)" : "")});
-  return lines;
 }
 
 // The ring's staging buffers (comm/mpi_collectives.cc): min(W-1, 2) receive and min(W-2, 2) send buffers of
@@ -295,112 +58,33 @@ double ring_staging_bytes(int world, int64_t chunk_elements, double element_byte
   return buffers * double(chunk_elements) * element_bytes;
 }
 
-// What the CPU backend holds beyond the state shards. persistent: allocated once and kept (the widened
-// replica, pooled gather and gradient buffers, the token buffers); transient: the largest set alive at once
-// during a step; staging: the MPI ring's buffers, beside the transient ones; startup: the engine
-// constructor's host buffer for the initial master, m and v (zero/engine.cc), beside the persistent ones.
-struct CpuBuffers {
-  std::vector<PlanMemoryLine> parts;
-  double persistent = 0, transient = 0, staging = 0, startup = 0;
-  void add_persistent(const std::string& name, double bytes, const std::string& formula) {
-    if (bytes > 0) parts.push_back({name, bytes, formula});
-    persistent += bytes;
+// The MPI ring's staging on the CPU backend, beside the engine's arenas: stage 0's all-reduce (chunks of
+// P/W, and the fp32 sum of one chunk), stage 1's reduce-scatter of the whole gradient, the buckets' of stages
+// 2-3 (none with qgZ across nodes: its all-to-all sends from the engine's own buffers).
+double cpu_staging_bytes(const Partition& p, const ZeroConfig& z, int nodes) {
+  const double cb = double(dtype_size(z.precision));
+  if (z.stage == 0) {
+    const int64_t chunk = (p.padded_total() + p.world_size() - 1) / p.world_size();
+    return ring_staging_bytes(p.world_size(), chunk, cb) + 4.0 * double(chunk);
   }
-};
-
-// Stage 3's pooled gather slots: wte (held across the forward for the tied head), wpe and one block, or two
-// with overlap_comm's prefetch; each as it arrives on the wire and widened to fp32. Tiled: wte, wpe, a
-// block's five small units (held for the block) and its tiles one (or two) at a time, as the two pools (the
-// wire's and the fp32 copies', each with its own best fit) end up allocating them. With qwZ, also this
-// rank's shards quantized once per step.
-void add_gather_slots(const Partition& p, const ZeroConfig& z, size_t largest_block, CpuBuffers& b) {
-  const std::vector<UnitPartition>& units = p.units();
-  const double W = p.world_size(), cb = double(dtype_size(z.precision));
-  auto wire = [&](const UnitPartition& u) {
-    return z.quantized_weights
-               ? W * double(quant::quantized_bytes(u.shard, kQuantizedWeightBits, z.weight_block))
-               : cb * double(u.padded);
-  };
-  auto fp32 = [](const UnitPartition& u) { return 4.0 * double(u.padded); };
-  auto slot = [&](const UnitPartition& u) { return wire(u) + fp32(u); };
-  const int blocks = z.overlap_comm ? 2 : 1;
-  if (z.tile_factor > 1) {
-    const double bytes = replay_gather_pool(p, z, [&](int u) { return wire(units[u]); }) +
-                         replay_gather_pool(p, z, [&](int u) { return fp32(units[u]); });
-    b.add_persistent("gathered units", bytes,
-                     "wte, wpe, a tiled block's small units and " + std::to_string(blocks) +
-                         " tile(s) at a time as the pools allocate them, on the wire and in fp32");
-  } else {
-    b.add_persistent(
-        "gathered units",
-        slot(units[ParamTable::kWte]) + slot(units[ParamTable::kWpe]) + blocks * slot(units[largest_block]),
-        "wte, wpe and " + std::to_string(blocks) + " block(s), on the wire and in fp32");
+  if (z.stage == 1) return ring_staging_bytes(p.world_size(), p.shard_total(), cb);
+  if (z.quantized_gradients && nodes >= 2) return 0;
+  int64_t largest = 0;
+  for (const std::vector<int>& bucket : plan_buckets(p, gradient_order(p, z), z.reduce_bucket_size)) {
+    int64_t chunk = 0;
+    for (int u : bucket) chunk += p.unit(u).shard;
+    largest = std::max(largest, chunk);
   }
-  if (z.quantized_weights) {
-    double kept = 0;
-    for (const UnitPartition& u : units)
-      kept += double(quant::quantized_bytes(u.shard, kQuantizedWeightBits, z.weight_block));
-    b.add_persistent("quantized shards", kept, "(1+4/B)P/W, qwZ's int8 copy of this rank's shards");
-  }
+  return ring_staging_bytes(p.world_size(), largest, cb);
 }
 
-CpuBuffers cpu_buffers(const Partition& p, const ZeroConfig& z, int nodes, int micro_batch, int seq_len) {
-  CpuBuffers b;
-  const double W = p.world_size(), P = double(p.padded_total()), S = double(p.shard_total());
-  const double cb = double(dtype_size(z.precision));
-  const std::string dtype = precision_name(z.precision);
-  b.add_persistent("tokens", 2.0 * 4 * micro_batch * seq_len, "int32 inputs and targets of one micro-batch");
-  // The engine initializes master, m and v through a host buffer of min(S, sub_group_size) elements each
-  // (ZeroEngine::write_state); with the optimizer on NVMe, through the swap buffers instead.
-  b.startup = z.offload.optimizer_on_nvme() ? 0 : 12 * std::min(S, double(z.offload.sub_group_size));
-  const std::vector<UnitPartition>& units = p.units();
-  size_t largest_block = ParamTable::kWpe;  // the largest unit but the embeddings (wpe without blocks)
-  for (size_t u = 0; u < units.size(); ++u) {
-    const bool embedding = int(u) == ParamTable::kWte || int(u) == ParamTable::kWpe;
-    if (!embedding &&
-        (largest_block == size_t(ParamTable::kWpe) || units[u].padded > units[largest_block].padded))
-      largest_block = u;
-  }
-  if (z.stage < 3) {
-    // Stage 0 widens its compute weights when they are 16-bit; stages 1-2 receive them on the wire and
-    // always keep an fp32 copy for the loop.
-    if (z.stage > 0 || cb != 4) b.add_persistent("compute weights in fp32", 4 * P, "4P, the loop's copy");
-  }
-  if (z.stage == 0) {
-    b.transient = cb * P;  // the gradients on the wire, pre-divided, during the all-reduce
-    b.parts.push_back({"gradients on the wire", b.transient, dtype + " P, during the all-reduce"});
-    const int64_t chunk = (p.padded_total() + p.world_size() - 1) / p.world_size();
-    b.staging = ring_staging_bytes(p.world_size(), chunk, cb) + 4.0 * double(chunk);
-    return b;
-  }
-  if (z.stage == 1) {
-    b.transient = std::max(cb * P + 4 * S, cb * S);  // the reduce-scatter's send and result; the refresh
-    b.parts.push_back({"reduce-scatter", cb * P + 4 * S, dtype + " P rank-major + fp32 P/W result"});
-    b.staging = ring_staging_bytes(p.world_size(), p.shard_total(), cb);
-    return b;
-  }
-  // Stages 2-3: pooled unit gradients (wte's stays open from the head to the embedding).
-  b.add_persistent("unit gradients", 4.0 * double(units[ParamTable::kWte].numel) + other_unit_gradients(p, z),
-                   z.tile_factor > 1 ? "fp32: wte's, a tiled block's small units' and its tiles' as pooled"
-                                     : "fp32: wte's and the largest other unit's");
-  if (z.stage == 3) add_gather_slots(p, z, largest_block, b);
-  const bool qgz = z.quantized_gradients && nodes >= 2;
-  const std::vector<int64_t> chunks = bucket_chunks(p, z);
-  const size_t alive = z.overlap_comm ? 3 : 1;
-  const double send_element = qgz ? 4.0 : cb;
-  const double buckets = sum_of_largest<int64_t>(chunks, alive, [&](const int64_t& chunk) {
-    double bytes = W * double(chunk) * send_element + 4.0 * double(chunk);
-    if (qgz)
-      bytes += 2 * W * double(quant::quantized_bytes(chunk, z.intra_node_gradient_bits, z.gradient_block));
-    return bytes;
-  });
-  b.transient = std::max(buckets, z.stage == 2 ? cb * S : 0.0);  // stage 2's refresh comes after them
-  b.parts.push_back(
-      {"gradient buckets", buckets,
-       std::to_string(std::min(alive, chunks.size())) + " x the largest bucket, sent and reduced"});
-  if (!qgz)
-    b.staging = ring_staging_bytes(p.world_size(), *std::max_element(chunks.begin(), chunks.end()), cb);
-  return b;
+// The engine's buffers, as its own arenas hold them at their peak in a dry run of this configuration
+// (zero/dry_run.h): the whole ("buffers") and its parts, device and wire memory together (on a GPU the
+// gathered units, buckets and qgZ's stages live in device memory with NCCL).
+double add_dry_run_buffers(const DryRunMemory& dry, PlanMemory& m) {
+  for (const auto& [part, bytes] : dry.parts("buffers"))
+    m.buffers.push_back({part, double(bytes), "the engine's arenas at their peak (dry run)"});
+  return double(dry.peak("buffers"));
 }
 
 // Tiers in memory and on disk, and the swap traffic of one step (planner.h).
@@ -598,24 +282,23 @@ PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, i
     m.states.push_back({f.state, f.bytes, f.formula, f.tier});
     if (f.tier != "nvme") m.model_states += f.bytes;
   }
-  double buffers = 0;
-  CpuBuffers host;
+  const DryRunMemory dry =
+      dry_run(DryRunSetup{model, z, nodes, ranks_per_node, tensor_parallel, micro_batch, accumulation_steps});
+  m.states.push_back({"buffers", add_dry_run_buffers(dry, m), "below"});
   if (cpu) {
-    host = cpu_buffers(p, z, nodes, micro_batch, model.seq_len);
-    m.buffers = host.parts;
-    buffers = host.persistent + host.transient;
-  } else {
-    m.buffers = buffer_lines(p, z, nodes);
-    for (const PlanMemoryLine& line : m.buffers) buffers += line.bytes;
-  }
-  m.states.push_back({"buffers", buffers, "below"});
-  if (cpu) {
-    m.states.push_back({"communication staging", host.staging, "the MPI ring's buffers, outside the arenas"});
-    const double startup = std::max(0.0, host.startup - host.transient - host.staging);
-    if (startup > 0) {
-      m.states.push_back({"start-up copy", startup,
+    const double staging = cpu_staging_bytes(p, z, nodes);
+    m.states.push_back({"communication staging", staging, "the MPI ring's buffers, outside the arenas"});
+    // The engine initializes master, m and v through a host buffer of min(P/W, sub_group_size) elements each
+    // (ZeroEngine::write_state; with the optimizer on NVMe, through the swap buffers instead), before the
+    // step's buffers and the ring's staging exist.
+    const double S = double(p.shard_total());
+    const double startup =
+        z.offload.optimizer_on_nvme() ? 0 : 12 * std::min(S, double(z.offload.sub_group_size));
+    const double beyond = std::max(0.0, startup - m.of("buffers") - staging);
+    if (beyond > 0) {
+      m.states.push_back({"start-up copy", beyond,
                           "the engine's host buffer for the initial state, 12 min(P/W, sub_group_size), "
-                          "beyond the step's transients"});
+                          "beyond the step's buffers"});
     }
   }
   add_activations(model, z, micro_batch, tensor_parallel, int(ab), m);
@@ -638,10 +321,6 @@ PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, i
 }
 
 namespace {
-
-std::string str(int64_t v) {
-  return std::to_string(v);
-}
 
 // Why the plan cannot use the configured tensor-parallel size on the cluster (empty when it can): the rules'
 // own homes (model/params.h, ZeroEngine::tensor_parallel_node_problem), which gpt_train's options ask too.
@@ -761,9 +440,9 @@ Plan plan_of(const TrainOptions& o) {
   for (size_t i = 0; i < plan.variants.size(); ++i) {
     PlanVariant& v = plan.variants[i];
     if (v.configured) plan.configured = int(i);
+    if (!v.problem.empty()) continue;  // the engine would refuse it: nothing to count
     v.memory = plan_memory(o.model, v.zero, c.nodes, c.gpus_per_node, o.micro_batch, o.accumulation_steps,
                            MemoryTarget::kGpu, t);
-    if (!v.problem.empty()) continue;
     v.traffic = plan_step_traffic(o.model, v.zero, c.nodes, c.gpus_per_node, o.accumulation_steps, t);
     v.timing = predict_time(plan, v);
   }

@@ -146,6 +146,10 @@ void paper_activations(std::ostream& out, const Plan& plan, const PlanMemory& m)
 
 void memory(std::ostream& out, const Plan& plan, const PlanVariant& v) {
   const PlanMemory& m = v.memory;
+  if (!v.problem.empty()) {
+    out << "\nMemory per GPU, " << v.name << ": not planned, the engine would refuse it (PROBLEM above)\n";
+    return;
+  }
   if (plan.tensor_parallel > 1) {
     out << "\nMemory per GPU, " << v.name
         << " (P padded parameters of a tensor-parallel slice, W = d = " << plan.data_parallel
@@ -436,7 +440,10 @@ std::string plan_json(const Plan& plan) {
   }
   j["tensor_parallel_sweep"] = sweep_json(plan);
   j["configured"] = plan.variants[plan.configured].name;
-  j["memory"] = memory_json(plan.variants[plan.configured].memory, c.gpu_memory_bytes);
+  const PlanVariant& configured = plan.variants[plan.configured];
+  // A configuration the engine refuses has no memory to count: its problem says why.
+  j["memory"] = configured.problem.empty() ? memory_json(configured.memory, c.gpu_memory_bytes)
+                                           : nlohmann::json{{"problem", configured.problem}};
   for (const PlanVariant& v : plan.variants) {
     nlohmann::json jv = {{"name", v.name}, {"configured", v.configured}};
     jv["zero"] = {{"stage", v.zero.stage},

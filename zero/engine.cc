@@ -93,6 +93,8 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
       {config_, partition_, unit_names_, dp_, hpz_group_.get(), context_, offload_.get()});
   gradients_ = make_gradient_sink<float>({config_, partition_, unit_names_, loop_.schedule().gradients, dp_,
                                           node_group_.get(), cross_group_.get(), context_});
+  // A dry run (kernels/dry) only counts memory: there are no values to initialize.
+  if (!ops_.computes()) return;
   // Each rank initializes only what it owns: the initializer is a pure function of (seed, flat index).
   write_state([&](int64_t begin, int64_t n, float* master, float*, float*) {
     for_each_owned_range(begin, n, [&](int64_t model_begin, int64_t model_end, int64_t at) {

@@ -98,6 +98,11 @@ class ZeroEngine {
   const EventLog& events() const { return events_; }
   EventLog& events() { return events_; }
   std::vector<MemoryLine> memory() const;
+  // The arenas behind memory(): device memory (model state, gradients, activations) and wire memory (what
+  // the communicator sends and receives), each with its ledger by category.
+  const Arena& device_arena() const { return arena_; }
+  const Arena& wire_arena() const { return wire_arena_; }
+  size_t activation_bytes() const { return loop_.activation_bytes(); }
   std::string memory_table() const;
   int64_t applied_steps() const { return applied_steps_; }
   const LossScaler& loss_scaler() const { return scaler_; }

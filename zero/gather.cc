@@ -71,7 +71,8 @@ const void* WeightGatherer::quantized_own_shard(int unit) {
   if (!quantized_own_[unit]) {
     const UnitPartition& u = partition_.unit(unit);
     const size_t bytes = shard_wire_bytes(unit);
-    quantized_own_[unit] = context_.wire.allocate("qwZ quantized shard " + names_[unit], "buffers", bytes);
+    quantized_own_[unit] =
+        context_.wire.allocate("qwZ quantized shard " + names_[unit], "buffers: quantized shards", bytes);
     ops_.quantize(context_.view(quantized_own_[unit], int64_t(bytes), DType::kI8),
                   context_.view(own_shard(unit), u.shard, config_.precision), u.shard, 1,
                   kQuantizedWeightBits, config_.weight_block);
@@ -112,7 +113,7 @@ void* WeightGatherer::take_buffer(Arena& arena, size_t bytes, const char* name, 
   }
   if (best == free_buffers_.end()) {
     *capacity = bytes;
-    return arena.allocate(name, "buffers", bytes);
+    return arena.allocate(name, "buffers: gathered units", bytes);
   }
   void* buffer = best->data;
   *capacity = best->bytes;

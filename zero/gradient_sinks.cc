@@ -62,7 +62,8 @@ class AllReducedGradients final : public FullGradients<Real> {
   void end_step() override {
     const int64_t P = partition_.padded_total();
     // In the wire dtype, pre-divided by the world size: the sum over ranks is the mean.
-    void* wire = context_.wire.allocate("gradients on the wire", "buffers", dtype_bytes(wire_, P));
+    void* wire = context_.wire.allocate("gradients on the wire", "buffers: gradients on the wire",
+                                        dtype_bytes(wire_, P));
     context_.ops.cast(context_.view(wire, P, wire_), context_.view(grad_, P, kLoop),
                       1.0f / float(dp_.size()));
     // One rank: the all-reduce would return its input (a sum of one, times 1); the casts stay, so the
@@ -89,7 +90,8 @@ class ReduceScatteredGradients final : public FullGradients<Real> {
     const int W = dp_.size();
     const int64_t S = partition_.shard_total(), P = partition_.padded_total();
     const size_t wb = dtype_size(wire_);
-    uint8_t* send = static_cast<uint8_t*>(context_.wire.allocate("gradients rank-major", "buffers", P * wb));
+    uint8_t* send = static_cast<uint8_t*>(
+        context_.wire.allocate("gradients rank-major", "buffers: reduce-scatter", P * wb));
     for (const UnitPartition& u : partition_.units()) {
       for (int p = 0; p < W; ++p) {
         // Rank p's piece of unit u, pre-divided by W (the sum over ranks is the mean), in the wire dtype.
@@ -102,8 +104,8 @@ class ReduceScatteredGradients final : public FullGradients<Real> {
       // One rank: the reduce-scatter would write its input widened to the loop dtype (times 1).
       context_.ops.cast(context_.view(grad_, S, kLoop), context_.view(send, S, wire_));
     } else {
-      Real* shard =
-          static_cast<Real*>(context_.wire.allocate("reduced gradient shard", "buffers", S * sizeof(Real)));
+      Real* shard = static_cast<Real*>(
+          context_.wire.allocate("reduced gradient shard", "buffers: reduce-scatter", S * sizeof(Real)));
       context_.before_communication(dp_);
       dp_.reduce_scatter(send, wire_, shard, S, 1.0f, comm::Phase::kGradReduce).wait();
       context_.ops.copy(context_.view(grad_, S, kLoop), context_.view(shard, S, kLoop));
@@ -151,7 +153,7 @@ class BucketedGradients final : public EngineGradients<Real> {
       if (!b.in_use && b.numel >= n && (!best || b.numel < best->numel)) best = &b;
     }
     if (!best) {
-      void* data = context_.device.allocate("unit gradient", "buffers", n * sizeof(Real));
+      void* data = context_.device.allocate("unit gradient", "buffers: unit gradients", n * sizeof(Real));
       buffers_.push_back({static_cast<Real*>(data), n, false});
       best = &buffers_.back();
     }

@@ -67,8 +67,10 @@ void qgz_start(const EngineContext& context, comm::Communicator& node, comm::Com
   exchange.chunk = chunk;
   exchange.wire = &context.wire;
   exchange.crossed = false;
-  exchange.send = context.wire.allocate("qgZ stage 1 (send)", "buffers", size_t(L) * N * qb);
-  exchange.recv = context.wire.allocate("qgZ stage 1 (received)", "buffers", size_t(L) * N * qb);
+  exchange.send =
+      context.wire.allocate("qgZ stage 1 (send)", "buffers: gradient buckets", size_t(L) * N * qb);
+  exchange.recv =
+      context.wire.allocate("qgZ stage 1 (received)", "buffers: gradient buckets", size_t(L) * N * qb);
   // Order by local peer j', then node n: peer j' receives the chunks of ranks n L + j' for n = 0 .. N-1.
   bool ok = true;
   for (int peer = 0; peer < L; ++peer) {
@@ -95,7 +97,8 @@ void qgz_cross(const EngineContext& context, comm::Communicator& node, comm::Com
   const size_t q2 = qgz_chunk_bytes(chunk, kQuantizedGradientBits, settings.block);
   exchange.request.wait();
   // Stage 1's sums: for each node n, the chunk of rank n L + j summed over this node's L ranks, in fp32.
-  float* partial = static_cast<float*>(context.wire.allocate("qgZ partial sums", "buffers", N * chunk * 4));
+  float* partial = static_cast<float*>(
+      context.wire.allocate("qgZ partial sums", "buffers: gradient buckets", N * chunk * 4));
   const Tensor partials = context.view(partial, N * chunk, DType::kF32);
   for (int source = 0; source < L; ++source) {
     const uint8_t* arrived = static_cast<const uint8_t*>(exchange.recv) + size_t(source) * N * q1;
@@ -104,8 +107,8 @@ void qgz_cross(const EngineContext& context, comm::Communicator& node, comm::Com
   }
   exchange.release();
   // Stage 2: requantize and exchange across nodes among the ranks with this local index.
-  exchange.send = context.wire.allocate("qgZ stage 2 (send)", "buffers", N * q2);
-  exchange.recv = context.wire.allocate("qgZ stage 2 (received)", "buffers", N * q2);
+  exchange.send = context.wire.allocate("qgZ stage 2 (send)", "buffers: gradient buckets", N * q2);
+  exchange.recv = context.wire.allocate("qgZ stage 2 (received)", "buffers: gradient buckets", N * q2);
   quantize_hop(context, exchange.send, partial, feedback.cross, chunk, N, kQuantizedGradientBits, settings);
   context.wire.release(partial);
   const std::vector<size_t> bytes(N, q2);

@@ -150,7 +150,8 @@ void GradientReducer::add(int unit, const void* grad) {
   const size_t grad_elem = dtype_size(accumulation_);
   if (units_in_current_ == 0) {
     current_send_bytes_ = size_t(bucket_shard_elements_[bucket]) * partition_.num_shards() * elem;
-    current_send_ = context_.wire.allocate("gradient bucket (send)", "buffers", current_send_bytes_);
+    current_send_ =
+        context_.wire.allocate("gradient bucket (send)", "buffers: gradient buckets", current_send_bytes_);
   }
   const std::vector<int>& units = buckets_[bucket];
   // Rank-major packing: rank p's part of the bucket is [shard p of each unit, in bucket order].
@@ -184,7 +185,7 @@ void GradientReducer::post(int bucket) {
   p.send = current_send_;
   p.send_bytes = current_send_bytes_;
   p.recv_bytes = dtype_bytes(accumulation_, bucket_shard_elements_[bucket]);
-  p.recv = context_.wire.allocate("gradient bucket (result)", "buffers", p.recv_bytes);
+  p.recv = context_.wire.allocate("gradient bucket (result)", "buffers: gradient buckets", p.recv_bytes);
   current_send_ = nullptr;
   const int64_t chunk = bucket_shard_elements_[bucket];
   std::string label = "bucket " + std::to_string(bucket) + ": " + names_[buckets_[bucket].front()];

@@ -26,7 +26,7 @@ Tensor CommTensorGroup::staging(int64_t n, DType dtype) {
   const size_t bytes = dtype_bytes(dtype, n);
   if (bytes > wire_bytes_) {
     if (wire_) context_.wire.release(wire_);
-    wire_ = context_.wire.allocate("tensor-parallel staging", "buffers", bytes);
+    wire_ = context_.wire.allocate("tensor-parallel staging", "buffers: tensor-parallel staging", bytes);
     wire_bytes_ = bytes;
   }
   return context_.view(wire_, n, dtype);

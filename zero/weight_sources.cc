@@ -50,8 +50,9 @@ class ReplicatedWeights : public EngineWeights<Real> {
     Arena& home = gathered ? context_.wire : context_.device;
     compute_ = home.allocate("compute weights", "compute weights", dtype_bytes(dtype_, P));
     if (gathered || dtype_ != kLoop) {
-      widened_ = static_cast<Real*>(context_.device.allocate(
-          std::string("compute weights in ") + precision_name(kLoop), "buffers", P * sizeof(Real)));
+      widened_ = static_cast<Real*>(
+          context_.device.allocate(std::string("compute weights in ") + precision_name(kLoop),
+                                   "buffers: widened compute weights", P * sizeof(Real)));
     }
   }
   // Stage 0: the master is the whole padded vector.
@@ -93,7 +94,7 @@ class RegatheredWeights final : public ReplicatedWeights<Real> {
     const int64_t S = partition_.shard_total();
     const size_t cb = dtype_size(dtype_);
     if (dp_.size() == 1) return refresh_alone(master, cb);
-    void* shard = context_.wire.allocate("compute-weight shard", "buffers", S * cb);
+    void* shard = context_.wire.allocate("compute-weight shard", "buffers: compute-weight shard", S * cb);
     context_.ops.cast(context_.view(shard, S, dtype_), context_.view(master, S, kLoop));
     context_.before_communication(dp_);
     for (const UnitPartition& u : partition_.units()) {

@@ -346,13 +346,14 @@ TEST_CASE(
   // All-reduce on 4 ranks: 2 receive and 2 send buffers of P/4 fp16 values, and the fp32 sum of one chunk.
   CHECK(cpu.of("communication staging") == 4 * (P / 4) * 2 + 4 * (P / 4));
   CHECK(cpu.of("start-up copy") == 0);  // 4P of initial master is less than the step's 2P + 2P + P
-  // Stage 3 with overlap_comm: wte, wpe and two blocks gathered (fp16 wire + fp32 copy), wte's and one
-  // block's fp32 gradient, one bucket of everything (reduce_bucket_size 5e8): send 2P, result 4P/4.
+  // Stage 3 with overlap_comm: wte, wpe and two blocks gathered (fp16 wire + fp32 copy), wte's, ln_f's (its
+  // buffer stays in the pool from the head on) and one block's fp32 gradient, one bucket of everything
+  // (reduce_bucket_size 5e8): send 2P, result 4P/4.
   z.stage = 3;
   z.overlap_comm = true;
   const gpt::PlanMemory s3 = gpt::plan_memory(model, z, 1, 4, 1, 1, gpt::MemoryTarget::kCpu);
   const double wte = 50304.0 * 768, wpe = 1024.0 * 768, block = 12.0 * 768 * 768 + 13 * 768;
-  const double gathered = 6 * (wte + wpe + 2 * block), gradients = 4 * (wte + block);
+  const double gathered = 6 * (wte + wpe + 2 * block), gradients = 4 * (wte + 2 * 768 + block);
   CHECK(s3.of("buffers") == doctest::Approx(gathered + gradients + 2 * P + P + 2 * 4 * 64).epsilon(1e-6));
   CHECK(s3.of("communication staging") == 4 * (P / 4) * 2);
   const double S = P / 4;
@@ -391,7 +392,7 @@ TEST_CASE("tiling factors 2 and 4: stage 3's gathered units and unit gradients d
   const double smalls = 2 * C + 3 * C + 3 * C + 4 * C + C, small_sizes = 2 * C + 3 * C + 4 * C + C;
   const gpt::PlanMemory whole = gpt::plan_memory(model, z, 1, 4, 1, 1, gpt::MemoryTarget::kCpu);
   CHECK(part(whole, "gathered units") == 6 * (wte + wpe + 2 * block));  // fp16 on the wire + fp32
-  CHECK(part(whole, "unit gradients") == 4 * (wte + block));
+  CHECK(part(whole, "unit gradients") == 4 * (wte + block + 2 * C));    // and ln_f's, pooled from the head on
   double previous = part(whole, "gathered units");
   for (int N : {2, 4}) {
     INFO("tile factor " << N);
