@@ -13,6 +13,7 @@
 #include "kernels/cpu/threads.h"
 #include "tests/comm/mpi_test_env.h"
 #include "train/planner.h"
+#include "zero/dry_run.h"
 #include "zero/engine.h"
 
 namespace {
@@ -131,6 +132,12 @@ void compare(const gpt::TrainOptions& o, const gpt::PlanVariant& v) {
   CHECK(activations < cpu.of("activations") + 64 * 200);
   CHECK(buffers >= 0.8 * cpu.of("buffers"));
   CHECK(buffers <= 1.2 * cpu.of("buffers"));
+  // The count is the engine's own: its dry run (zero/dry_run.h) holds what this rank's arenas held.
+  CHECK(buffers == cpu.of("buffers"));
+  // The restated activations (the closed form the plan prints) are what the dry run's layer loop allocated.
+  const gpt::DryRunMemory dry = gpt::dry_run(gpt::DryRunSetup{
+      o.model, v.zero, t.num_nodes(), t.ranks_per_node, 1, o.micro_batch, o.accumulation_steps});
+  CHECK(double(dry.activation_bytes) == cpu.of("activations"));
 }
 
 }  // namespace
