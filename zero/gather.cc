@@ -24,7 +24,9 @@ WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std
       ops_(context.ops),
       events_(context.events),
       swap_(swap),
-      decode_on_arrival_(context.ops.device() == Device::kCPU),
+      // A dry run (kernels/dry) decodes nothing: one call per unit instead of one per rank's block keeps
+      // the planner's runs of large worlds fast, and allocates the same buffers.
+      decode_on_arrival_(context.ops.device() == Device::kCPU && context.ops.computes()),
       secondaries_(partition.units().size(), nullptr),
       quantized_own_(partition.units().size(), nullptr) {
   if (config.quantized_weights && loop_dtype_ != DType::kF32)
