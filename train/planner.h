@@ -3,8 +3,9 @@
 // link class for ZeRO-3 and every ZeRO++ combination (from zero/traffic_model.h, the closed forms the traffic
 // meter is tested against), and a predicted step time from a simple stated model of compute and links.
 // With ZeRO-Infinity's offload: memory per tier (device, CPU, NVMe), the bytes each rank reads from and
-// writes to its NVMe swap files per step, and their time at stated disk bandwidths. The same memory formulas,
-// counted for the CPU backend (MemoryTarget::kCpu), are what gpt_train's memory guard checks before it
+// writes to its NVMe swap files per step, and their time at stated disk bandwidths. Buffers are not restated
+// here: they are what the engine's own arenas hold in a dry run of the configuration (zero/dry_run.h). The
+// same count for the CPU backend (MemoryTarget::kCpu) is what gpt_train's memory guard checks before it
 // allocates.
 //
 // Tensor parallelism (Megatron, t > 1): the world is t x d. Model states are those of one rank's
@@ -29,12 +30,12 @@ namespace gpt {
 
 // Which backend a memory count is for.
 enum class MemoryTarget {
-  // The planner's GPU: activations and gathered units in the compute dtype; wire memory (pinned host memory
-  // on a GPU) is not counted.
+  // The planner's GPU: activations in the compute dtype; the engine's buffers (device and wire memory
+  // together: NCCL's wire memory is device memory) as its dry run holds them.
   kGpu,
-  // The CPU backend as gpt_train runs it (device and wire memory are both RAM): fp32 activations, gathered
-  // units widened to fp32, the widened replica of stages 0-2, the transient buffers of each stage's
-  // reduction, the MPI ring's staging buffers (comm/mpi_collectives.cc) and the engine's start-up copy.
+  // The CPU backend as gpt_train runs it (device and wire memory are both RAM): fp32 activations, the
+  // engine's buffers as its dry run holds them, and what lives outside its arenas: the MPI ring's staging
+  // buffers (comm/mpi_collectives.cc) and the engine's start-up copy.
   kCpu,
 };
 

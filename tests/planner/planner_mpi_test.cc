@@ -121,8 +121,7 @@ void compare(const gpt::TrainOptions& o, const gpt::PlanVariant& v) {
   // The engine keeps fp32 activations on the CPU; the plan counts the same elements at 2 bytes (fp16).
   CHECK(engine_bytes(m, "activations") == 2 * v.memory.of("activations"));
   // The CPU backend's own count (the memory guard's): the arena's activations after two steps (each block
-  // rounded up to 64 bytes) and its buffers within 20%: this model's wte is smaller than a block and its
-  // buckets differ in size, so the pools' best fit allocates a little differently than GPT-2's shapes do.
+  // rounded up to 64 bytes), and its buffers, which the plan takes from the engine's dry run: exactly.
   const gpt::comm::Topology& t = world().topology();
   const gpt::PlanMemory cpu = gpt::plan_memory(o.model, v.zero, t.num_nodes(), t.ranks_per_node,
                                                o.micro_batch, o.accumulation_steps, gpt::MemoryTarget::kCpu);
@@ -170,8 +169,8 @@ TEST_CASE("planned bytes by phase and link equal the meter's, for stages 0-2 and
 }
 
 // Memory-centric tiling: the tiled schedule's bytes (a tiled backward with checkpointing gathers most tiles
-// twice) equal the meter's, and the pools' replayed count (planner.cc: the gathered tiles and small units,
-// the unit gradients) is what the engine's arena allocates.
+// twice) equal the meter's, and the dry run's pooled buffers (the gathered tiles and small units, the unit
+// gradients) are what the engine's arena allocates.
 TEST_CASE("tiled blocks (factors 2 and 4): planned bytes equal the meter's, pooled buffers the engine's") {
   const gpt::comm::Topology& t = world().topology();
   if (t.num_nodes() < 2 || t.ranks_per_node < 2) {

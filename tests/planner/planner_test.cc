@@ -363,7 +363,8 @@ TEST_CASE(
 }
 
 // Memory-centric tiling at stage 3 on the CPU backend, GPT-2 124M at sequence 64 on 4 ranks with
-// overlap_comm, worked out by hand from the pools' best fit (zero/gather.cc, zero/gradient_sinks.cc): the
+// overlap_comm, as the engine's dry run counts them, worked out here by hand from the pools' best fit
+// (zero/gather.cc, zero/gradient_sinks.cc): the
 // gather pool holds wte, wpe, one buffer of each small unit's size (2C, 3C, 4C, C: the second 3C unit takes
 // wpe's buffer, free once the embedding is done) and, for the tiles, two of the qkv tile's size (the
 // attention projection's smaller tiles reuse them) and two of the MLP's (4C^2/N, the fc and projection
