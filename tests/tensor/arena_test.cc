@@ -1,6 +1,8 @@
 // The arena: alignment and zero-fill, current/peak accounting overall and per category, out-of-order
-// release, refusal of foreign pointers, the capacity budget and its message, a custom block source.
+// release, refusal of foreign pointers, the capacity budget and its message, a custom block source, parts of
+// categories, and the counting block source of the dry run.
 #include "tensor/arena.h"
+#include "tensor/counting_block_source.h"
 
 #include <doctest/doctest.h>
 
@@ -157,4 +159,45 @@ TEST_CASE("a large freed block serves the next request of its size, zero-filled 
   auto* other = static_cast<uint8_t*>(arena.allocate("other", "buffers", 2 * big));
   CHECK(std::all_of(other, other + 2 * big, [](uint8_t b) { return b == 0; }));
   arena.release(other);
+}
+
+TEST_CASE("a part of a category counts in both: the part's own peak, and the whole's peak of all parts") {
+  gpt::Arena arena("host");
+  void* a = arena.allocate("bucket", "buffers: gradient buckets", 1000);  // 1024
+  void* b = arena.allocate("tile", "buffers: gathered units", 2048);
+  arena.release(a);
+  void* c = arena.allocate("bucket", "buffers: gradient buckets", 4096);
+  auto usage = [&](const std::string& category) {
+    for (const auto& u : arena.usage_by_category())
+      if (u.category == category) return u;
+    return gpt::Arena::CategoryUsage{};
+  };
+  CHECK(usage("buffers: gradient buckets").peak_bytes == 4096);
+  CHECK(usage("buffers: gathered units").peak_bytes == 2048);
+  CHECK(usage("buffers").peak_bytes == 2048 + 4096);  // not the parts' peaks added: 1024 was gone by then
+  CHECK(usage("buffers").current_bytes == 2048 + 4096);
+  CHECK(usage("buffers").blocks == 2);
+  arena.release(b);
+  arena.release(c);
+  CHECK(usage("buffers").current_bytes == 0);
+  CHECK(usage("buffers").blocks == 0);
+  CHECK(arena.peak_bytes() == 2048 + 4096);
+}
+
+TEST_CASE("a counting block source: distinct ranges that nothing backs, and the arena's ledger over them") {
+  gpt::CountingBlockSource source;
+  gpt::Arena arena("dry", gpt::Arena::kUnlimited, &source);
+  // 64 TiB "allocated" in no memory: the addresses are never touched.
+  const size_t huge = size_t(1) << 45;
+  void* a = arena.allocate("master", "master", huge);
+  void* b = arena.allocate("moments", "moments", 2 * huge);
+  CHECK(a != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(b) >= reinterpret_cast<uintptr_t>(a) + huge);
+  CHECK(reinterpret_cast<uintptr_t>(a) % 64 == 0);
+  arena.release(a);
+  void* c = arena.allocate("small", "buffers", 10);
+  CHECK(c != a);  // never reused: each block keeps its own address for the ledger
+  CHECK(source.peak_bytes() == 3 * huge);
+  CHECK(source.current_bytes() == 2 * huge + 64);
+  CHECK(arena.peak_bytes() == 3 * huge);
 }
