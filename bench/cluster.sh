@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/cluster: ZeRO-3 against each ZeRO++ optimization, all three, and all three with LoCo's error feedback
+# bench/cluster: ZeRO-3 against each ZeRO++ optimization, all three (zeropp: with the hierarchical weight
+# gather, zero_hierarchical_allgather; zeropp_flat: on the flat ring), and all three with LoCo's error feedback
 # (zeropp_loco) or int8 gradients inside the node (zeropp_int8intra), on an emulated cluster of 2 nodes x 2
 # ranks (scripts/cluster: network namespaces, real TCP through tc-shaped links), unshaped and at 10 Gb/s,
 # 1 Gb/s and 200 Mb/s. GPT-2 124M, seq 64, micro-batch 1, fp16. For each run it prints one JSON line
@@ -13,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=6  # one warm-up step, then at least 5 timed
 bandwidths="none 10gbit 1gbit 200mbit"
-configs="zero3 qwz hpz qgz zeropp zeropp_loco zeropp_int8intra"
+configs="zero3 qwz hpz qgz zeropp zeropp_flat zeropp_loco zeropp_int8intra"
 out=""
 extra=()
 while (($#)); do
@@ -45,7 +46,8 @@ json_for() {  # config -> DeepSpeed JSON
     qwz) qwz=true ;;
     hpz) hpz=2 ;;
     qgz) qgz=true ;;
-    zeropp) qwz=true hpz=2 qgz=true ;;
+    zeropp) qwz=true hpz=2 qgz=true more=', "zero_hierarchical_allgather": true' ;;
+    zeropp_flat) qwz=true hpz=2 qgz=true ;;  # ZeRO++ with the forward gathers on the flat ring
     zeropp_loco) qwz=true hpz=2 qgz=true more=', "zeropp_loco_param": {"err_beta": 0.8, "reset_T": 1024}' ;;
     zeropp_int8intra) qwz=true hpz=2 qgz=true more=', "zeropp_intra_node_gradient_bits": 8' ;;
     *) echo "bench/cluster.sh: unknown configuration $1" >&2; exit 2 ;;

@@ -37,6 +37,7 @@ struct DeepSpeedConfig {
   std::optional<bool> overlap_comm;
   // ZeRO++
   std::optional<bool> zero_quantized_weights;
+  std::optional<bool> zero_hierarchical_allgather;
   std::optional<int64_t> zero_hpz_partition_size;
   std::optional<bool> zero_quantized_gradients;
   std::optional<int64_t> zeropp_weight_block_size;

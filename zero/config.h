@@ -88,8 +88,12 @@ struct ZeroConfig {
   bool quantized_weights = false;  // zero_quantized_weights (qwZ): int8 blocks on every weight gather
   int hpz_partition_size = 1;      // zero_hpz_partition_size (hpZ): a node-local secondary copy over h ranks
   bool quantized_gradients = false;  // zero_quantized_gradients (qgZ): int4 hierarchical all-to-all reduction
-  int weight_block = 2048;           // zeropp_weight_block_size: elements per qwZ scale
-  int gradient_block = 512;          // zeropp_gradient_block_size: elements per qgZ scale
+  // zero_hierarchical_allgather (ours): a primary weight gather on two or more nodes crosses nodes once per
+  // shard (a gather among the ranks with this rank's local index, then one inside the node) instead of
+  // riding the flat ring, whose node boundaries each carry W-1 shards. The same bytes arrive: bit for bit.
+  bool hierarchical_allgather = false;
+  int weight_block = 2048;   // zeropp_weight_block_size: elements per qwZ scale
+  int gradient_block = 512;  // zeropp_gradient_block_size: elements per qgZ scale
   int intra_node_gradient_bits = kQuantizedGradientBits;  // zeropp_intra_node_gradient_bits: qgZ's first hop
   // zeropp_loco_param (LoCo error feedback for qgZ's two hops; zero/qgz.h has the recurrence).
   bool loco = false;

@@ -89,10 +89,13 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
     adam_v_ = static_cast<float*>(arena_.allocate("Adam second moment", "moments", S * sizeof(float)));
   }
   create_zeropp_groups();
-  weights_ = make_weight_source<float>(
-      {config_, partition_, unit_names_, dp_, hpz_group_.get(), context_, offload_.get()});
+  const bool hierarchical = gathers_hierarchically(), qgz = reduces_by_qgz();
+  weights_ = make_weight_source<float>({config_, partition_, unit_names_, dp_, hpz_group_.get(), context_,
+                                        offload_.get(), hierarchical ? node_group_.get() : nullptr,
+                                        hierarchical ? cross_group_.get() : nullptr});
   gradients_ = make_gradient_sink<float>({config_, partition_, unit_names_, loop_.schedule().gradients, dp_,
-                                          node_group_.get(), cross_group_.get(), context_});
+                                          qgz ? node_group_.get() : nullptr,
+                                          qgz ? cross_group_.get() : nullptr, context_});
   // A dry run (kernels/dry) only counts memory: there are no values to initialize.
   if (!ops_.computes()) return;
   // Each rank initializes only what it owns: the initializer is a pure function of (seed, flat index).
@@ -222,10 +225,17 @@ void ZeroEngine::create_zeropp_groups() {
     return members;
   };
   if (h > 1) hpz_group_ = dp_.subgroup(world_ranks(rank / h * h, h, 1));
-  if (config_.quantized_gradients && N >= 2) {
+  // qgZ's two hops and the hierarchical weight gather use the same two groups.
+  if (reduces_by_qgz() || gathers_hierarchically()) {
     node_group_ = dp_.subgroup(world_ranks(t.node() * L, L, 1));
     cross_group_ = dp_.subgroup(world_ranks(t.local_rank(), N, L));
-  } else if (config_.quantized_gradients) {
+  }
+  if (config_.hierarchical_allgather && !gathers_hierarchically()) {
+    notes_.push_back(
+        "zero_hierarchical_allgather has no effect here: it needs two or more nodes of two or more "
+        "data-parallel ranks at stage 3, and the flat gather is then the same");
+  }
+  if (config_.quantized_gradients && N < 2) {
     notes_.push_back("qgZ: all ranks are on one node, so gradients use the plain ring reduce-scatter" +
                      std::string(config_.loco ? " (and zeropp_loco_param has nothing to compensate)" : ""));
   }

@@ -172,7 +172,15 @@ class ZeroEngine {
   void sum_over_world(float* values, int n, float scale, comm::Phase phase);
   // The dropout of a training micro-batch (masks keyed by seed and window), or none for evaluation.
   Dropout dropout_for(const MicroBatch& mb, bool training) const;
-  void create_zeropp_groups();  // hpZ group; qgZ's node and cross-node groups
+  void
+  create_zeropp_groups();  // hpZ group; the node and cross-node groups of qgZ and the hierarchical gather
+  bool reduces_by_qgz() const {  // qgZ on two or more nodes (one node: the ring)
+    return config_.quantized_gradients && dp_topology_.num_nodes() >= 2;
+  }
+  bool gathers_hierarchically() const {  // zero_hierarchical_allgather where it changes the route
+    return config_.hierarchical_allgather && config_.stage == 3 && dp_topology_.num_nodes() >= 2 &&
+           dp_topology_.ranks_per_node >= 2;
+  }
   bool local_overflow();
   double local_sum_of_squares();
   // read_state (overwrite false: the chunks as stored) and write_state (true: zeroed chunks, stored after).

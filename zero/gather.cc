@@ -12,11 +12,14 @@
 namespace gpt {
 WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
                                comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config,
-                               const EngineContext& context, ParamSwap* swap)
+                               const EngineContext& context, ParamSwap* swap, comm::Communicator* node,
+                               comm::Communicator* cross)
     : partition_(partition),
       names_(unit_names),
       dp_(dp),
       hpz_(hpz),
+      node_(node),
+      cross_(cross),
       config_(config),
       element_bytes_(dtype_size(config.precision)),
       loop_dtype_(loop_dtype(config.precision)),
@@ -161,6 +164,14 @@ void WeightGatherer::post(size_t index) {
       // complete).
       const int64_t n = int64_t(per_rank);
       ops_.copy(context_.view(slot.wire, n, DType::kI8), context_.view(own, n, DType::kI8));
+    } else if (cross_) {
+      // Hierarchical: this rank's shard to the ranks with its local index, into its block of the node's
+      // spread (block l of N shards, node-ordered); spread() sends the block around the node.
+      const size_t block = size_t(cross_->size()) * per_rank;
+      context_.before_communication(*cross_);
+      slot.request = cross_->all_gather(own, static_cast<uint8_t*>(slot.wire) + size_t(node_->rank()) * block,
+                                        per_rank, phase_);
+      slot.local_index_major = slot.spread_pending = true;
     } else {
       context_.before_communication(dp_);
       slot.request = dp_.all_gather(own, slot.wire, per_rank, phase_);
@@ -170,10 +181,27 @@ void WeightGatherer::post(size_t index) {
   slots_.push_back(std::move(slot));
 }
 
-void WeightGatherer::decode(const Slot& slot, int first, int shards) {
+void WeightGatherer::spread(Slot& slot) {
+  if (!slot.spread_pending) return;
+  slot.request.wait();
+  const size_t block = size_t(cross_->size()) * shard_wire_bytes(slot.unit);
+  uint8_t* wire = static_cast<uint8_t*>(slot.wire);
+  const comm::OperationLabel serving("spread of " + names_[slot.unit]);
+  context_.before_communication(*node_);
+  slot.request = node_->all_gather(wire + size_t(node_->rank()) * block, wire, block, phase_);
+  slot.spread_pending = false;
+}
+
+int WeightGatherer::position_of(const Slot& slot, int rank) const {
+  if (!slot.local_index_major) return rank;
+  const int L = node_->size(), N = cross_->size();
+  return rank % L * N + rank / L;
+}
+
+void WeightGatherer::decode(const Slot& slot, int first, int shards, int at) {
   const UnitPartition& u = partition_.unit(slot.unit);
   const int64_t begin = first * u.shard;  // the first element of those shards in the unit
-  const size_t shard_bytes = shard_wire_bytes(slot.unit), wire_at = size_t(first) * shard_bytes;
+  const size_t shard_bytes = shard_wire_bytes(slot.unit), wire_at = size_t(at) * shard_bytes;
   void* weights = static_cast<char*>(slot.weights) + dtype_bytes(loop_dtype_, begin);
   const void* wire = static_cast<const char*>(slot.wire) + wire_at;
   if (config_.quantized_weights) {
@@ -189,9 +217,16 @@ void WeightGatherer::decode(const Slot& slot, int first, int shards) {
 }
 
 void WeightGatherer::wait_and_decode(Slot& slot) {
+  spread(slot);
+  if (slot.local_index_major) {
+    // Rank by rank: consecutive ranks' shards are N positions apart.
+    slot.request.wait();
+    for (int r = 0; r < dp_.size(); ++r) decode(slot, r, 1, position_of(slot, r));
+    return;
+  }
   if (!decode_on_arrival_) {
     slot.request.wait();
-    decode(slot, 0, dp_.size());
+    decode(slot, 0, dp_.size(), 0);
     return;
   }
   // The gather's blocks (one per rank of its group: a shard each, or W/h shards from an hpZ secondary) are
@@ -202,7 +237,7 @@ void WeightGatherer::wait_and_decode(Slot& slot) {
   for (int k = 0; k < blocks; ++k) {
     const int block = (group.rank() - k + blocks) % blocks;
     slot.request.wait_block(block);
-    decode(slot, block * shards_per_block, shards_per_block);
+    decode(slot, block * shards_per_block, shards_per_block, block * shards_per_block);
   }
   slot.request.wait();
 }
@@ -212,6 +247,9 @@ const void* WeightGatherer::acquire_weights(int unit) {
     throw std::logic_error("WeightGatherer: unit " + names_[unit] + " acquired out of schedule");
   }
   if (!slot_of(unit)) post(next_);
+  // The spread inside the node goes out before the next unit's cross-node step, which then runs while this
+  // unit spreads and computes.
+  spread(*slot_of(unit));
   if (config_.overlap_comm && next_ + 1 < schedule_.size() && !slot_of(schedule_[next_ + 1])) post(next_ + 1);
   ++next_;
   Slot* slot = slot_of(unit);
@@ -232,9 +270,7 @@ void WeightGatherer::release(int unit) {
       // exactly as they arrived. Copied by an op: wire memory may be device memory (under NCCL).
       const size_t bytes = secondary_bytes(unit);
       secondaries_[unit] = context_.wire.allocate("hpZ secondary " + names_[unit], "hpZ secondary", bytes);
-      ops_.copy(context_.view(secondaries_[unit], int64_t(bytes), DType::kI8),
-                context_.view(static_cast<uint8_t*>(it->wire) + size_t(hpz_->rank()) * bytes, int64_t(bytes),
-                              DType::kI8));
+      keep_secondary(*it, secondaries_[unit]);
       secondary_peak_ = std::max(secondary_peak_, secondary_bytes_held());
     }
     give_buffer(context_.wire, it->wire, it->wire_capacity);
@@ -243,6 +279,19 @@ void WeightGatherer::release(int unit) {
     return;
   }
   throw std::logic_error("WeightGatherer: " + names_[unit] + " released but not gathered");
+}
+
+void WeightGatherer::keep_secondary(const Slot& slot, void* secondary) {
+  const size_t bytes = secondary_bytes(slot.unit), shard = shard_wire_bytes(slot.unit);
+  const int shards = dp_.size() / hpz_->size(), first = hpz_->rank() * shards;
+  auto* wire = static_cast<const uint8_t*>(slot.wire);
+  auto copy = [&](size_t to, size_t from, size_t n) {
+    ops_.copy(context_.view(static_cast<uint8_t*>(secondary) + to, int64_t(n), DType::kI8),
+              context_.view(wire + from, int64_t(n), DType::kI8));
+  };
+  if (!slot.local_index_major) return copy(0, size_t(first) * shard, bytes);
+  for (int i = 0; i < shards; ++i)
+    copy(size_t(i) * shard, size_t(position_of(slot, first + i)) * shard, shard);
 }
 
 bool WeightGatherer::idle() const {

@@ -13,6 +13,15 @@
 // primary gather until the next one (the same bytes a fresh quantization would give). On a CPU backend a
 // gather is decoded (dequantized, or cast from fp16/bf16) one rank's block at a time as the ring delivers
 // it, so the decoding of the first blocks overlaps the arrival of the last (comm::Request::wait_block).
+//
+// The hierarchical gather (zero_hierarchical_allgather, on N >= 2 nodes of L >= 2 ranks): a primary gather
+// first all-gathers this rank's shard among the N ranks with its local index (one per node: each shard
+// crosses to every other node once), then spreads those N shards inside the node (an all-gather of L blocks,
+// in place). The wire buffer then holds the shards local-index-major: position l N + n holds the shard of
+// rank n L + l. Decoding and hpZ's secondary read each shard from its position, so the weights (and the
+// secondaries) are bit for bit those of the flat ring, which sends the same shards around all W ranks and
+// carries W-1 of them over every node boundary. The cross-node step of the next unit is posted with
+// overlap_comm while this unit spreads and computes.
 #pragma once
 
 #include <cstdint>
@@ -36,9 +45,12 @@ class WeightGatherer {
  public:
   // hpz: the hpZ group (h consecutive ranks of one node), or null when hpZ is off. swap: where this rank's
   // shards are read from when they live on NVMe (offload_param), or null.
+  // node, cross: the hierarchical gather's groups (this rank's node; the ranks with its local index on every
+  // node), or null for the flat ring.
   WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
                  comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config,
-                 const EngineContext& context, ParamSwap* swap = nullptr);
+                 const EngineContext& context, ParamSwap* swap = nullptr, comm::Communicator* node = nullptr,
+                 comm::Communicator* cross = nullptr);
   ~WeightGatherer();
 
   // Starts a pass: the units to gather, in order, all in one phase. `shard` is this rank's compute-weight
@@ -79,12 +91,22 @@ class WeightGatherer {
     size_t wire_capacity = 0, weight_capacity = 0;  // of the pooled buffers, which may be larger
     bool acquired = false;
     bool holds_swapped_shard = false;  // the send buffer is a ParamSwap buffer, released once gathered
+    bool local_index_major = false;    // arrived by the hierarchical gather (see above)
+    bool spread_pending = false;       // its cross-node step is posted, the spread inside the node not yet
   };
   const void* acquire_weights(int unit);
   void post(size_t index);
   Slot* slot_of(int unit);
-  // Turns `shards` shards of what arrived, from shard `first` on, into the loop dtype's weights.
-  void decode(const Slot& slot, int first, int shards);
+  // Turns `shards` shards of what arrived, from rank `first`'s on, into the loop dtype's weights; they sit
+  // at wire position `at` on.
+  void decode(const Slot& slot, int first, int shards, int at);
+  // The wire position of rank r's shard in the slot.
+  int position_of(const Slot& slot, int rank) const;
+  // The hierarchical gather's second step: waits for the cross-node step, then posts the spread in the node.
+  void spread(Slot& slot);
+  // Copies this rank's hpZ slice of a primary gather (the shards of ranks [j W/h, (j+1) W/h), j its rank in
+  // the hpZ group) into `secondary`, rank-major, whatever the slot's order.
+  void keep_secondary(const Slot& slot, void* secondary);
   // Waits for the slot's gather and decodes all of it (block by block as they arrive, or at once).
   void wait_and_decode(Slot& slot);
   const void* quantized_own_shard(int unit);  // quantizes it when the weights changed since
@@ -100,6 +122,8 @@ class WeightGatherer {
   const std::vector<std::string>& names_;
   comm::Communicator& dp_;
   comm::Communicator* hpz_;
+  comm::Communicator* node_;  // the hierarchical gather's groups, or null
+  comm::Communicator* cross_;
   ZeroConfig config_;
   size_t element_bytes_;
   DType loop_dtype_;  // of the weights acquire() hands out

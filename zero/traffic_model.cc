@@ -59,11 +59,17 @@ comm::TrafficCounts expected_step_traffic(const TrafficModelInput& in) {
     return z.quantized_weights ? quant::quantized_bytes(shard, 8, z.weight_block) : uint64_t(shard) * b;
   };
   const uint64_t h = z.hpz_partition_size;
+  const bool hierarchical = z.hierarchical_allgather && s.N >= 2 && s.L >= 2;
   auto gather = [&](Phase phase, int u, bool first_after_step) {
     if (h > 1 && !first_after_step) {
       // hpZ: W/h rings of h ranks inside nodes, each member holding W/h shards.
       const uint64_t member = s.W / h * shard_bytes(u);
       for (uint64_t group = 0; group < s.W / h; ++group) add_ring(t, phase, h, 1, member, 1);
+    } else if (hierarchical) {
+      // L rings of N ranks, one per node (every hop crosses nodes), each member its shard; then N rings of
+      // the L ranks of a node, each member the N shards it gathered.
+      add_ring(t, phase, s.N, s.N, shard_bytes(u), s.L);
+      add_ring(t, phase, s.L, 1, s.N * shard_bytes(u), s.N);
     } else {
       add_ring(t, phase, s.W, s.N, shard_bytes(u), 1);
     }

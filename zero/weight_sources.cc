@@ -140,7 +140,7 @@ class GatheredWeights final : public EngineWeights<Real> {
                                       dtype_bytes(dtype_, partition_.shard_total()));
     }
     gatherer_ = std::make_unique<WeightGatherer>(partition_, p.unit_names, p.dp, p.hpz_group, p.config,
-                                                 context_, swap_.get());
+                                                 context_, swap_.get(), p.node_group, p.cross_group);
   }
   void refresh(const Real* master) override {
     if (!swap_) {

@@ -67,6 +67,10 @@ struct WeightSourceParts {
   comm::Communicator* hpz_group;  // stage 3 with hpZ
   const EngineContext& context;
   OffloadStore* offload = nullptr;  // ZeRO-Infinity's swap files, when offload_param is "nvme"
+  // zero_hierarchical_allgather on two or more nodes: this rank's node group and the group of the ranks
+  // with its local index on every node (stage 3), else null.
+  comm::Communicator* node_group = nullptr;
+  comm::Communicator* cross_group = nullptr;
 };
 // The weight source of config.stage (float, or double with config.precision kF64).
 template <typename Real>

@@ -155,14 +155,17 @@ TEST_CASE("planned bytes by phase and link equal the meter's, for stages 0-2 and
       compare(o, plan.variants[plan.configured]);
       ++compared;
     }
-    const gpt::TrainOptions o = tiny_options(3, accumulation);
-    const gpt::Plan plan = gpt::make_plan(o);
-    CHECK(plan.variants.size() == 8);
-    for (const gpt::PlanVariant& v : plan.variants) {
-      if (v.name.find("hpz") != std::string::npos || v.name == "zeropp")
-        CHECK(v.zero.hpz_partition_size == t.ranks_per_node);
-      compare(o, v);
-      ++compared;
+    for (bool hierarchical : {false, true}) {  // zero_hierarchical_allgather: its closed form too
+      gpt::TrainOptions o = tiny_options(3, accumulation);
+      o.zero.hierarchical_allgather = hierarchical;
+      const gpt::Plan plan = gpt::make_plan(o);
+      CHECK(plan.variants.size() == 8);
+      for (const gpt::PlanVariant& v : plan.variants) {
+        if (v.name.find("hpz") != std::string::npos || v.name == "zeropp")
+          CHECK(v.zero.hpz_partition_size == t.ranks_per_node);
+        compare(o, v);
+        ++compared;
+      }
     }
   }
   if (world().rank() == 0) std::printf("compared %d configurations with the meter\n", compared);
