@@ -14,7 +14,6 @@
 #include <algorithm>
 
 #include "base/user_error.h"
-#include "kernels/quant/quantize.h"
 #include "model/loop.h"
 #include "model/params.h"
 #include "train/activation_formulas.h"
