@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gpt {
 
@@ -24,7 +25,9 @@ struct GPTConfig {
   // Training FLOPs per token as nanoGPT/PaLM count them: 6 N + 12 L C T (recomputation not counted).
   double model_flops_per_token() const;
 
-  // Empty when the shape is usable; otherwise one sentence naming the setting and the fix.
+  // Every rule the shape breaks, one sentence each naming the setting and the fix (empty when usable).
+  std::vector<std::string> problems() const;
+  // The first of problems(), or empty.
   std::string validate() const;
 };
 

@@ -304,6 +304,15 @@ void resolve_timeout(const FlagParser& flags, const Values& v, TrainOptions& o) 
   o.comm_timeout = 60.0 * v.timeout_minutes;
 }
 
+// The tensor-parallel layout's rules (ParallelLayout::problems) on what is resolved so far: asked when t is
+// known, again once --sequence-parallel is, and once more after the tile factor, so that each rule is
+// reported as soon as its settings are given.
+void check_layout(const TrainOptions& o) {
+  const ParallelLayout layout{o.tensor_parallel, std::max(o.ranks_per_node, 0)};
+  if (std::string problem = first_problem(layout.problems(o.model, o.zero)); !problem.empty())
+    throw UsageError(problem);
+}
+
 // Tensor parallelism's size against the world and the model: returns the data-parallel size.
 int check_parallelism(const Values& v, int world_size, const TrainOptions& o) {
   if (v.pipeline_parallel != 1) {
@@ -315,14 +324,7 @@ int check_parallelism(const Values& v, int world_size, const TrainOptions& o) {
     throw UsageError("--tensor-model-parallel-size " + str(t) + " does not divide the world size " +
                      str(world_size) + "; choose a divisor of the number of ranks");
   }
-  if (o.ranks_per_node > 0) {
-    if (std::string problem =
-            ZeroEngine::tensor_parallel_node_problem(t, o.ranks_per_node, "--ranks-per-node");
-        !problem.empty()) {
-      throw UsageError(problem);
-    }
-  }
-  if (std::string problem = tensor_slice_problem(o.model, t); !problem.empty()) throw UsageError(problem);
+  check_layout(o);
   return world_size / t;
 }
 
@@ -383,7 +385,8 @@ void resolve_zero_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
   o.zero.quantized_weights = ds.zero_quantized_weights.value_or(false);
   o.zero.hpz_partition_size = int(ds.zero_hpz_partition_size.value_or(1));
   o.zero.quantized_gradients = ds.zero_quantized_gradients.value_or(false);
-  // An int setting that check_zeropp validates (naming the fix); clamped so that the message shows it.
+  // An int setting that ZeroConfig::problems validates (naming the fix); clamped so that the message shows
+  // it.
   auto int_setting = [](std::optional<int64_t> v, int fallback) {
     return v ? int(std::clamp<int64_t>(*v, -(int64_t(1) << 30), int64_t(1) << 30)) : fallback;
   };
@@ -479,9 +482,7 @@ void resolve_tensor_parallel_memory(const DeepSpeedConfig& ds, const Values& v, 
     o.notes.push_back(
         "--sequence-parallel turned off: it needs --tensor-model-parallel-size > 1 (Megatron does the same)");
   }
-  if (o.zero.sequence_parallel) {
-    if (std::string problem = sequence_split_problem(o.model, t); !problem.empty()) throw UsageError(problem);
-  }
+  check_layout(o);
   if (v.distribute_saved_activations) check_distribute_saved("--distribute-saved-activations", o);
   o.zero.distribute_saved_activations = v.distribute_saved_activations;
   if (!ds.partition_activations.value_or(false) || o.zero.distribute_saved_activations) return;
@@ -569,8 +570,8 @@ std::string offload_run_id(const std::string& save, const std::string& load) {
   return id;
 }
 
-// A device "nvme" needs its nvme_path. The rules on the stage and the buffers are the engine's
-// (ZeroEngine::check_offload), checked once the model is known.
+// A device "nvme" needs its nvme_path. The rules on the stage and the buffers are OffloadConfig::problems,
+// asked once the model is known.
 void check_offload_paths(const OffloadConfig& f, const std::string& path) {
   const std::string o = "zero_optimization.offload_optimizer", p = "zero_optimization.offload_param";
   if (f.optimizer_on_nvme() && f.optimizer_nvme_path.empty())
@@ -765,9 +766,9 @@ void TrainFlags::finish(int world_size) {
   resolve_schedule(flags_, pick, ds, v_, o_);
   check_whole(world_size, o_);
   resolve_tiling(flags_, pick, ds, v_, o_);
-  if (std::string problem = tiled_slice_problem(o_.zero.tile_factor, o_.tensor_parallel); !problem.empty())
-    throw UsageError(problem);
-  if (std::string problem = ZeroEngine::check_offload(o_.zero, o_.model, data_parallel, o_.tensor_parallel);
+  check_layout(o_);
+  if (std::string problem =
+          first_problem(o_.zero.offload.problems(o_.zero, o_.model, data_parallel, o_.tensor_parallel));
       !problem.empty()) {
     throw UsageError(ds.path.empty() ? problem : ds.path + ": " + problem);
   }

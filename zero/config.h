@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/ops.h"
 #include "model/recompute.h"
@@ -10,7 +11,24 @@
 #include "tensor/tensor.h"
 #include "zero/loss_scaler.h"
 
+namespace gpt::comm {
+struct Topology;
+}
+
 namespace gpt {
+
+struct GPTConfig;
+struct ZeroConfig;
+
+// Every rule a configuration breaks, in the order a user should fix them: one line each, naming the setting
+// and the fix. Each rule's message is written once, in the problems() of the object that owns the setting
+// (zero/config_problems.cc, GPTConfig::problems); the trainer's options, the engine, the planner and the
+// checkpoint loader report the first one instead of restating the rule.
+using Problems = std::vector<std::string>;
+// The problem to report first (empty when there is none).
+inline std::string first_problem(const Problems& found) {
+  return found.empty() ? std::string() : found.front();
+}
 
 // The compute precision (ZeroConfig::precision) is the dtype of compute weights and of gradients on the wire:
 // DType::kF32 (the default, as in Megatron, and every comparison exact), kF16 (with dynamic loss scaling) or
@@ -58,6 +76,11 @@ struct OffloadConfig {
   // The engine's swap buffers (zero/offload_store.h) live in wire memory, and the disk reads and writes them
   // from the host: wire memory must stay host memory (train/device_world.h).
   bool swaps_through_wire() const { return optimizer_on_nvme() || param_on_nvme(); }
+
+  // ZeRO-Infinity's rules against the owning ZeRO settings (stage, precision, tile factor) and the model's
+  // partition at this data-parallel size (the tensor-parallel slice's partition at t > 1).
+  Problems problems(const ZeroConfig& owner, const GPTConfig& model, int data_parallel_size,
+                    int tensor_parallel_size = 1) const;
 };
 
 struct ZeroConfig {
@@ -97,6 +120,26 @@ struct ZeroConfig {
   int64_t loco_reset_T = 1024;  // reset_T: the kept errors are zeroed every reset_T applied steps
 
   OffloadConfig offload;  // ZeRO-Infinity
+
+  // The stage and ZeRO++'s rules against the data-parallel topology (hpZ's h must divide its ranks per
+  // node). The offload rules are offload.problems(), the tensor-parallel ones ParallelLayout::problems().
+  Problems problems(const comm::Topology& data_parallel) const;
+};
+
+// Why t tensor-parallel ranks cannot stay inside nodes of ranks_per_node ranks, which the user sets with
+// node_flag (empty when they can; our rule: a tensor-parallel group is t consecutive ranks of one node).
+std::string tensor_parallel_node_problem(int t, int ranks_per_node, const std::string& node_flag);
+
+// How the world is cut for tensor parallelism (Megatron's t x d layout), with the rules that tie t to the
+// cluster and to the model: t divides the ranks per node, the heads, the hidden size and the padded
+// vocabulary; sequence parallelism splits the sequence length; tiling does not combine with t > 1 yet.
+struct ParallelLayout {
+  int tensor_parallel = 1;                     // t
+  int ranks_per_node = 0;                      // 0: not known here, so the node rule is not checked
+  std::string node_flag = "--ranks-per-node";  // the flag that sets ranks_per_node, named in its message
+
+  // The zero settings give the tile factor and --sequence-parallel.
+  Problems problems(const GPTConfig& model, const ZeroConfig& zero) const;
 };
 
 }  // namespace gpt
