@@ -12,9 +12,9 @@ double GPTConfig::model_flops_per_token() const {
   return 6.0 * double(params_without_positions()) + 12.0 * num_layers * double(hidden) * seq_len;
 }
 
-std::vector<std::string> GPTConfig::problems() const {
+Problems GPTConfig::problems() const {
   auto n = [](int v) { return std::to_string(v); };
-  std::vector<std::string> found;
+  Problems found;
   if (num_layers < 1)
     found.push_back("--num-layers is " + n(num_layers) + "; a model needs at least 1 layer");
   if (hidden < 1) found.push_back("--hidden-size is " + n(hidden) + "; it must be positive");
@@ -39,8 +39,7 @@ std::vector<std::string> GPTConfig::problems() const {
 }
 
 std::string GPTConfig::validate() const {
-  const std::vector<std::string> found = problems();
-  return found.empty() ? "" : found.front();
+  return first_problem(problems());
 }
 
 }  // namespace gpt

@@ -345,8 +345,11 @@ void resolve_timeout(const FlagParser& flags, const Values& v, TrainOptions& o) 
 // known, again once --sequence-parallel is, and once more after the tile factor, so that each rule is
 // reported as soon as its settings are given.
 void check_layout(const TrainOptions& o) {
-  const ParallelLayout layout{o.tensor_parallel, std::max(o.ranks_per_node, 0)};
-  if (std::string problem = first_problem(layout.problems(o.model, o.zero)); !problem.empty())
+  const ParallelLayout layout{.tensor_parallel = o.tensor_parallel,
+                              .ranks_per_node = std::max(o.ranks_per_node, 0),
+                              .sequence_parallel = o.zero.sequence_parallel,
+                              .tile_factor = o.zero.tile_factor};
+  if (std::string problem = first_problem(layout.problems(o.model)); !problem.empty())
     throw UsageError(problem);
 }
 

@@ -644,10 +644,15 @@ std::string str(int64_t v) {
 }
 
 // Why the plan cannot use the configured tensor-parallel size on the cluster (empty when it can): the
-// layout's rules (ParallelLayout::problems), which gpt_train's options and the engine ask too.
+// layout's rules (ParallelLayout::problems, model/params.h), which gpt_train's options and the engine ask
+// too.
 std::string tensor_parallel_problem(const TrainOptions& o) {
-  const ParallelLayout layout{o.tensor_parallel, o.plan.gpus_per_node, "--gpus-per-node"};
-  return first_problem(layout.problems(o.model, o.zero));
+  const ParallelLayout layout{.tensor_parallel = o.tensor_parallel,
+                              .ranks_per_node = o.plan.gpus_per_node,
+                              .node_flag = "--gpus-per-node",
+                              .sequence_parallel = o.zero.sequence_parallel,
+                              .tile_factor = o.zero.tile_factor};
+  return first_problem(layout.problems(o.model));
 }
 
 void check_plannable(const TrainOptions& o) {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "model/config.h"
 #include "model/recompute.h"
 #include "offload/swapper.h"
 #include "tensor/tensor.h"
@@ -17,18 +18,7 @@ struct Topology;
 
 namespace gpt {
 
-struct GPTConfig;
 struct ZeroConfig;
-
-// Every rule a configuration breaks, in the order a user should fix them: one line each, naming the setting
-// and the fix. Each rule's message is written once, in the problems() of the object that owns the setting
-// (zero/config_problems.cc, GPTConfig::problems); the trainer's options, the engine, the planner and the
-// checkpoint loader report the first one instead of restating the rule.
-using Problems = std::vector<std::string>;
-// The problem to report first (empty when there is none).
-inline std::string first_problem(const Problems& found) {
-  return found.empty() ? std::string() : found.front();
-}
 
 // The compute precision (ZeroConfig::precision) is the dtype of compute weights and of gradients on the wire:
 // DType::kF32 (the default, as in Megatron, and every comparison exact), kF16 (with dynamic loss scaling) or
@@ -122,24 +112,9 @@ struct ZeroConfig {
   OffloadConfig offload;  // ZeRO-Infinity
 
   // The stage and ZeRO++'s rules against the data-parallel topology (hpZ's h must divide its ranks per
-  // node). The offload rules are offload.problems(), the tensor-parallel ones ParallelLayout::problems().
+  // node). The offload rules are offload.problems(), the tensor-parallel ones ParallelLayout::problems()
+  // (model/params.h).
   Problems problems(const comm::Topology& data_parallel) const;
-};
-
-// Why t tensor-parallel ranks cannot stay inside nodes of ranks_per_node ranks, which the user sets with
-// node_flag (empty when they can; our rule: a tensor-parallel group is t consecutive ranks of one node).
-std::string tensor_parallel_node_problem(int t, int ranks_per_node, const std::string& node_flag);
-
-// How the world is cut for tensor parallelism (Megatron's t x d layout), with the rules that tie t to the
-// cluster and to the model: t divides the ranks per node, the heads, the hidden size and the padded
-// vocabulary; sequence parallelism splits the sequence length; tiling does not combine with t > 1 yet.
-struct ParallelLayout {
-  int tensor_parallel = 1;                     // t
-  int ranks_per_node = 0;                      // 0: not known here, so the node rule is not checked
-  std::string node_flag = "--ranks-per-node";  // the flag that sets ranks_per_node, named in its message
-
-  // The zero settings give the tile factor and --sequence-parallel.
-  Problems problems(const GPTConfig& model, const ZeroConfig& zero) const;
 };
 
 }  // namespace gpt

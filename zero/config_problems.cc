@@ -1,6 +1,7 @@
 // The rules on the engine's settings (zero/config.h), each written once: ZeroConfig::problems (the stage and
-// ZeRO++), OffloadConfig::problems (ZeRO-Infinity) and ParallelLayout::problems (tensor parallelism). The
-// engine throws the first problem; gpt_train's options, the planner and the checkpoint loader report it.
+// ZeRO++) and OffloadConfig::problems (ZeRO-Infinity); the tensor-parallel layout's are
+// ParallelLayout::problems (model/params.h). The engine throws the first problem; gpt_train's options and
+// main and the planner report it.
 #include <sstream>
 #include <utility>
 
@@ -113,30 +114,6 @@ Problems OffloadConfig::problems(const ZeroConfig& owner, const GPTConfig& model
                     "; it must be at least 2 (one unit's shard is sent while the next one is read)");
   }
   add_param_buffer_problems(*this, owner, model, data_parallel_size, tensor_parallel_size, found);
-  return found;
-}
-
-std::string tensor_parallel_node_problem(int t, int ranks_per_node, const std::string& node_flag) {
-  if (t < 1 || ranks_per_node % t == 0) return "";
-  return "--tensor-model-parallel-size " + std::to_string(t) + " does not divide " + node_flag + " " +
-         std::to_string(ranks_per_node) +
-         "; a tensor-parallel group must stay inside one node (our rule): choose a divisor of it";
-}
-
-Problems ParallelLayout::problems(const GPTConfig& model, const ZeroConfig& zero) const {
-  Problems found;
-  const int t = tensor_parallel;
-  auto add = [&found](std::string problem) {
-    if (!problem.empty()) found.push_back(std::move(problem));
-  };
-  if (ranks_per_node > 0) add(tensor_parallel_node_problem(t, ranks_per_node, node_flag));
-  if (t == 1) {
-    if (zero.sequence_parallel) add("sequence parallelism needs a tensor-parallel group");
-    return found;
-  }
-  add(tensor_slice_problem(model, t));
-  if (zero.sequence_parallel) add(sequence_split_problem(model, t));
-  add(tiled_slice_problem(zero.tile_factor, t));
   return found;
 }
 

@@ -56,10 +56,13 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
       loop_(model, micro_batch, config.recompute, ops_, arena_, config.tile_factor,
             TensorParallel{tensor_group_.get(), config.sequence_parallel,
                            config.distribute_saved_activations}) {
-  // The settings' own rules (zero/config_problems.cc), in the order a user fixes them; the first is thrown.
-  for (const Problems& found :
-       {ParallelLayout{tensor_parallel_size()}.problems(model, config), config.problems(dp_topology_),
-        config.offload.problems(config, model, dp.size(), tensor_parallel_size())}) {
+  // The settings' own rules (ParallelLayout's in model/params.cc, the rest in zero/config_problems.cc), in
+  // the order a user fixes them; the first is thrown.
+  const ParallelLayout layout{.tensor_parallel = tensor_parallel_size(),
+                              .sequence_parallel = config.sequence_parallel,
+                              .tile_factor = config.tile_factor};
+  for (const Problems& found : {layout.problems(model), config.problems(dp_topology_),
+                                config.offload.problems(config, model, dp.size(), tensor_parallel_size())}) {
     if (!found.empty()) throw std::invalid_argument(found.front());
   }
   for (const UnitInfo& u : table_.units) unit_names_.push_back(u.name);
