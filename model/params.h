@@ -103,10 +103,10 @@ ParamTable make_param_table(const GPTConfig& config, int tile_factor = 1, Tensor
 // size and the padded vocabulary must be multiples of it.
 std::string tensor_slice_problem(const GPTConfig& config, int size);
 // Why memory-centric tiling (tile_factor) cannot combine with `size` tensor-parallel ranks (empty when it
-// can): the rule's one home; gpt_train's options, the planner, the engine and the checkpoint loader ask it.
+// can): the rule's one home, asked through ParallelLayout::problems.
 std::string tiled_slice_problem(int tile_factor, int size);
 // Why sequence parallelism cannot split this model's sequence over `size` ranks (empty when it can): the
-// sequence length must be a multiple of it. The rule's one home.
+// sequence length must be a multiple of it. The rule's one home, asked through ParallelLayout::problems.
 std::string sequence_split_problem(const GPTConfig& config, int size);
 // Why t tensor-parallel ranks cannot stay inside nodes of ranks_per_node ranks, which the user sets with
 // node_flag (empty when they can; our rule: a tensor-parallel group is t consecutive ranks of one node).
