@@ -201,7 +201,8 @@ int run(gpt::comm::MpiSession& session, int argc, char** argv) {
   const std::unique_ptr<gpt::comm::Communicator> world = session.world(gpt::comm::MpiOptions{});
   const bool talk = world->rank() == 0;
   const gpt::ZeroConfig zero = zero_config(o);
-  if (std::string problem = gpt::ZeroEngine::check_offload(zero, o.config, world->size()); !problem.empty())
+  if (std::string problem = gpt::first_problem(zero.offload.problems(zero, o.config, world->size()));
+      !problem.empty())
     throw gpt::UsageError(problem);
   const auto built = Clock::now();
   gpt::ZeroEngine engine(o.config, zero, o.batch, *world, 1);

@@ -117,7 +117,7 @@ Result run_config(gpt::comm::Communicator& world, const gpt::TrainOptions& o, co
                   const std::string& name, const gpt::data::ValidLoader* valid, gpt::Ops* backend) {
   const int T = o.model.seq_len;
   const gpt::ZeroConfig z = configure(o.zero, name, world.topology().ranks_per_node);
-  if (std::string problem = gpt::ZeroEngine::check_zeropp(z, world.topology()); !problem.empty()) {
+  if (std::string problem = gpt::first_problem(z.problems(world.topology())); !problem.empty()) {
     throw gpt::UsageError(name + ": " + problem);
   }
   gpt::ZeroEngine engine(o.model, z, o.micro_batch, world, uint64_t(o.seed), backend);

@@ -4,8 +4,20 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace gpt {
+
+// Every rule a configuration breaks, in the order a user should fix them: one line each, naming the setting
+// and the fix. Each rule's message is written once, in the problems() of the object that owns the setting
+// (GPTConfig here, ParallelLayout in model/params.h, ZeroConfig and OffloadConfig in zero/config.h); the
+// trainer's options, the engine, the planner and the checkpoint manifest report the first one instead of
+// restating the rule.
+using Problems = std::vector<std::string>;
+// The problem to report first (empty when there is none).
+inline std::string first_problem(const Problems& found) {
+  return found.empty() ? std::string() : found.front();
+}
 
 struct GPTConfig {
   int num_layers = 12;
@@ -24,7 +36,9 @@ struct GPTConfig {
   // Training FLOPs per token as nanoGPT/PaLM count them: 6 N + 12 L C T (recomputation not counted).
   double model_flops_per_token() const;
 
-  // Empty when the shape is usable; otherwise one sentence naming the setting and the fix.
+  // Every rule the shape breaks, one sentence each naming the setting and the fix (empty when usable).
+  Problems problems() const;
+  // The first of problems(), or empty.
   std::string validate() const;
 };
 

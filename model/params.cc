@@ -41,6 +41,30 @@ std::string sequence_split_problem(const GPTConfig& config, int size) {
          ": choose a sequence length divisible by " + std::to_string(size);
 }
 
+std::string tensor_parallel_node_problem(int t, int ranks_per_node, const std::string& node_flag) {
+  if (t < 1 || ranks_per_node % t == 0) return "";
+  return "--tensor-model-parallel-size " + std::to_string(t) + " does not divide " + node_flag + " " +
+         std::to_string(ranks_per_node) +
+         "; a tensor-parallel group must stay inside one node (our rule): choose a divisor of it";
+}
+
+Problems ParallelLayout::problems(const GPTConfig& model) const {
+  Problems found;
+  const int t = tensor_parallel;
+  auto add = [&found](std::string problem) {
+    if (!problem.empty()) found.push_back(std::move(problem));
+  };
+  if (ranks_per_node > 0) add(tensor_parallel_node_problem(t, ranks_per_node, node_flag));
+  if (t == 1) {
+    if (sequence_parallel) add("sequence parallelism needs a tensor-parallel group");
+    return found;
+  }
+  add(tensor_slice_problem(model, t));
+  if (sequence_parallel) add(sequence_split_problem(model, t));
+  add(tiled_slice_problem(tile_factor, t));
+  return found;
+}
+
 const ParamInfo& ParamTable::find(const std::string& name) const {
   for (const ParamInfo& p : params) {
     if (p.name == name) return p;

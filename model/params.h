@@ -103,11 +103,31 @@ ParamTable make_param_table(const GPTConfig& config, int tile_factor = 1, Tensor
 // size and the padded vocabulary must be multiples of it.
 std::string tensor_slice_problem(const GPTConfig& config, int size);
 // Why memory-centric tiling (tile_factor) cannot combine with `size` tensor-parallel ranks (empty when it
-// can): the rule's one home; gpt_train's options, the planner, the engine and the checkpoint loader ask it.
+// can): the rule's one home, asked through ParallelLayout::problems.
 std::string tiled_slice_problem(int tile_factor, int size);
 // Why sequence parallelism cannot split this model's sequence over `size` ranks (empty when it can): the
-// sequence length must be a multiple of it. The rule's one home.
+// sequence length must be a multiple of it. The rule's one home, asked through ParallelLayout::problems.
 std::string sequence_split_problem(const GPTConfig& config, int size);
+// Why t tensor-parallel ranks cannot stay inside nodes of ranks_per_node ranks, which the user sets with
+// node_flag (empty when they can; our rule: a tensor-parallel group is t consecutive ranks of one node).
+std::string tensor_parallel_node_problem(int t, int ranks_per_node, const std::string& node_flag);
+
+// How the world is cut for tensor parallelism (Megatron's t x d layout) and what rides on it, with the rules
+// that tie t to the cluster and to the model: t divides the ranks per node, the heads, the hidden size and
+// the padded vocabulary; sequence parallelism needs t > 1 and a sequence length divisible by t; tiling does
+// not combine with t > 1 yet. gpt_train's options, the planner, the engine and the checkpoint manifest ask
+// it.
+struct ParallelLayout {
+  int tensor_parallel = 1;                     // t
+  int ranks_per_node = 0;                      // 0: not known here, so the node rule is not checked
+  std::string node_flag = "--ranks-per-node";  // the flag that sets ranks_per_node, named in its message
+  bool sequence_parallel = false;              // --sequence-parallel
+  int tile_factor = 1;                         // --tile-factor (memory-centric tiling)
+
+  // Every rule this layout breaks for the model, one line each naming the flags and the fix.
+  Problems problems(const GPTConfig& model) const;
+};
+
 // The runs of a sliced parameter's elements in the whole parameter: f(local, whole, length) for each run of
 // `length` consecutive elements at offset `local` in the slice and `whole` in the whole parameter (both
 // relative to the parameter's start), in local order. A replicated parameter is one run.

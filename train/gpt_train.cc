@@ -98,7 +98,7 @@ Validation make_validation(const TrainOptions& o, const comm::Communicator& data
 MemoryVerdict guard_then_check(const TrainOptions& o, comm::Communicator& host_world,
                                const comm::Topology& data_parallel) {
   MemoryVerdict verdict = check_memory(o, host_world);
-  if (std::string problem = ZeroEngine::check_zeropp(o.zero, data_parallel); !problem.empty()) {
+  if (std::string problem = first_problem(o.zero.problems(data_parallel)); !problem.empty()) {
     if (o.tensor_parallel > 1)
       problem += " (at --tensor-model-parallel-size " + std::to_string(o.tensor_parallel) +
                  ", ZeRO's ranks per node are the data-parallel ones: ranks per node / t)";

@@ -63,36 +63,75 @@ void resolve_batch(std::optional<int64_t> micro, std::optional<int64_t> accumula
   o->global_batch = *micro * *accumulation * W;
 }
 
-// Settings DeepSpeed accepts that do not change what this engine does, reported at start-up.
-void note_accepted_keys(const DeepSpeedConfig& ds, const ZeroConfig& z, std::vector<std::string>& notes) {
-  const std::string from = " (" + ds.path + ")";
-  if (ds.reduce_scatter && !*ds.reduce_scatter && z.stage >= 2) {
-    notes.push_back("zero_optimization.reduce_scatter false accepted without effect: stages 2 and 3 always " +
-                    std::string("reduce-scatter gradients") + from);
-  }
-  if (ds.contiguous_gradients) {
-    notes.push_back(
-        "zero_optimization.contiguous_gradients accepted without effect: gradients are always packed "
-        "into contiguous bucket buffers" +
-        from);
-  }
-  if (ds.stage3_prefetch_bucket_size) {
-    notes.push_back(
-        "zero_optimization.stage3_prefetch_bucket_size accepted without effect: with overlap_comm the "
-        "engine prefetches exactly one unit ahead" +
-        from);
-  }
-  if (ds.stage3_param_persistence_threshold && *ds.stage3_param_persistence_threshold > 0) {
-    notes.push_back(
-        "zero_optimization.stage3_param_persistence_threshold accepted without effect: every unit is "
-        "partitioned (threshold 0), which keeps the byte closed forms exact" +
-        from);
-  }
-  if (ds.stage3_max_live_parameters) {
-    notes.push_back(
-        "zero_optimization.stage3_max_live_parameters accepted without effect: at most two units are "
-        "gathered at once" +
-        from);
+using Values = TrainFlags::Values;
+
+// A setting accepted without effect: reported at start-up as "<key> accepted without effect<when>: <reason>",
+// followed by the JSON file for a JSON key (a flag starts with "--").
+struct WithoutEffect {
+  bool applies = false;  // the setting is given and changes nothing in this run
+  std::string key;       // the flag or JSON key, with its value where only that value is inert
+  std::string reason;    // why it changes nothing here, and how to make it count where it can
+  std::string when;      // "" or the circumstance that makes it inert (" on the CPU backend")
+};
+
+// Every setting DeepSpeed or Megatron accepts that does not change what this engine does, with its reason:
+// the one table (README.md, "Accepted without effect"). Asked once everything is resolved.
+std::vector<WithoutEffect> without_effect_table(const DeepSpeedConfig& ds, const Values& v,
+                                                const TrainOptions& o) {
+  const ZeroConfig& z = o.zero;
+  const std::string zo = "zero_optimization.", a = "activation_checkpointing.";
+  const bool cuda = o.device == "cuda", full = z.recompute.is_full();
+  // partition_activations that neither --distribute-saved-activations nor the key itself turned on.
+  const bool unpartitioned = ds.partition_activations.value_or(false) && !z.distribute_saved_activations;
+  const bool cpu_checkpointing = ds.cpu_checkpointing.value_or(false);
+  return {
+      {v.flash_attention, "--use-flash-attn",
+       "attention always runs our own kernel (on the GPU a tiled one with fp32 softmax statistics, which "
+       "still stores the probabilities the backward reads)"},
+      {ds.reduce_scatter && !*ds.reduce_scatter && z.stage >= 2, zo + "reduce_scatter false",
+       "stages 2 and 3 always reduce-scatter gradients"},
+      {bool(ds.contiguous_gradients), zo + "contiguous_gradients",
+       "gradients are always packed into contiguous bucket buffers"},
+      {bool(ds.stage3_prefetch_bucket_size), zo + "stage3_prefetch_bucket_size",
+       "with overlap_comm the engine prefetches exactly one unit ahead"},
+      {ds.stage3_param_persistence_threshold && *ds.stage3_param_persistence_threshold > 0,
+       zo + "stage3_param_persistence_threshold",
+       "every unit is partitioned (threshold 0), which keeps the byte closed forms exact"},
+      {bool(ds.stage3_max_live_parameters), zo + "stage3_max_live_parameters",
+       "at most two units are gathered at once"},
+      {unpartitioned && o.tensor_parallel == 1, a + "partition_activations", "its group is one rank",
+       " at --tensor-model-parallel-size 1"},
+      {unpartitioned && o.tensor_parallel > 1 && !full, a + "partition_activations",
+       "it partitions full recomputation's checkpoints; add --recompute-granularity full to use it"},
+      {cpu_checkpointing && !cuda, a + "cpu_checkpointing", "activations are already in host memory",
+       " on the CPU backend"},
+      {cpu_checkpointing && cuda && !z.recompute.checkpoints_on_host, a + "cpu_checkpointing",
+       "it moves full recomputation's checkpoints (without --sequence-parallel) to host memory; add "
+       "--recompute-granularity full to use it"},
+      {ds.contiguous_memory_optimization.value_or(false) || ds.number_checkpoints,
+       a + "contiguous_memory_optimization/number_checkpoints",
+       "the layer loop allocates its activation and checkpoint buffers once, at start-up, and reuses them "
+       "every step, so checkpointing never fragments memory"},
+      {ds.synchronize_checkpoint_boundary.value_or(false), a + "synchronize_checkpoint_boundary",
+       cuda ? "no device synchronization is added at checkpoint boundaries"
+            : "the CPU backend computes synchronously"},
+      {ds.checkpointing_profile.value_or(false), a + "profile",
+       "no per-checkpoint timing is collected; wall_clock_breakdown times the step's phases"},
+      {z.offload.aio.use_gds, "aio.use_gds", "no GPUDirect Storage here"},
+      {ds.offload_optimizer_ratio && z.offload.ratio != 1.0, "offload_optimizer.ratio",
+       "the whole optimizer step runs where its state is"},
+      {bool(ds.offload_optimizer_fast_init), "offload_optimizer.fast_init",
+       "the swap files are written once at start-up either way"},
+      {bool(ds.offload_param_max_in_cpu), "offload_param.max_in_cpu",
+       "with device \"nvme\" every compute weight shard lives in the swap file"},
+  };
+}
+
+void note_without_effect(const DeepSpeedConfig& ds, const Values& v, TrainOptions& o) {
+  for (const WithoutEffect& row : without_effect_table(ds, v, o)) {
+    if (!row.applies) continue;
+    const std::string from = row.key.starts_with("--") ? "" : " (" + ds.path + ")";
+    o.notes.push_back(row.key + " accepted without effect" + row.when + ": " + row.reason + from);
   }
 }
 
@@ -118,8 +157,6 @@ std::pair<double, double> split_fractions(const std::string& split) {
   }
   return {w[0] / total, w[1] / total};
 }
-
-using Values = TrainFlags::Values;
 
 void add_model_group(FlagParser& flags, TrainOptions& o, Values& v) {
   flags.group("Model");
@@ -304,6 +341,18 @@ void resolve_timeout(const FlagParser& flags, const Values& v, TrainOptions& o) 
   o.comm_timeout = 60.0 * v.timeout_minutes;
 }
 
+// The tensor-parallel layout's rules (ParallelLayout::problems) on what is resolved so far: asked when t is
+// known, again once --sequence-parallel is, and once more after the tile factor, so that each rule is
+// reported as soon as its settings are given.
+void check_layout(const TrainOptions& o) {
+  const ParallelLayout layout{.tensor_parallel = o.tensor_parallel,
+                              .ranks_per_node = std::max(o.ranks_per_node, 0),
+                              .sequence_parallel = o.zero.sequence_parallel,
+                              .tile_factor = o.zero.tile_factor};
+  if (std::string problem = first_problem(layout.problems(o.model)); !problem.empty())
+    throw UsageError(problem);
+}
+
 // Tensor parallelism's size against the world and the model: returns the data-parallel size.
 int check_parallelism(const Values& v, int world_size, const TrainOptions& o) {
   if (v.pipeline_parallel != 1) {
@@ -315,14 +364,7 @@ int check_parallelism(const Values& v, int world_size, const TrainOptions& o) {
     throw UsageError("--tensor-model-parallel-size " + str(t) + " does not divide the world size " +
                      str(world_size) + "; choose a divisor of the number of ranks");
   }
-  if (o.ranks_per_node > 0) {
-    if (std::string problem =
-            ZeroEngine::tensor_parallel_node_problem(t, o.ranks_per_node, "--ranks-per-node");
-        !problem.empty()) {
-      throw UsageError(problem);
-    }
-  }
-  if (std::string problem = tensor_slice_problem(o.model, t); !problem.empty()) throw UsageError(problem);
+  check_layout(o);
   return world_size / t;
 }
 
@@ -369,11 +411,6 @@ void resolve_precision(const DeepSpeedConfig& ds, const Values& v, TrainOptions&
   ls.loss_scale_window = int(ds.loss_scale_window.value_or(ls.loss_scale_window));
   ls.hysteresis = int(ds.hysteresis.value_or(ls.hysteresis));
   ls.min_loss_scale = ds.min_loss_scale.value_or(ls.min_loss_scale);
-  if (v.flash_attention) {
-    o.notes.push_back(
-        "--use-flash-attn accepted without effect: attention always runs our own kernel (on the GPU a tiled "
-        "one with fp32 softmax statistics, which still stores the probabilities the backward reads)");
-  }
 }
 
 // Buckets, overlap and ZeRO++ from the JSON's zero_optimization.
@@ -384,7 +421,8 @@ void resolve_zero_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
   o.zero.hpz_partition_size = int(ds.zero_hpz_partition_size.value_or(1));
   o.zero.quantized_gradients = ds.zero_quantized_gradients.value_or(false);
   o.zero.hierarchical_allgather = ds.zero_hierarchical_allgather.value_or(false);
-  // An int setting that check_zeropp validates (naming the fix); clamped so that the message shows it.
+  // An int setting that ZeroConfig::problems validates (naming the fix); clamped so that the message shows
+  // it.
   auto int_setting = [](std::optional<int64_t> v, int fallback) {
     return v ? int(std::clamp<int64_t>(*v, -(int64_t(1) << 30), int64_t(1) << 30)) : fallback;
   };
@@ -395,7 +433,6 @@ void resolve_zero_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
   o.zero.loco = ds.zeropp_loco;
   o.zero.loco_err_beta = ds.loco_err_beta.value_or(o.zero.loco_err_beta);
   o.zero.loco_reset_T = ds.loco_reset_T.value_or(o.zero.loco_reset_T);
-  note_accepted_keys(ds, o.zero, o.notes);
 }
 
 // --recompute-granularity, its alias --recompute-activations and the older --checkpoint-activations (full):
@@ -480,58 +517,25 @@ void resolve_tensor_parallel_memory(const DeepSpeedConfig& ds, const Values& v, 
     o.notes.push_back(
         "--sequence-parallel turned off: it needs --tensor-model-parallel-size > 1 (Megatron does the same)");
   }
-  if (o.zero.sequence_parallel) {
-    if (std::string problem = sequence_split_problem(o.model, t); !problem.empty()) throw UsageError(problem);
-  }
+  check_layout(o);
   if (v.distribute_saved_activations) check_distribute_saved("--distribute-saved-activations", o);
   o.zero.distribute_saved_activations = v.distribute_saved_activations;
   if (!ds.partition_activations.value_or(false) || o.zero.distribute_saved_activations) return;
-  const std::string key = "activation_checkpointing.partition_activations", from = " (" + ds.path + ")";
-  if (t == 1) {
-    o.notes.push_back(
-        key + " accepted without effect at --tensor-model-parallel-size 1: its group is one rank" + from);
-  } else if (!o.zero.recompute.is_full()) {
-    o.notes.push_back(key +
-                      " accepted without effect: it partitions full recomputation's checkpoints; add "
-                      "--recompute-granularity full to use it" +
-                      from);
-  } else {
-    check_distribute_saved(ds.path + ": " + key, o);
+  // Without a group to split over or full recomputation's checkpoints to split, the key is without effect
+  // (without_effect_table).
+  if (t > 1 && o.zero.recompute.is_full()) {
+    check_distribute_saved(ds.path + ": activation_checkpointing.partition_activations", o);
     o.zero.distribute_saved_activations = true;
   }
 }
 
-// The rest of DeepSpeed's activation_checkpointing keys: how its checkpointing works, which ours does its own
-// way; reported at start-up. cpu_checkpointing would move the checkpoints to host memory.
-void note_checkpointing_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
-  const std::string a = "activation_checkpointing.", from = " (" + ds.path + ")";
-  if (ds.cpu_checkpointing.value_or(false)) {
-    if (o.device != "cuda") {
-      o.notes.push_back(a + "cpu_checkpointing accepted without effect on the CPU backend: activations are " +
-                        "already in host memory" + from);
-    } else if (!o.zero.recompute.is_full() || o.zero.sequence_parallel) {
-      o.notes.push_back(
-          a + "cpu_checkpointing accepted without effect: it moves full recomputation's " +
-          "checkpoints (without --sequence-parallel) to host memory; add --recompute-granularity " +
-          "full to use it" + from);
-    } else {
-      o.zero.recompute.checkpoints_on_host = true;
-    }
-  }
-  if (ds.contiguous_memory_optimization.value_or(false) || ds.number_checkpoints) {
-    o.notes.push_back(a + "contiguous_memory_optimization/number_checkpoints accepted without effect: the " +
-                      "layer loop allocates its activation and checkpoint buffers once, at start-up, and " +
-                      "reuses them every step, so checkpointing never fragments memory" + from);
-  }
-  if (ds.synchronize_checkpoint_boundary.value_or(false)) {
-    o.notes.push_back(a + "synchronize_checkpoint_boundary accepted without effect: " +
-                      (o.device == "cuda" ? "no device synchronization is added at checkpoint boundaries"
-                                          : "the CPU backend computes synchronously") +
-                      from);
-  }
-  if (ds.checkpointing_profile.value_or(false)) {
-    o.notes.push_back(a + "profile accepted without effect: no per-checkpoint timing is collected; " +
-                      "wall_clock_breakdown times the step's phases" + from);
+// cpu_checkpointing moves full recomputation's checkpoints (without --sequence-parallel) to host memory on
+// the GPU; elsewhere it and the rest of DeepSpeed's activation_checkpointing keys are without effect
+// (without_effect_table).
+void resolve_cpu_checkpointing(const DeepSpeedConfig& ds, TrainOptions& o) {
+  if (ds.cpu_checkpointing.value_or(false) && o.device == "cuda" && o.zero.recompute.is_full() &&
+      !o.zero.sequence_parallel) {
+    o.zero.recompute.checkpoints_on_host = true;
   }
 }
 
@@ -546,7 +550,7 @@ void resolve_activations(const FlagParser& flags, const DeepSpeedConfig& ds, con
         "--recompute-granularity full|selective (or --checkpoint-activations)");
   }
   resolve_tensor_parallel_memory(ds, v, o);
-  note_checkpointing_keys(ds, o);
+  resolve_cpu_checkpointing(ds, o);
 }
 
 OffloadDevice offload_device(const std::optional<std::string>& name) {
@@ -570,8 +574,8 @@ std::string offload_run_id(const std::string& save, const std::string& load) {
   return id;
 }
 
-// A device "nvme" needs its nvme_path. The rules on the stage and the buffers are the engine's
-// (ZeroEngine::check_offload), checked once the model is known.
+// A device "nvme" needs its nvme_path. The rules on the stage and the buffers are OffloadConfig::problems,
+// asked once the model is known.
 void check_offload_paths(const OffloadConfig& f, const std::string& path) {
   const std::string o = "zero_optimization.offload_optimizer", p = "zero_optimization.offload_param";
   if (f.optimizer_on_nvme() && f.optimizer_nvme_path.empty())
@@ -588,29 +592,12 @@ void note_offload(const DeepSpeedConfig& ds, const OffloadConfig& f, std::vector
         "stays where it is" +
         from);
   }
-  if (f.aio.use_gds) notes.push_back("aio.use_gds accepted without effect: no GPUDirect Storage here" + from);
-  if (ds.offload_optimizer_ratio && f.ratio != 1.0) {
-    notes.push_back(
-        "offload_optimizer.ratio accepted without effect: the whole optimizer step runs where its "
-        "state is" +
-        from);
-  }
   if (ds.offload_optimizer_pipeline_read || ds.offload_optimizer_pipeline_write) {
     notes.push_back(
         "offload_optimizer.pipeline_read/pipeline_write accepted: the swapper always overlaps reads "
         "and writes with the update" +
         from);
   }
-  if (ds.offload_optimizer_fast_init)
-    notes.push_back(
-        "offload_optimizer.fast_init accepted without effect: the swap files are written once at "
-        "start-up either way" +
-        from);
-  if (ds.offload_param_max_in_cpu)
-    notes.push_back(
-        "offload_param.max_in_cpu accepted without effect: with device \"nvme\" every compute "
-        "weight shard lives in the swap file" +
-        from);
 }
 
 // ZeRO-Infinity's keys: zero_optimization.offload_optimizer, .offload_param, .sub_group_size, and aio.
@@ -766,12 +753,13 @@ void TrainFlags::finish(int world_size) {
   resolve_schedule(flags_, pick, ds, v_, o_);
   check_whole(world_size, o_);
   resolve_tiling(flags_, pick, ds, v_, o_);
-  if (std::string problem = tiled_slice_problem(o_.zero.tile_factor, o_.tensor_parallel); !problem.empty())
-    throw UsageError(problem);
-  if (std::string problem = ZeroEngine::check_offload(o_.zero, o_.model, data_parallel, o_.tensor_parallel);
+  check_layout(o_);
+  if (std::string problem =
+          first_problem(o_.zero.offload.problems(o_.zero, o_.model, data_parallel, o_.tensor_parallel));
       !problem.empty()) {
     throw UsageError(ds.path.empty() ? problem : ds.path + ": " + problem);
   }
+  note_without_effect(ds, v_, o_);
 }
 
 bool parse_train_options(int argc, const char* const* argv, int world_size, TrainOptions* options) {

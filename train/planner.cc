@@ -321,20 +321,16 @@ PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, i
 
 namespace {
 
-// Why the plan cannot use the configured tensor-parallel size on the cluster (empty when it can): the rules'
-// own homes (model/params.h, ZeroEngine::tensor_parallel_node_problem), which gpt_train's options ask too.
+// Why the plan cannot use the configured tensor-parallel size on the cluster (empty when it can): the
+// layout's rules (ParallelLayout::problems, model/params.h), which gpt_train's options and the engine ask
+// too.
 std::string tensor_parallel_problem(const TrainOptions& o) {
-  const int t = o.tensor_parallel;
-  if (std::string problem =
-          ZeroEngine::tensor_parallel_node_problem(t, o.plan.gpus_per_node, "--gpus-per-node");
-      !problem.empty()) {
-    return problem;
-  }
-  if (std::string problem = tensor_slice_problem(o.model, t); !problem.empty()) return problem;
-  if (t > 1 && o.zero.sequence_parallel) {
-    if (std::string problem = sequence_split_problem(o.model, t); !problem.empty()) return problem;
-  }
-  return tiled_slice_problem(o.zero.tile_factor, t);
+  const ParallelLayout layout{.tensor_parallel = o.tensor_parallel,
+                              .ranks_per_node = o.plan.gpus_per_node,
+                              .node_flag = "--gpus-per-node",
+                              .sequence_parallel = o.zero.sequence_parallel,
+                              .tile_factor = o.zero.tile_factor};
+  return first_problem(layout.problems(o.model));
 }
 
 void check_plannable(const TrainOptions& o) {
@@ -367,7 +363,7 @@ std::vector<PlanVariant> zero_variants(const ZeroConfig& zero, const comm::Topol
     v.name = "stage " + std::to_string(zero.stage);
     v.zero = zero;
     v.configured = true;
-    v.problem = ZeroEngine::check_zeropp(zero, dp);
+    v.problem = first_problem(zero.problems(dp));
     variants.push_back(v);
   }
   for (const Combination& combo : kCombinations) {
@@ -381,7 +377,7 @@ std::vector<PlanVariant> zero_variants(const ZeroConfig& zero, const comm::Topol
     v.zero.loco = zero.loco && combo.qgz;  // the configured error feedback goes with qgZ
     v.configured = zero.stage == 3 && zero.quantized_weights == combo.qwz &&
                    (zero.hpz_partition_size > 1) == combo.hpz && zero.quantized_gradients == combo.qgz;
-    v.problem = ZeroEngine::check_zeropp(v.zero, dp);
+    v.problem = first_problem(v.zero.problems(dp));
     if (v.problem.empty() && combo.hpz && h < 2) {
       v.problem = tensor_parallel > 1
                       ? "hpZ needs at least 2 data-parallel ranks per node (GPUs per node / t)"

@@ -162,8 +162,8 @@ void read_partition(const FieldReader& r, const json& root, CheckpointManifest& 
     m.tensor_parallel = int(r.integer(root, "", "tensor_parallel", 2, m.world_size));
   const int t = m.tensor_parallel;
   if (m.world_size % t != 0) r.fail("tensor_parallel " + std::to_string(t) + " does not divide world_size");
-  if (std::string problem = tensor_slice_problem(m.model, t); !problem.empty()) r.fail(problem);
-  if (std::string problem = tiled_slice_problem(m.tile_factor, t); !problem.empty()) r.fail(problem);
+  const ParallelLayout layout{.tensor_parallel = t, .tile_factor = m.tile_factor};
+  if (std::string problem = first_problem(layout.problems(m.model)); !problem.empty()) r.fail(problem);
   const int expected_shards = m.stage == 0 ? 1 : m.data_parallel();
   const int shards = int(r.integer(root, "", "num_shards", expected_shards, expected_shards));
   const json& units = r.array(root, "", "units");

@@ -3,14 +3,22 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/ops.h"
+#include "model/config.h"
 #include "model/recompute.h"
 #include "offload/swapper.h"
 #include "tensor/tensor.h"
 #include "zero/loss_scaler.h"
 
+namespace gpt::comm {
+struct Topology;
+}
+
 namespace gpt {
+
+struct ZeroConfig;
 
 // The compute precision (ZeroConfig::precision) is the dtype of compute weights and of gradients on the wire:
 // DType::kF32 (the default, as in Megatron, and every comparison exact), kF16 (with dynamic loss scaling) or
@@ -58,6 +66,11 @@ struct OffloadConfig {
   // The engine's swap buffers (zero/offload_store.h) live in wire memory, and the disk reads and writes them
   // from the host: wire memory must stay host memory (train/device_world.h).
   bool swaps_through_wire() const { return optimizer_on_nvme() || param_on_nvme(); }
+
+  // ZeRO-Infinity's rules against the owning ZeRO settings (stage, precision, tile factor) and the model's
+  // partition at this data-parallel size (the tensor-parallel slice's partition at t > 1).
+  Problems problems(const ZeroConfig& owner, const GPTConfig& model, int data_parallel_size,
+                    int tensor_parallel_size = 1) const;
 };
 
 struct ZeroConfig {
@@ -101,6 +114,11 @@ struct ZeroConfig {
   int64_t loco_reset_T = 1024;  // reset_T: the kept errors are zeroed every reset_T applied steps
 
   OffloadConfig offload;  // ZeRO-Infinity
+
+  // The stage and ZeRO++'s rules against the data-parallel topology (hpZ's h must divide its ranks per
+  // node). The offload rules are offload.problems(), the tensor-parallel ones ParallelLayout::problems()
+  // (model/params.h).
+  Problems problems(const comm::Topology& data_parallel) const;
 };
 
 }  // namespace gpt

@@ -34,14 +34,6 @@ TensorSlice slice_of(const comm::Communicator* tensor_parallel) {
   return tensor_parallel ? TensorSlice{tensor_parallel->size(), tensor_parallel->rank()} : TensorSlice{};
 }
 
-// Why this engine cannot split the model over its tensor-parallel group (empty when it can).
-std::string check_tensor_parallel(const GPTConfig& model, const ZeroConfig& config, int t) {
-  if (t == 1) return config.sequence_parallel ? "sequence parallelism needs a tensor-parallel group" : "";
-  if (std::string problem = tensor_slice_problem(model, t); !problem.empty()) return problem;
-  if (std::string problem = tiled_slice_problem(config.tile_factor, t); !problem.empty()) return problem;
-  return config.sequence_parallel ? sequence_split_problem(model, t) : "";
-}
-
 }  // namespace
 
 ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int micro_batch,
@@ -64,16 +56,14 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
       loop_(model, micro_batch, config.recompute, ops_, arena_, config.tile_factor,
             TensorParallel{tensor_group_.get(), config.sequence_parallel,
                            config.distribute_saved_activations}) {
-  if (config.stage < 0 || config.stage > 3) throw std::invalid_argument("ZeRO stage must be 0, 1, 2 or 3");
-  if (std::string problem = check_tensor_parallel(model, config, tensor_parallel_size()); !problem.empty()) {
-    throw std::invalid_argument(problem);
-  }
-  if (std::string problem = check_zeropp(config, dp_topology_); !problem.empty()) {
-    throw std::invalid_argument(problem);
-  }
-  if (std::string problem = check_offload(config, model, dp.size(), tensor_parallel_size());
-      !problem.empty()) {
-    throw std::invalid_argument(problem);
+  // The settings' own rules (ParallelLayout's in model/params.cc, the rest in zero/config_problems.cc), in
+  // the order a user fixes them; the first is thrown.
+  const ParallelLayout layout{.tensor_parallel = tensor_parallel_size(),
+                              .sequence_parallel = config.sequence_parallel,
+                              .tile_factor = config.tile_factor};
+  for (const Problems& found : {layout.problems(model), config.problems(dp_topology_),
+                                config.offload.problems(config, model, dp.size(), tensor_parallel_size())}) {
+    if (!found.empty()) throw std::invalid_argument(found.front());
   }
   for (const UnitInfo& u : table_.units) unit_names_.push_back(u.name);
   const int64_t S = partition_.shard_total();
@@ -111,100 +101,6 @@ Tensor ZeroEngine::state_tensor(float* data) const {
 }
 
 ZeroEngine::~ZeroEngine() = default;
-
-namespace {
-
-// qgZ's own options: LoCo's error feedback and the intra-node hop's bits.
-std::string check_qgz_options(const ZeroConfig& config) {
-  if (config.loco && !config.quantized_gradients) {
-    return "zeropp_loco_param is error feedback for qgZ, but zero_quantized_gradients is off; set "
-           "zero_quantized_gradients to true or remove zeropp_loco_param";
-  }
-  if (!(config.loco_err_beta >= 0 && config.loco_err_beta < 1)) {
-    std::ostringstream beta;
-    beta << config.loco_err_beta;
-    return "zeropp_loco_param.err_beta is " + beta.str() + "; it must be in [0, 1) (LoCo's default is 0.8)";
-  }
-  if (config.loco_reset_T < 1) {
-    return "zeropp_loco_param.reset_T is " + std::to_string(config.loco_reset_T) +
-           "; it must be at least 1 (the default is 1024 steps)";
-  }
-  const int bits = config.intra_node_gradient_bits;
-  if (bits != 4 && bits != 8) {
-    return "zeropp_intra_node_gradient_bits is " + std::to_string(bits) + "; it must be 4 or 8 (default 4)";
-  }
-  return "";
-}
-
-}  // namespace
-
-std::string ZeroEngine::check_zeropp(const ZeroConfig& config, const comm::Topology& topology) {
-  const bool any = config.quantized_weights || config.quantized_gradients || config.hpz_partition_size > 1;
-  if (any && config.stage != 3) {
-    return "ZeRO++ (zero_quantized_weights, zero_hpz_partition_size, zero_quantized_gradients) needs ZeRO "
-           "stage 3, "
-           "but the stage is " +
-           std::to_string(config.stage) + "; set zero_optimization.stage to 3";
-  }
-  const int h = config.hpz_partition_size, L = topology.ranks_per_node;
-  if (h < 1 || L % h != 0) {
-    return "zero_hpz_partition_size " + std::to_string(h) + " does not divide the " + std::to_string(L) +
-           " ranks per node; choose a divisor of the ranks per node (1 turns hpZ off)";
-  }
-  if (std::string problem = check_qgz_options(config); !problem.empty()) return problem;
-  for (auto [key, block] : {std::pair{"zeropp_weight_block_size", config.weight_block},
-                            std::pair{"zeropp_gradient_block_size", config.gradient_block}}) {
-    if (block <= 0 || block % 8 != 0) {
-      return std::string(key) + " is " + std::to_string(block) +
-             "; a quantization block must be a positive multiple of 8 (defaults 2048 and 512)";
-    }
-  }
-  return "";
-}
-
-std::string ZeroEngine::check_offload(const ZeroConfig& config, const GPTConfig& model, int world_size,
-                                      int tensor_parallel_size) {
-  const OffloadConfig& f = config.offload;
-  const std::string stage = std::to_string(config.stage);
-  if (f.optimizer_on_nvme() && config.stage != 3) {
-    return "zero_optimization.offload_optimizer.device \"nvme\" needs ZeRO stage 3 (as in DeepSpeed), but "
-           "the "
-           "stage is " +
-           stage + "; set zero_optimization.stage to 3";
-  }
-  if (f.param != OffloadDevice::kNone && config.stage != 3) {
-    return "zero_optimization.offload_param needs ZeRO stage 3 (weights are only partitioned there), but the "
-           "stage is " +
-           stage + "; set zero_optimization.stage to 3 or remove zero_optimization.offload_param";
-  }
-  if (!f.param_on_nvme()) return "";
-  if (config.precision == DType::kF64)
-    return "offload_param \"nvme\" needs fp32, fp16 or bf16 compute weights";
-  if (f.param_buffer_count < 2) {
-    return "zero_optimization.offload_param.buffer_count is " + std::to_string(f.param_buffer_count) +
-           "; it must be at least 2 (one unit's shard is sent while the next one is read)";
-  }
-  // Every tensor-parallel rank's slice has the same shard sizes: rank 0's stands for all.
-  const ParamTable table = make_param_table(model, config.tile_factor, TensorSlice{tensor_parallel_size, 0});
-  const Partition partition(table, world_size, world_size);
-  for (int u = 0; u < int(partition.units().size()); ++u) {
-    if (partition.unit(u).shard > f.param_buffer_size) {
-      return "zero_optimization.offload_param.buffer_size is " + std::to_string(f.param_buffer_size) +
-             " elements, but this rank's shard of " + table.units[u].name + " has " +
-             std::to_string(partition.unit(u).shard) + " at " + std::to_string(world_size) +
-             " ranks; set buffer_size to at least that";
-    }
-  }
-  return "";
-}
-
-std::string ZeroEngine::tensor_parallel_node_problem(int t, int ranks_per_node,
-                                                     const std::string& node_flag) {
-  if (t < 1 || ranks_per_node % t == 0) return "";
-  return "--tensor-model-parallel-size " + std::to_string(t) + " does not divide " + node_flag + " " +
-         std::to_string(ranks_per_node) +
-         "; a tensor-parallel group must stay inside one node (our rule): choose a divisor of it";
-}
 
 comm::Topology ZeroEngine::data_parallel_topology(const comm::Topology& world, int t, int dp_rank) {
   if (std::string problem = tensor_parallel_node_problem(t, world.ranks_per_node, "--ranks-per-node");

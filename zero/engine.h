@@ -115,20 +115,10 @@ class ZeroEngine {
   }
   // Lines for the start-up banner (for example that qgZ fell back to the ring on a single node).
   const std::vector<std::string>& notes() const { return notes_; }
-  // Empty when the ZeRO++ settings fit the stage and the data-parallel topology; otherwise one line naming
-  // the key and the fix.
-  static std::string check_zeropp(const ZeroConfig& config, const comm::Topology& data_parallel);
-  // The same for ZeRO-Infinity's offload settings against the model's partition at this data-parallel size
-  // (the tensor-parallel slice's partition at t > 1).
-  static std::string check_offload(const ZeroConfig& config, const GPTConfig& model, int data_parallel_size,
-                                   int tensor_parallel_size = 1);
   // The data-parallel group's topology in a world whose tensor-parallel groups are t consecutive ranks: its
   // rank `dp_rank` of world.world_size / t, with ranks_per_node / t members per node. Throws TopologyError
   // when t does not divide the ranks per node (our rule: a tensor-parallel group stays inside one node).
   static comm::Topology data_parallel_topology(const comm::Topology& world, int t, int dp_rank);
-  // Why t tensor-parallel ranks cannot stay inside nodes of ranks_per_node ranks, which the user sets with
-  // node_flag (empty when they can): the rule's one home.
-  static std::string tensor_parallel_node_problem(int t, int ranks_per_node, const std::string& node_flag);
 
   // A test hook that sees (and may change) each unit's local gradient on this rank before it is reduced:
   // at stages 2 and 3 the unit's gradient of one micro-step, at stages 0 and 1 the accumulating full

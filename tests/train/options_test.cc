@@ -1,7 +1,7 @@
 // gpt_train's activation-recomputation settings (train/options.h): Megatron's --recompute-* flags, the older
 // --checkpoint-activations, --sequence-parallel, --distribute-saved-activations and DeepSpeed's
 // activation_checkpointing keys resolve into TrainOptions, and every contradiction stops with one line; also
-// --peak-tflops (MFU's stated peak, train/peak_flops.h).
+// --peak-tflops (MFU's stated peak, train/peak_flops.h) and zero_hierarchical_allgather.
 #include "train/options.h"
 
 #include <doctest/doctest.h>
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/user_error.h"
+#include "comm/communicator.h"
 
 namespace {
 
@@ -244,4 +245,17 @@ TEST_CASE("--peak-tflops on gpt_train's command line") {
   CHECK_THROWS_WITH_AS(parse({"--peak-tflops", "-1"}),
                        doctest::Contains("--peak-tflops '-1' is not a positive number of TFLOP/s"),
                        gpt::UsageError);
+}
+
+TEST_CASE("zero_hierarchical_allgather: parsed from the JSON; below stage 3 a problem of the ZeRO config") {
+  const std::string path = write_config(
+      "hierarchical.json", R"({"zero_optimization": {"stage": 3, "zero_hierarchical_allgather": true}})");
+  TrainOptions o = parse({"--deepspeed_config", path});
+  CHECK(o.zero.hierarchical_allgather);
+  const gpt::comm::Topology topology{4, 0, 2, true};
+  CHECK(gpt::first_problem(o.zero.problems(topology)).empty());
+  o.zero.stage = 2;
+  CHECK(has(gpt::first_problem(o.zero.problems(topology)),
+            "zero_hierarchical_allgather routes stage 3's weight gathers, but the stage is 2"));
+  CHECK_FALSE(parse({}).zero.hierarchical_allgather);
 }
