@@ -11,9 +11,11 @@ namespace gpt {
 
 namespace {
 
+// In device memory the update needs no walk: the whole shard is one group, one AdamW pass over each owned
+// range.
 class ResidentOptimizerState final : public OptimizerState {
  public:
-  ResidentOptimizerState(const OptimizerStateParts& p)
+  explicit ResidentOptimizerState(const OptimizerStateParts& p)
       : context_(p.context), weights_(p.weights), total_(p.partition.shard_total()) {
     const size_t bytes = size_t(total_) * sizeof(float);
     master_ = static_cast<float*>(context_.device.allocate("fp32 master weights", "master", bytes));
