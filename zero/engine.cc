@@ -11,6 +11,7 @@
 #include "model/init.h"
 #include "zero/memory_model.h"
 #include "zero/optimizer.h"
+#include "zero/qgz.h"
 #include "zero/tensor_group.h"
 
 namespace gpt {
@@ -66,23 +67,16 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
     if (!found.empty()) throw std::invalid_argument(found.front());
   }
   for (const UnitInfo& u : table_.units) unit_names_.push_back(u.name);
-  const int64_t S = partition_.shard_total();
   if (config.offload.swaps_through_wire()) {
     offload_ = std::make_unique<OffloadStore>(config_, partition_, dp.topology().world_rank, context_);
     notes_.insert(notes_.end(), offload_->notes().begin(), offload_->notes().end());
-  }
-  if (config.offload.optimizer_on_nvme()) {
-    swapped_ = std::make_unique<SwappedOptimizer>(*offload_);
-  } else {
-    master_ = static_cast<float*>(arena_.allocate("fp32 master weights", "master", S * sizeof(float)));
-    adam_m_ = static_cast<float*>(arena_.allocate("Adam first moment", "moments", S * sizeof(float)));
-    adam_v_ = static_cast<float*>(arena_.allocate("Adam second moment", "moments", S * sizeof(float)));
   }
   create_zeropp_groups();
   const bool hierarchical = gathers_hierarchically(), qgz = reduces_by_qgz();
   weights_ = make_weight_source<float>({config_, partition_, unit_names_, dp_, hpz_group_.get(), context_,
                                         offload_.get(), hierarchical ? node_group_.get() : nullptr,
                                         hierarchical ? cross_group_.get() : nullptr});
+  optimizer_state_ = make_optimizer_state({config_, partition_, context_, *weights_, offload_.get()});
   gradients_ = make_gradient_sink<float>({config_, partition_, unit_names_, loop_.schedule().gradients, dp_,
                                           qgz ? node_group_.get() : nullptr,
                                           qgz ? cross_group_.get() : nullptr, context_});
@@ -172,28 +166,13 @@ double ZeroEngine::local_sum_of_squares() {
 void ZeroEngine::update_weights(double lr, float grad_scale) {
   AdamWHyper hyper = config_.adam;
   hyper.lr = lr;
-  if (!swapped_) {
-    const AdamWState state{state_tensor(master_), state_tensor(gradients_->shard()), state_tensor(adam_m_),
-                           state_tensor(adam_v_)};
-    for (int u = 0; u < int(partition_.units().size()); ++u) {
-      const Partition::Range r = partition_.owned_model_range(u, shard_index());
-      adamw_step_range(ops_, table_, r.begin, r.end, state, partition_.unit(u).shard_offset, hyper,
-                       applied_steps_, grad_scale);
-    }
-    weights_changed();
-    return;
-  }
-  // Sub-group by sub-group as the swapper brings them in: update, then round into the compute weights.
-  swapped_->for_each_group(SwappedOptimizer::Mode::kUpdate, [&](const SubGroup& g, float* master, float* m,
-                                                                float* v) {
+  optimizer_state_->update([&](const SubGroup& g, float* master, float* m, float* v) {
     auto view = [&](float* data) { return context_.view(data, g.size(), DType::kF32); };
     const AdamWState state{view(master), view(gradients_->shard() + g.begin), view(m), view(v)};
     for_each_owned_range(g.begin, g.size(), [&](int64_t model_begin, int64_t model_end, int64_t at) {
       adamw_step_range(ops_, table_, model_begin, model_end, state, at, hyper, applied_steps_, grad_scale);
     });
-    weights_->refresh_group(master, g);
   });
-  weights_->refresh_done();
 }
 
 ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& micro_batches, double lr,
@@ -231,7 +210,7 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
   result.skipped = totals[2] > 0 || !std::isfinite(totals[1]);
   scaler_.update(result.skipped);
   // LoCo's kept errors belong to the gradients of a scale: a skipped step or a new scale makes them stale.
-  if (result.skipped || scaler_.scale() != result.loss_scale) gradients_->reset_feedback();
+  if (result.skipped || scaler_.scale() != result.loss_scale) reset_feedback();
   if (result.skipped) {
     result.grad_norm = std::numeric_limits<double>::infinity();
     result.optimizer_ms = since(optimizer_start);
@@ -243,10 +222,37 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
     clip = config_.gradient_clipping / (result.grad_norm + 1e-6);
   }
   ++applied_steps_;
-  if (config_.loco && applied_steps_ % config_.loco_reset_T == 0) gradients_->reset_feedback();
+  if (config_.loco && applied_steps_ % config_.loco_reset_T == 0) reset_feedback();
   update_weights(lr, float(clip / result.loss_scale));
   result.optimizer_ms = since(optimizer_start);
   return result;
+}
+
+std::vector<uint8_t> ZeroEngine::feedback_state() const {
+  const LocoFeedback* feedback = gradients_->error_feedback();
+  return feedback ? feedback->download() : std::vector<uint8_t>{};
+}
+
+size_t ZeroEngine::feedback_bytes() const {
+  const LocoFeedback* feedback = gradients_->error_feedback();
+  return feedback ? feedback->bytes() : 0;
+}
+
+std::string ZeroEngine::feedback_layout() const {
+  const LocoFeedback* feedback = gradients_->error_feedback();
+  return feedback ? feedback->layout() : "";
+}
+
+void ZeroEngine::restore_feedback(const std::vector<uint8_t>& bytes) {
+  if (LocoFeedback* feedback = gradients_->error_feedback()) return feedback->upload(bytes);
+  if (!bytes.empty()) {
+    throw std::invalid_argument(std::to_string(bytes.size()) +
+                                " bytes of LoCo kept errors for a run without qgZ error feedback");
+  }
+}
+
+void ZeroEngine::reset_feedback() {
+  if (LocoFeedback* feedback = gradients_->error_feedback()) feedback->reset();
 }
 
 void ZeroEngine::sum_over_world(float* values, int n, float scale, comm::Phase phase) {
@@ -268,14 +274,6 @@ void ZeroEngine::set_training_state(int64_t applied_steps, const LossScaler::Sta
   scaler_.restore(scaler);
 }
 
-void ZeroEngine::weights_changed() {
-  if (!swapped_) return weights_->refresh(master_);
-  swapped_->for_each_group(
-      SwappedOptimizer::Mode::kRead,
-      [&](const SubGroup& g, float* master, float*, float*) { weights_->refresh_group(master, g); });
-  weights_->refresh_done();
-}
-
 void ZeroEngine::for_each_owned_range(int64_t begin, int64_t n,
                                       const std::function<void(int64_t, int64_t, int64_t)>& copy) const {
   for (int u = 0; u < int(partition_.units().size()); ++u) {
@@ -288,49 +286,13 @@ void ZeroEngine::for_each_owned_range(int64_t begin, int64_t n,
   }
 }
 
-namespace {
-
-// In memory, the host sees the state a chunk at a time: at most this many elements of each array.
-int64_t host_chunk(const ZeroConfig& config, int64_t total) {
-  return std::max<int64_t>(1, std::min(total, config.offload.sub_group_size));
-}
-
-}  // namespace
-
-void ZeroEngine::stream_state(bool overwrite, const StateChunk& visit) {
-  if (swapped_) {
-    const auto mode = overwrite ? SwappedOptimizer::Mode::kOverwrite : SwappedOptimizer::Mode::kRead;
-    swapped_->for_each_group(mode, [&](const SubGroup& g, float* master, float* m, float* v) {
-      visit(g.begin, g.size(), master, m, v);
-    });
-    return;
-  }
-  const int64_t S = partition_.shard_total(), chunk = host_chunk(config_, S);
-  std::vector<float> host(3 * size_t(chunk));
-  float* state[3] = {master_, adam_m_, adam_v_};
-  for (int64_t begin = 0; begin < S; begin += chunk) {
-    const int64_t n = std::min(chunk, S - begin);
-    float* arrays[3] = {host.data(), host.data() + n, host.data() + 2 * n};
-    auto device = [&](int a) { return context_.view(state[a] + begin, n, DType::kF32); };
-    if (overwrite) {
-      std::fill(host.begin(), host.end(), 0.0f);
-    } else {
-      for (int a = 0; a < 3; ++a) ops_.download(arrays[a], device(a));
-    }
-    visit(begin, n, arrays[0], arrays[1], arrays[2]);
-    if (overwrite) {
-      for (int a = 0; a < 3; ++a) ops_.upload(device(a), arrays[a]);
-    }
-  }
-}
-
 void ZeroEngine::read_state(const StateChunk& read) {
-  stream_state(false, read);
+  optimizer_state_->stream(false, read);
 }
 
 void ZeroEngine::write_state(const StateChunk& fill) {
-  stream_state(true, fill);
-  weights_changed();
+  optimizer_state_->stream(true, fill);
+  optimizer_state_->refresh_weights();
 }
 
 void ZeroEngine::load_model_weights(const float* model_layout) {

@@ -40,8 +40,8 @@
 #include "zero/gradient_sinks.h"
 #include "zero/loss_scaler.h"
 #include "zero/offload_store.h"
+#include "zero/optimizer_state.h"
 #include "zero/partition.h"
-#include "zero/swapped_optimizer.h"
 #include "zero/weight_sources.h"
 
 namespace gpt {
@@ -129,7 +129,7 @@ class ZeroEngine {
   // Checkpoints and imports: this rank's optimizer state (flat shard layout; the whole padded vector at
   // stage 0), streamed through host memory in chunks so that no more than a sub-group's worth is ever held
   // there (the state may live on NVMe). visit(begin, n, master, m, v): flat shard elements [begin, begin+n).
-  using StateChunk = std::function<void(int64_t begin, int64_t n, float* master, float* m, float* v)>;
+  using StateChunk = OptimizerState::HostChunk;
   // Hands each chunk to `read` (in shard order).
   void read_state(const StateChunk& read);
   // Hands each chunk, zero-filled, to `fill`, stores what it wrote, then recomputes the compute weights.
@@ -147,10 +147,10 @@ class ZeroEngine {
 
   // LoCo's kept errors on this rank (qgZ with zeropp_loco_param on two or more nodes; empty otherwise): a
   // host copy for checkpoints, and its restore (the same size, from a run with the same world and buckets).
-  std::vector<uint8_t> feedback_state() const { return gradients_->download_feedback(); }
-  size_t feedback_bytes() const { return gradients_->feedback_bytes(); }
-  std::string feedback_layout() const { return gradients_->feedback_layout(); }
-  void restore_feedback(const std::vector<uint8_t>& bytes) { gradients_->upload_feedback(bytes); }
+  std::vector<uint8_t> feedback_state() const;
+  size_t feedback_bytes() const;
+  std::string feedback_layout() const;
+  void restore_feedback(const std::vector<uint8_t>& bytes);
 
   // The full fp32 master weights in the model layout (this rank's tensor-parallel slice at t > 1), gathered
   // from every rank of the data-parallel group (for tests and export).
@@ -173,12 +173,10 @@ class ZeroEngine {
   }
   bool local_overflow();
   double local_sum_of_squares();
-  // read_state (overwrite false: the chunks as stored) and write_state (true: zeroed chunks, stored after).
-  void stream_state(bool overwrite, const StateChunk& visit);
+  // LoCo's kept errors to zero, when there are any.
+  void reset_feedback();
   // AdamW on this rank's shard, then the compute weights recomputed from the new master.
   void update_weights(double lr, float grad_scale);
-  // After the master weights changed: recompute the compute weights (hpZ secondaries are dropped).
-  void weights_changed();
   Tensor state_tensor(float* data) const;  // shard_total fp32 elements on the device
 
   GPTConfig model_;
@@ -198,13 +196,7 @@ class ZeroEngine {
   LossScaler scaler_;
   int64_t applied_steps_ = 0;
 
-  // Optimizer state: this rank's shard, shard_total elements each, in arena blocks; or, with
-  // offload_optimizer "nvme", in the optimizer swap file (swapped_; the three pointers stay null).
-  float* master_ = nullptr;
-  float* adam_m_ = nullptr;
-  float* adam_v_ = nullptr;
   std::unique_ptr<OffloadStore> offload_;  // ZeRO-Infinity's swap files, when some state lives on NVMe
-  std::unique_ptr<SwappedOptimizer> swapped_;
 
   std::vector<std::string> notes_;
   std::unique_ptr<comm::Communicator> hpz_group_, node_group_, cross_group_;
@@ -212,6 +204,8 @@ class ZeroEngine {
   LayerLoop<float> loop_;
   std::unique_ptr<EngineWeights<float>> weights_;
   std::unique_ptr<EngineGradients<float>> gradients_;
+  // This rank's master, m and v (in memory or on NVMe); it refreshes weights_, so it goes first.
+  std::unique_ptr<OptimizerState> optimizer_state_;
 };
 
 }  // namespace gpt

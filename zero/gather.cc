@@ -10,6 +10,54 @@
 #include "zero/param_swap.h"
 
 namespace gpt {
+
+// Where the gatherer finds this rank's shard of a unit (dtype of the precision, wire memory) for a primary
+// gather or for qwZ's quantization: in the shard the engine names at each pass, or read from NVMe by
+// ParamSwap in the pass's order.
+class OwnShards {
+ public:
+  virtual ~OwnShards() = default;
+  // A pass begins: shard is the engine's resident shard (null when it lives on NVMe); units are those whose
+  // own shard this pass will need, in order.
+  virtual void begin_pass(const void* shard, std::vector<int> units) = 0;
+  // This rank's shard of unit, valid until release(unit).
+  virtual const void* acquire(int unit) = 0;
+  virtual void release(int unit) = 0;
+};
+
+namespace {
+
+class ResidentShards final : public OwnShards {
+ public:
+  ResidentShards(const Partition& partition, size_t element_bytes)
+      : partition_(partition), element_bytes_(element_bytes) {}
+  void begin_pass(const void* shard, std::vector<int>) override {
+    shard_ = static_cast<const uint8_t*>(shard);
+  }
+  const void* acquire(int unit) override {
+    return shard_ + size_t(partition_.unit(unit).shard_offset) * element_bytes_;
+  }
+  void release(int) override {}  // the shard stays where it is
+
+ private:
+  const Partition& partition_;
+  size_t element_bytes_;
+  const uint8_t* shard_ = nullptr;
+};
+
+class SwappedShards final : public OwnShards {
+ public:
+  explicit SwappedShards(ParamSwap& swap) : swap_(swap) {}
+  void begin_pass(const void*, std::vector<int> units) override { swap_.begin_pass(std::move(units)); }
+  const void* acquire(int unit) override { return swap_.acquire(unit); }
+  void release(int unit) override { swap_.release(unit); }  // its buffer takes the next read
+
+ private:
+  ParamSwap& swap_;
+};
+
+}  // namespace
+
 WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
                                comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config,
                                const EngineContext& context, ParamSwap* swap, comm::Communicator* node,
@@ -26,7 +74,8 @@ WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std
       context_(context),
       ops_(context.ops),
       events_(context.events),
-      swap_(swap),
+      own_(swap ? std::unique_ptr<OwnShards>(std::make_unique<SwappedShards>(*swap))
+                : std::make_unique<ResidentShards>(partition, element_bytes_)),
       // A dry run (kernels/dry) decodes nothing: one call per unit instead of one per rank's block keeps
       // the planner's runs of large worlds fast, and allocates the same buffers.
       decode_on_arrival_(context.ops.device() == Device::kCPU && context.ops.computes()),
@@ -81,14 +130,13 @@ const void* WeightGatherer::quantized_own_shard(int unit) {
     ops_.quantize(context_.view(quantized_own_[unit], int64_t(bytes), DType::kI8),
                   context_.view(own_shard(unit), u.shard, config_.precision), u.shard, 1,
                   kQuantizedWeightBits, config_.weight_block);
-    if (swap_) swap_->release(unit);
+    own_->release(unit);
   }
   return quantized_own_[unit];
 }
 
 const void* WeightGatherer::own_shard(int unit) {
-  if (swap_) return swap_->acquire(unit);
-  return shard_ + size_t(partition_.unit(unit).shard_offset) * element_bytes_;
+  return own_->acquire(unit);
 }
 
 bool WeightGatherer::needs_own_shard(int unit) const {
@@ -100,14 +148,11 @@ void WeightGatherer::begin_pass(std::vector<int> schedule, comm::Phase phase, co
   schedule_ = std::move(schedule);
   next_ = 0;
   phase_ = phase;
-  shard_ = static_cast<const uint8_t*>(shard);
-  if (swap_) {
-    std::vector<int> reads;
-    for (int unit : schedule_) {
-      if (needs_own_shard(unit)) reads.push_back(unit);
-    }
-    swap_->begin_pass(std::move(reads));
+  std::vector<int> reads;
+  for (int unit : schedule_) {
+    if (needs_own_shard(unit)) reads.push_back(unit);
   }
+  own_->begin_pass(shard, std::move(reads));
 }
 
 void* WeightGatherer::take_buffer(Arena& arena, size_t bytes, const char* name, size_t* capacity) {
@@ -158,7 +203,7 @@ void WeightGatherer::post(size_t index) {
   } else {
     // qwZ may quantize the shard here: the ops finish it before the communicator reads the bytes.
     const void* own = config_.quantized_weights ? quantized_own_shard(unit) : own_shard(unit);
-    slot.holds_swapped_shard = swap_ && !config_.quantized_weights;
+    slot.holds_own_shard = !config_.quantized_weights;
     if (dp_.size() == 1) {
       // One rank: the gather is a copy of the own shard, made by the backend in its order (the request stays
       // complete).
@@ -254,7 +299,7 @@ const void* WeightGatherer::acquire_weights(int unit) {
   ++next_;
   Slot* slot = slot_of(unit);
   wait_and_decode(*slot);
-  if (slot->holds_swapped_shard) swap_->release(unit), slot->holds_swapped_shard = false;
+  if (slot->holds_own_shard) own_->release(unit), slot->holds_own_shard = false;
   events_.add(EngineEvent::Kind::kWaitGather, names_[unit], phase_ == comm::Phase::kParamGatherBwd);
   slot->acquired = true;
   return slot->weights;

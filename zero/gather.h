@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -40,6 +41,7 @@
 namespace gpt {
 
 class ParamSwap;
+class OwnShards;  // where this rank's own shards come from (gather.cc)
 
 class WeightGatherer {
  public:
@@ -90,9 +92,9 @@ class WeightGatherer {
     size_t wire_bytes = 0, weight_bytes = 0;
     size_t wire_capacity = 0, weight_capacity = 0;  // of the pooled buffers, which may be larger
     bool acquired = false;
-    bool holds_swapped_shard = false;  // the send buffer is a ParamSwap buffer, released once gathered
-    bool local_index_major = false;    // arrived by the hierarchical gather (see above)
-    bool spread_pending = false;       // its cross-node step is posted, the spread inside the node not yet
+    bool holds_own_shard = false;    // the send buffer is own_'s, given back once gathered
+    bool local_index_major = false;  // arrived by the hierarchical gather (see above)
+    bool spread_pending = false;     // its cross-node step is posted, the spread inside the node not yet
   };
   const void* acquire_weights(int unit);
   void post(size_t index);
@@ -130,7 +132,8 @@ class WeightGatherer {
   const EngineContext& context_;
   Ops& ops_;
   EventLog& events_;
-  ParamSwap* swap_;
+  // This rank's shards: the shard begin_pass names, or ParamSwap's reads; chosen once, at construction.
+  std::unique_ptr<OwnShards> own_;
   // A CPU backend decodes each block of a gather as it lands; a GPU backend decodes a unit in one kernel
   // launch once all of it is there (NCCL reports no per-block arrival).
   const bool decode_on_arrival_;
@@ -138,7 +141,6 @@ class WeightGatherer {
   std::vector<int> schedule_;
   size_t next_ = 0;  // next schedule entry to acquire
   comm::Phase phase_ = comm::Phase::kParamGatherFwd;
-  const uint8_t* shard_ = nullptr;
   std::vector<Slot> slots_;  // posted or acquired, not yet released
   struct FreeBuffer {
     Arena* arena;

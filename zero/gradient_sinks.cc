@@ -127,10 +127,10 @@ class BucketedGradients final : public EngineGradients<Real> {
       : EngineGradients<Real>(p.partition), context_(p.context) {
     grad_ = static_cast<Real*>(context_.device.allocate(gradients_name<Real>(), "gradients",
                                                         partition_.shard_total() * sizeof(Real)));
-    reducer_ = std::make_unique<GradientReducer>(partition_, p.unit_names, p.gradient_order, p.dp,
-                                                 p.config.precision, p.config.reduce_bucket_size,
-                                                 p.config.overlap_comm, grad_, context_);
-    if (p.qgz_node) reducer_->use_quantized_gradients(p.qgz_node, p.qgz_cross, QgzSettings::of(p.config));
+    const QgzGroups qgz{p.qgz_node, p.qgz_cross, QgzSettings::of(p.config)};
+    reducer_ = std::make_unique<GradientReducer>(
+        partition_, p.unit_names, p.gradient_order, p.dp, p.config.precision, p.config.reduce_bucket_size,
+        p.config.overlap_comm, grad_, context_, p.qgz_node ? &qgz : nullptr);
   }
   ~BucketedGradients() override {
     for (const Buffer& b : buffers_) context_.device.release(b.data);
@@ -139,11 +139,7 @@ class BucketedGradients final : public EngineGradients<Real> {
   void end_micro_step() override { reducer_->finish(); }
   Real* shard() override { return grad_; }
   bool take_local_finite() override { return reducer_->take_local_finite(); }
-  size_t feedback_bytes() const override { return reducer_->feedback_bytes(); }
-  std::string feedback_layout() const override { return reducer_->feedback_layout(); }
-  std::vector<uint8_t> download_feedback() const override { return reducer_->download_feedback(); }
-  void upload_feedback(const std::vector<uint8_t>& bytes) override { reducer_->upload_feedback(bytes); }
-  void reset_feedback() override { reducer_->reset_feedback(); }
+  LocoFeedback* error_feedback() override { return reducer_->error_feedback(); }
 
  protected:
   Real* buffer_for(int unit) override {

@@ -26,6 +26,8 @@
 
 namespace gpt {
 
+class LocoFeedback;
+
 template <typename Real>
 class EngineGradients : public GradientSink<Real> {
  public:
@@ -43,13 +45,9 @@ class EngineGradients : public GradientSink<Real> {
   // Whether every gradient quantized on this rank since the last call was finite (qgZ never puts a gradient
   // on the wire unquantized, so the overflow check must look before quantization).
   virtual bool take_local_finite() { return true; }
-  // LoCo's kept errors (qgZ with zeropp_loco_param; GradientReducer): their size (0 without), a host copy, a
-  // copy back and a reset to zero.
-  virtual size_t feedback_bytes() const { return 0; }
-  virtual std::string feedback_layout() const { return ""; }
-  virtual std::vector<uint8_t> download_feedback() const { return {}; }
-  virtual void upload_feedback(const std::vector<uint8_t>& bytes) { (void)bytes; }
-  virtual void reset_feedback() {}
+  // LoCo's kept errors, which live with qgZ's bucket reduction (stages 2 and 3 with zeropp_loco_param on two
+  // or more nodes), or null.
+  virtual LocoFeedback* error_feedback() { return nullptr; }
   void set_hook(Hook hook) { hook_ = std::move(hook); }
 
   Real* open(int unit) final;

@@ -2,6 +2,7 @@
 #include "zero/qgz.h"
 
 #include <sstream>
+#include <stdexcept>
 
 #include "kernels/quant/quantize.h"
 
@@ -133,6 +134,69 @@ void qgz_finish(const EngineContext& context, comm::Communicator& node, comm::Co
   }
   context.ops.divide(result, float(L * N));  // one correctly rounded division
   exchange.release();
+}
+
+LocoFeedback::LocoFeedback(const EngineContext& context, const std::vector<int64_t>& chunks, int world,
+                           int nodes, int node_size, int block)
+    : context_(context), chunks_(chunks), world_(world), nodes_(nodes), node_size_(node_size), block_(block) {
+  for (size_t b = 0; b < chunks_.size(); ++b) {
+    const auto [intra, inter] = sizes(int(b));
+    const std::string name = "qgZ kept errors, bucket " + std::to_string(b);
+    // Arena blocks come zero-filled: no error kept yet.
+    kept_.push_back({static_cast<uint8_t*>(context_.device.allocate(name + " (hop 1)", kCategory, intra)),
+                     static_cast<uint8_t*>(context_.device.allocate(name + " (hop 2)", kCategory, inter))});
+  }
+}
+
+LocoFeedback::~LocoFeedback() = default;  // the blocks stay with the arena, as the reducer's always did
+
+std::pair<size_t, size_t> LocoFeedback::sizes(int bucket) const {
+  return {qgz_intra_feedback_bytes(chunks_[bucket], world_, block_),
+          qgz_cross_feedback_bytes(chunks_[bucket], nodes_, block_)};
+}
+
+size_t LocoFeedback::bytes() const {
+  size_t total = 0;
+  for (size_t b = 0; b < kept_.size(); ++b) {
+    const auto [intra, inter] = sizes(int(b));
+    total += intra + inter;
+  }
+  return total;
+}
+
+void LocoFeedback::for_each(const std::function<void(const Tensor&, size_t)>& visit) const {
+  size_t at = 0;
+  for (size_t b = 0; b < kept_.size(); ++b) {
+    const auto [intra, inter] = sizes(int(b));
+    visit(context_.view(kept_[b].intra, int64_t(intra), DType::kI8), at);
+    visit(context_.view(kept_[b].cross, int64_t(inter), DType::kI8), at + intra);
+    at += intra + inter;
+  }
+}
+
+std::string LocoFeedback::layout() const {
+  std::string layout = "block " + std::to_string(block_) + ", " + std::to_string(nodes_) + " nodes of " +
+                       std::to_string(node_size_) + " ranks, chunks";
+  for (int64_t chunk : chunks_) layout += " " + std::to_string(chunk);
+  return layout;
+}
+
+std::vector<uint8_t> LocoFeedback::download() const {
+  std::vector<uint8_t> host(bytes());
+  for_each([&](const Tensor& kept, size_t at) { context_.ops.download(host.data() + at, kept); });
+  return host;
+}
+
+void LocoFeedback::upload(const std::vector<uint8_t>& host) {
+  if (host.size() != bytes()) {
+    throw std::invalid_argument("GradientReducer: " + std::to_string(host.size()) +
+                                " bytes of kept errors for buffers of " + std::to_string(bytes()));
+  }
+  for_each([&](const Tensor& kept, size_t at) { context_.ops.upload(kept, host.data() + at); });
+}
+
+void LocoFeedback::reset() {
+  upload(std::vector<uint8_t>(bytes(), 0));
 }
 
 }  // namespace gpt

@@ -25,7 +25,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -51,6 +53,39 @@ struct QgzFeedback {
 // Bytes of a bucket's kept errors, hop 1 and hop 2.
 size_t qgz_intra_feedback_bytes(int64_t chunk, int world, int block);
 size_t qgz_cross_feedback_bytes(int64_t chunk, int nodes, int block);
+
+// LoCo's kept errors of every bucket of a qgZ reduction (device memory, category kCategory), owned by it: the
+// reduction hands each bucket's to its hops; checkpoints save and restore them; the engine zeroes them by the
+// rules above. chunks: each bucket's elements per rank.
+class LocoFeedback {
+ public:
+  static constexpr const char* kCategory = "qgZ error feedback";
+  LocoFeedback(const EngineContext& context, const std::vector<int64_t>& chunks, int world, int nodes,
+               int node_size, int block);
+  ~LocoFeedback();
+  LocoFeedback(const LocoFeedback&) = delete;
+  LocoFeedback& operator=(const LocoFeedback&) = delete;
+
+  const QgzFeedback& of(int bucket) const { return kept_[bucket]; }
+  // Every bucket's kept errors back to back (hop 1 then hop 2 of bucket 0, then bucket 1, ...): their size,
+  // a copy in host memory, and a copy back (the same size).
+  size_t bytes() const;
+  // What the bytes mean: the block, the nodes and every bucket's chunk ("block 128, 2 nodes of 4 ranks,
+  // chunks 5376 2304"); two runs can exchange them when these are equal.
+  std::string layout() const;
+  std::vector<uint8_t> download() const;
+  void upload(const std::vector<uint8_t>& bytes);
+  void reset();  // every kept error to zero
+
+ private:
+  std::pair<size_t, size_t> sizes(int bucket) const;                             // hop 1's and hop 2's bytes
+  void for_each(const std::function<void(const Tensor&, size_t)>& visit) const;  // with its offset
+
+  const EngineContext& context_;
+  std::vector<int64_t> chunks_;
+  int world_, nodes_, node_size_, block_;
+  std::vector<QgzFeedback> kept_;  // per bucket
+};
 
 // One reduction in flight. Stage 1 (the intra-node all-to-all) is posted by qgz_start, stage 2 (the
 // cross-node all-to-all) by qgz_cross, and qgz_finish waits for whatever is still running. Splitting the

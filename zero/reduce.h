@@ -11,12 +11,15 @@
 // all-to-all of qgz.h instead of the ring; buckets, packing and accumulation are the same. A bucket's slow
 // cross-node hop is posted when the next bucket closes, so that it runs during that bucket's backward rather
 // than while the compute thread waits for it. With LoCo's error feedback each bucket keeps its two hops'
-// errors (device memory, category kFeedbackCategory) from one reduction to the next.
+// errors (device memory, category kFeedbackCategory) from one reduction to the next. The two are one
+// interface, BucketReduction (RingReduction, QgzReduction in reduce.cc), chosen when the reducer is built;
+// LoCo's kept errors (LocoFeedback, qgz.h) belong to the qgZ reduction alone.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,18 +37,50 @@ namespace gpt {
 std::vector<std::vector<int>> plan_buckets(const Partition& partition, const std::vector<int>& backward_order,
                                            int64_t bucket_size);
 
+// How one bucket's rank-major gradients become this rank's mean shard: the ring reduce-scatter, or qgZ's
+// quantized hierarchical all-to-all (with LoCo's kept errors, which live here). Chosen once, when the reducer
+// is built.
+class BucketReduction {
+ public:
+  // One bucket's reduction in flight.
+  struct InFlight {
+    virtual ~InFlight() = default;
+  };
+  virtual ~BucketReduction() = default;
+  // The dtype of the send buffer's elements.
+  virtual DType send_dtype() const = 0;
+  // Packs n values of a unit's gradient (part, in the accumulation dtype) at dst of the send buffer.
+  virtual void pack(void* dst, const Tensor& part, int64_t n) = 0;
+  // Posts the reduction of the send buffer (chunk elements per rank); its result will land in recv.
+  virtual std::unique_ptr<InFlight> post(int bucket, const void* send, void* recv, int64_t chunk) = 0;
+  // A later bucket was posted: starts what may run while backward computes on (qgZ's cross-node hop).
+  virtual void advance(int bucket, InFlight& flight) = 0;
+  // Waits until recv holds the bucket's result (chunk values in the accumulation dtype).
+  virtual void wait(int bucket, InFlight& flight, void* recv) = 0;
+  // Waits for a reduction whose result is not wanted and gives its buffers back (teardown mid-step).
+  virtual void abandon(InFlight& flight) = 0;
+  // Whether every local gradient it quantized since the last call was finite (then resets).
+  virtual bool take_local_finite() { return true; }
+  // LoCo's kept errors, or null when this reduction keeps none.
+  virtual LocoFeedback* error_feedback() { return nullptr; }
+};
+
+// qgZ's groups and settings, for a reducer that uses it (on two or more nodes).
+struct QgzGroups {
+  comm::Communicator* node;   // this rank's node group
+  comm::Communicator* cross;  // the group of ranks with its local index
+  QgzSettings settings;
+};
+
 class GradientReducer {
  public:
   // precision is the wire dtype; the gradients and grad_shard are in its accumulation dtype (fp32, or fp64
-  // for an fp64 wire).
+  // for an fp64 wire). qgz: reduce by qgZ (fp32 gradients only) instead of the ring.
   GradientReducer(const Partition& partition, const std::vector<std::string>& unit_names,
                   const std::vector<int>& backward_order, comm::Communicator& dp, DType precision,
-                  int64_t bucket_size, bool overlap, void* grad_shard, const EngineContext& context);
-  // Turns on qgZ (fp32 gradients only): node is this rank's node group, cross the group of ranks with its
-  // local index.
-  void use_quantized_gradients(comm::Communicator* node, comm::Communicator* cross,
-                               const QgzSettings& settings);
-  static constexpr const char* kFeedbackCategory = "qgZ error feedback";
+                  int64_t bucket_size, bool overlap, void* grad_shard, const EngineContext& context,
+                  const QgzGroups* qgz = nullptr);
+  static constexpr const char* kFeedbackCategory = LocoFeedback::kCategory;
   ~GradientReducer();
 
   const std::vector<std::vector<int>>& buckets() const { return buckets_; }
@@ -57,38 +92,22 @@ class GradientReducer {
   // device, the rank's flat shard layout, given at construction).
   void finish();
   // Whether every local gradient quantized by qgZ since the last call was finite (then resets).
-  bool take_local_finite();
-
-  // LoCo's kept errors of every bucket, back to back (hop 1 then hop 2 of bucket 0, then bucket 1, ...):
-  // their size (0 without feedback), a copy in host memory, and a copy back (the same size).
-  size_t feedback_bytes() const;
-  // What the kept errors' bytes mean: the block, the nodes and every bucket's chunk ("block 128, 2 nodes,
-  // chunks 5376 2304"); two runs can exchange them when these are equal.
-  std::string feedback_layout() const;
-  std::vector<uint8_t> download_feedback() const;
-  void upload_feedback(const std::vector<uint8_t>& bytes);
-  void reset_feedback();  // every kept error to zero
+  bool take_local_finite() { return reduction_->take_local_finite(); }
+  // LoCo's kept errors (qgZ with zeropp_loco_param), or null.
+  LocoFeedback* error_feedback() { return reduction_->error_feedback(); }
 
  private:
   struct Pending {
     int bucket;
-    comm::Request request;
     void* send;
     void* recv;  // in the accumulation dtype
-    size_t send_bytes, recv_bytes;
-    QgzExchange qgz;  // qgZ: its stages
+    std::unique_ptr<BucketReduction::InFlight> flight;
   };
   void post(int bucket);
-  void cross_nodes(Pending& p);  // qgZ: posts p's cross-node hop if it is not in flight yet
-  std::pair<size_t, size_t> feedback_sizes(int bucket) const;  // hop 1's and hop 2's bytes
-  void for_each_feedback(const std::function<void(const Tensor&, size_t)>& visit) const;  // with its offset
-  QgzFeedback feedback_of(int bucket) const { return feedback_.empty() ? QgzFeedback{} : feedback_[bucket]; }
   void complete_oldest();
 
   const Partition& partition_;
   const std::vector<std::string>& names_;
-  comm::Communicator& dp_;
-  DType precision_;
   DType accumulation_;  // of the gradients, the reduction's result and grad_shard
   bool overlap_;
   void* grad_shard_;
@@ -102,13 +121,8 @@ class GradientReducer {
   size_t next_ = 0;              // index into backward_order_ of the next unit expected
   size_t units_in_current_ = 0;  // units already packed into the open bucket
   void* current_send_ = nullptr;
-  size_t current_send_bytes_ = 0;
   std::deque<Pending> pending_;
-  comm::Communicator* qgz_node_ = nullptr;
-  comm::Communicator* qgz_cross_ = nullptr;
-  QgzSettings qgz_;
-  std::vector<QgzFeedback> feedback_;  // per bucket, with LoCo
-  bool local_finite_ = true;
+  std::unique_ptr<BucketReduction> reduction_;
 };
 
 }  // namespace gpt

@@ -23,16 +23,6 @@ const Real* EngineWeights<Real>::acquire(int unit) {
   return weights;
 }
 
-template <typename Real>
-void EngineWeights<Real>::refresh_group(const Real*, const SubGroup&) {
-  throw std::logic_error("compute weights are refreshed by sub-group only at ZeRO stage 3");
-}
-
-template <typename Real>
-void EngineWeights<Real>::refresh_done() {
-  throw std::logic_error("compute weights are refreshed by sub-group only at ZeRO stage 3");
-}
-
 namespace {
 
 // Full compute weights on every rank (padded layout), in Real on the device for the loop.
@@ -122,46 +112,89 @@ class RegatheredWeights final : public ReplicatedWeights<Real> {
   comm::Communicator& dp_;
 };
 
+// Where stage 3's compute-weight shard lives, chosen once: resident in wire memory (it is what a gather
+// sends), or on NVMe with offload_param "nvme" (ParamSwap). Either takes the master a sub-group at a time.
 template <typename Real>
-class GatheredWeights final : public EngineWeights<Real> {
+class ShardHome {
  public:
-  explicit GatheredWeights(const WeightSourceParts& p)
-      : EngineWeights<Real>(p.unit_names, p.context.events),
-        context_(p.context),
-        partition_(p.partition),
-        dtype_(p.config.precision) {
-    if (p.config.offload.param_on_nvme()) {
-      if constexpr (!std::is_same_v<Real, float>)
-        throw std::invalid_argument("offload_param needs an fp32 loop");
-      swap_ = std::make_unique<ParamSwap>(*p.offload, dtype_);
-      layout_ = &p.offload->layout();
-    } else {
-      shard_ = context_.wire.allocate("compute weights", "compute weights",
-                                      dtype_bytes(dtype_, partition_.shard_total()));
-    }
-    gatherer_ = std::make_unique<WeightGatherer>(partition_, p.unit_names, p.dp, p.hpz_group, p.config,
-                                                 context_, swap_.get(), p.node_group, p.cross_group);
+  virtual ~ShardHome() = default;
+  // Rounds the group's master values (master: the group's first) into the shard.
+  virtual void write(const Real* master, const SubGroup& group) = 0;
+  // The same for the whole master (flat shard layout).
+  virtual void write_all(const Real* master) = 0;
+  // Every write has landed where the next gather reads it.
+  virtual void finish() {}
+  // The resident shard for the gatherer; null when the gatherer reads the shards from swap().
+  virtual const void* shard() const { return nullptr; }
+  virtual ParamSwap* swap() { return nullptr; }
+};
+
+template <typename Real>
+class ResidentShard final : public ShardHome<Real> {
+ public:
+  explicit ResidentShard(const WeightSourceParts& p)
+      : context_(p.context), dtype_(p.config.precision), total_(p.partition.shard_total()) {
+    shard_ = context_.wire.allocate("compute weights", "compute weights", dtype_bytes(dtype_, total_));
   }
-  void refresh(const Real* master) override {
-    if (!swap_) {
-      const int64_t S = partition_.shard_total();
-      context_.ops.cast(context_.view(shard_, S, dtype_), context_.view(master, S, dtype_of<Real>()));
-    } else {
-      for (const SubGroup& group : layout_->sub_groups) refresh_group(master + group.begin, group);
-    }
-    refresh_done();
-  }
-  void refresh_group(const Real* master, const SubGroup& group) override {
-    if (swap_) {
-      if constexpr (std::is_same_v<Real, float>) swap_->write_group(master, group);
-      return;
-    }
+  void write(const Real* master, const SubGroup& group) override {
     context_.ops.cast(
         context_.view(static_cast<uint8_t*>(shard_) + dtype_bytes(dtype_, group.begin), group.size(), dtype_),
         context_.view(master, group.size(), dtype_of<Real>()));
   }
+  void write_all(const Real* master) override {
+    context_.ops.cast(context_.view(shard_, total_, dtype_), context_.view(master, total_, dtype_of<Real>()));
+  }
+  const void* shard() const override { return shard_; }
+
+ private:
+  const EngineContext& context_;
+  DType dtype_;
+  int64_t total_;
+  void* shard_ = nullptr;
+};
+
+// Written back by sub-groups through ParamSwap's staging buffers (the loop is fp32).
+class SwappedShard final : public ShardHome<float> {
+ public:
+  SwappedShard(OffloadStore& store, DType precision) : swap_(store, precision), layout_(store.layout()) {}
+  void write(const float* master, const SubGroup& group) override { swap_.write_group(master, group); }
+  void write_all(const float* master) override {
+    for (const SubGroup& group : layout_.sub_groups) write(master + group.begin, group);
+  }
+  void finish() override { swap_.finish_writes(); }
+  ParamSwap* swap() override { return &swap_; }
+
+ private:
+  ParamSwap swap_;
+  const OffloadLayout& layout_;
+};
+
+template <typename Real>
+std::unique_ptr<ShardHome<Real>> make_shard_home(const WeightSourceParts& p) {
+  if (!p.config.offload.param_on_nvme()) return std::make_unique<ResidentShard<Real>>(p);
+  if constexpr (std::is_same_v<Real, float>) {
+    return std::make_unique<SwappedShard>(*p.offload, p.config.precision);
+  } else {
+    throw std::invalid_argument("offload_param needs an fp32 loop");
+  }
+}
+
+template <typename Real>
+class GatheredWeights final : public EngineWeights<Real>, public SubGroupRefresh<Real> {
+ public:
+  explicit GatheredWeights(const WeightSourceParts& p)
+      : EngineWeights<Real>(p.unit_names, p.context.events), home_(make_shard_home<Real>(p)) {
+    gatherer_ = std::make_unique<WeightGatherer>(p.partition, p.unit_names, p.dp, p.hpz_group, p.config,
+                                                 p.context, home_->swap(), p.node_group, p.cross_group);
+  }
+  void refresh(const Real* master) override {
+    home_->write_all(master);
+    refresh_done();
+  }
+  SubGroupRefresh<Real>* by_sub_group() override { return this; }
+  void refresh_group(const Real* master, const SubGroup& group) override { home_->write(master, group); }
   void refresh_done() override {
-    if (swap_) swap_->finish_writes();
+    home_->finish();
     gatherer_->weights_changed();  // hpZ copies and quantized shards never outlive a weight change
   }
   size_t secondary_peak_bytes() const override { return gatherer_->secondary_bytes_peak(); }
@@ -169,17 +202,12 @@ class GatheredWeights final : public EngineWeights<Real> {
 
  protected:
   void start_pass(const std::vector<int>& schedule, comm::Phase phase) override {
-    gatherer_->begin_pass(schedule, phase, shard_);
+    gatherer_->begin_pass(schedule, phase, home_->shard());
   }
   const Real* fetch(int unit) override { return gatherer_->acquire<Real>(unit); }
 
  private:
-  const EngineContext& context_;
-  const Partition& partition_;
-  DType dtype_;
-  void* shard_ = nullptr;  // this rank's compute-weight shard (wire memory: it is what a gather sends)
-  std::unique_ptr<ParamSwap> swap_;  // instead of shard_, with offload_param "nvme"
-  const OffloadLayout* layout_ = nullptr;
+  std::unique_ptr<ShardHome<Real>> home_;
   std::unique_ptr<WeightGatherer> gatherer_;
 };
 

@@ -3,7 +3,8 @@
 //   RegatheredWeights   stages 1, 2: each rank updates its shard; after the step the rounded shards are
 //                       all-gathered into full compute weights on every rank
 //   GatheredWeights     stage 3: compute weights stay sharded; each unit is all-gathered right before it
-//                       computes and released right after (WeightGatherer: prefetch, qwZ and hpZ as options)
+//                       computes and released right after (WeightGatherer: prefetch, qwZ and hpZ as options);
+//                       its shard lives in wire memory or, with offload_param "nvme", on NVMe (ShardHome)
 // The loop computes in fp32 on the device (Real = float): fp16/bf16 compute weights are widened exactly
 // before it sees them, and weights that arrive in wire memory are brought to the device. The double-precision
 // gradient checks drive the same sources with Real = double, an fp64 master and fp64 compute weights.
@@ -27,6 +28,19 @@ class WeightGatherer;
 class OffloadStore;
 struct SubGroup;
 
+// Compute weights recomputed one sub-group of the master at a time, for a master that is itself swapped in by
+// sub-groups (offload_optimizer "nvme", which needs stage 3: only stage 3's source is one).
+template <typename Real>
+class SubGroupRefresh {
+ public:
+  // master holds the group's values; refresh_done() follows the last group.
+  virtual void refresh_group(const Real* master, const SubGroup& group) = 0;
+  virtual void refresh_done() = 0;
+
+ protected:
+  ~SubGroupRefresh() = default;
+};
+
 template <typename Real>
 class EngineWeights : public WeightSource<Real> {
  public:
@@ -37,10 +51,8 @@ class EngineWeights : public WeightSource<Real> {
   void set_forward_phase(comm::Phase phase) { forward_phase_ = phase; }
   // This rank's master (flat shard layout, in Real) changed: recompute the compute weights from it.
   virtual void refresh(const Real* master) = 0;
-  // The same one sub-group at a time, for a master that is itself swapped in by sub-groups (stage 3 with
-  // offload_optimizer "nvme"): master holds the group's values; refresh_done() follows the last group.
-  virtual void refresh_group(const Real* master, const SubGroup& group);
-  virtual void refresh_done();
+  // This source as one that also takes the master a sub-group at a time (stage 3's), or null.
+  virtual SubGroupRefresh<Real>* by_sub_group() { return nullptr; }
   // The most bytes of hpZ secondaries held at once (payload).
   virtual size_t secondary_peak_bytes() const { return 0; }
 
