@@ -93,18 +93,17 @@ Validation make_validation(const TrainOptions& o, const comm::Communicator& data
   return v;
 }
 
-// The memory guard, then the ZeRO++ settings against the topology: a model that cannot fit is the first
-// thing to say (the ZeRO++ tutorial's hpZ 16 needs 16 ranks per node, but so does its memory).
-MemoryVerdict guard_then_check(const TrainOptions& o, comm::Communicator& host_world,
+// The ZeRO++ settings against the topology, then the memory guard: the guard counts the engine's buffers by a
+// dry run of the engine (zero/dry_run.h), which needs settings the engine accepts.
+MemoryVerdict check_then_guard(const TrainOptions& o, comm::Communicator& host_world,
                                const comm::Topology& data_parallel) {
-  MemoryVerdict verdict = check_memory(o, host_world);
   if (std::string problem = first_problem(o.zero.problems(data_parallel)); !problem.empty()) {
     if (o.tensor_parallel > 1)
       problem += " (at --tensor-model-parallel-size " + std::to_string(o.tensor_parallel) +
                  ", ZeRO's ranks per node are the data-parallel ones: ranks per node / t)";
     throw UsageError(problem);
   }
-  return verdict;
+  return check_memory(o, host_world);
 }
 
 // MFU's denominator (train/peak_flops.h): the GEMMs run in the layer loop's dtype, fp32 with --fp16 and
@@ -175,7 +174,7 @@ Run::Run(const TrainOptions& o, const ParallelGroups& groups, Ops* backend, cons
       batches_(o.data_path, o.model.vocab, o.model.seq_len, o.micro_batch, o.accumulation_steps,
                data_parallel_, uint64_t(o.seed), 0.0, o.valid_data_path.empty() ? o.split_train : 1.0),
       valid_(make_validation(o, data_parallel_)),
-      memory_(guard_then_check(o, host_world, groups.data_topology())),
+      memory_(check_then_guard(o, host_world, groups.data_topology())),
       engine_(o.model, o.zero, o.micro_batch, data_parallel_, uint64_t(o.seed), backend, groups.tensor()) {
   start_from_model_file_or_checkpoint();
   if (rank0_ && !o.metrics_file.empty())

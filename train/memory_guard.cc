@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <sstream>
+#include <stdexcept>
 
 #include "base/user_error.h"
 #include "model/params.h"
@@ -42,6 +44,17 @@ double checkpoint_copy_bytes(const TrainOptions& o, int world) {
                      : 12.0 * double(std::min(p.shard_total(), o.zero.offload.sub_group_size));
   if (!o.init_from.empty()) bytes += 4.0 * double(table.total);
   return bytes;
+}
+
+// What an alternative configuration would need, or infinity when the engine would refuse it: its buffers are
+// counted by a dry run of the engine (zero/dry_run.h), which cannot count what cannot be built, and the guard
+// never suggests it.
+double alternative_need(const TrainOptions& o, int nodes, int ranks_per_node, double baseline) {
+  try {
+    return rank_memory_need(o, nodes, ranks_per_node, baseline).total;
+  } catch (const std::invalid_argument&) {
+    return std::numeric_limits<double>::infinity();
+  }
 }
 
 // A configuration to try instead of the given one, named as the user would set it.
@@ -106,7 +119,7 @@ namespace {
 // The smallest world of whole machines (ranks_per_node ranks each) at which need fits the budget, searched
 // by doubling and then bisection; 0 when even 2^16 machines would not do.
 int machines_that_fit(const TrainOptions& o, int nodes, int ranks_per_node, double baseline, double budget) {
-  auto fits = [&](int n) { return rank_memory_need(o, n, ranks_per_node, baseline).total <= budget; };
+  auto fits = [&](int n) { return alternative_need(o, n, ranks_per_node, baseline) <= budget; };
   int high = nodes * 2;
   while (high <= (1 << 16) && !fits(high)) high *= 2;
   if (high > (1 << 16)) return 0;
@@ -166,11 +179,11 @@ void add_tiling_that_fits(const TrainOptions& o, int nodes, int ranks_per_node, 
                           double budget, std::vector<std::string>& fitting) {
   TrainOptions at_stage3 = o;
   at_stage3.zero.stage = 3;
-  if (rank_memory_need(at_stage3, nodes, ranks_per_node, baseline).total <= budget) return;
+  if (alternative_need(at_stage3, nodes, ranks_per_node, baseline) <= budget) return;
   for (int n : tile_factors_to_try(o)) {
     TrainOptions tiled = at_stage3;
     tiled.zero.tile_factor = n;
-    const double need = rank_memory_need(tiled, nodes, ranks_per_node, baseline).total;
+    const double need = alternative_need(tiled, nodes, ranks_per_node, baseline);
     if (need > budget) continue;
     fitting.push_back(std::string(o.zero.stage < 3 ? "--zero-stage 3 " : "") + "--tile-factor " +
                       std::to_string(n) + " (" + gib(need) + ")");
@@ -185,7 +198,7 @@ std::string what_would_fit(const TrainOptions& o, int nodes, int ranks_per_node,
                            double budget) {
   std::vector<std::string> fitting;
   for (const Alternative& a : alternatives(o)) {
-    const double need = rank_memory_need(a.options, nodes, ranks_per_node, baseline).total;
+    const double need = alternative_need(a.options, nodes, ranks_per_node, baseline);
     if (need <= budget) fitting.push_back(a.name + " (" + gib(need) + ")");
   }
   add_tiling_that_fits(o, nodes, ranks_per_node, baseline, budget, fitting);
@@ -210,7 +223,7 @@ std::string what_would_fit(const TrainOptions& o, int nodes, int ranks_per_node,
                       : "stage 3 with offload_optimizer and offload_param nvme, --checkpoint-activations and "
                         "--tile-factor " +
                             std::to_string(all.zero.tile_factor);
-  const double all_need = rank_memory_need(all, nodes, ranks_per_node, baseline).total;
+  const double all_need = alternative_need(all, nodes, ranks_per_node, baseline);
   if (fitting.empty() && all_need <= budget) fitting.push_back(all_name + " (" + gib(all_need) + ")");
   if (fitting.empty()) on_more_ranks(all, all_name + " on ");
   std::string text;
