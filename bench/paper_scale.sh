@@ -6,7 +6,7 @@
 # ratio the ZeRO++ blog/paper reports for that setup (docs/zeropp-at-scale.md cites them and explains the
 # differences). Then the blog's "ZeRO++ at 200 Gb/s ~ ZeRO-3 at 800 Gb/s" check, the rows as JSON lines
 # (bench/results/paper_scale.jsonl) and a plot (bench/results/paper_scale.png). Nothing is trained or
-# allocated; the whole sweep takes a few minutes on 2 cores.
+# allocated; the 64 plans take about 5 minutes on 2 shared cores.
 #   bench/paper_scale.sh [--out FILE] [--no-build]
 #
 # Inputs (all stated, none measured here):
@@ -22,6 +22,9 @@
 #   tokens   1k and 2k per GPU (the blog's two points): seq 512 x micro-batch 2 or 4, no accumulation, global
 #            batch = GPUs x micro-batch; full activation checkpointing (as the tutorial), which the planner
 #            counts into both the memory and the compute (x 4/3).
+#   memory   the 138B model runs with --tile-factor 16 (memory-centric tiling): untiled, one 138B block (1.8B
+#            parameters) is a gather unit and the engine's buffers alone are 57 GB per GPU; tiled 16-fold
+#            ZeRO++ fits a 32 GB V100 at 384 GPUs (31.2 GB at 2k tokens). The 18B model is untiled (it fits).
 #   ZeRO++   examples/ds_zeropp_config.json (qwZ, hpZ 16, qgZ, reduce_bucket_size 1e7, overlap_comm); the
 #            plan's "zero3" variant is the same configuration with the three ZeRO++ switches off.
 set -euo pipefail
@@ -41,8 +44,8 @@ if ((build)); then bazel build //train:gpt_train >/dev/null 2>&1; fi
 train=bazel-bin/train/gpt_train
 [[ -x $train ]] || { echo "bench/paper_scale.sh: $train missing; bazel build //train:gpt_train" >&2; exit 2; }
 
-# name:layers:hidden:heads
-models="18B:40:6144:32 138B:76:12288:96"
+# name:layers:hidden:heads:tile factor
+models="18B:40:6144:32:1 138B:76:12288:96:16"
 # nodes x gpus per node
 clusters="24x16 4x16"
 bandwidths="100 200 400 800"
@@ -55,7 +58,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 : >"$tmp/raw"
 for model in $models; do
-  IFS=: read -r mname layers hidden heads <<<"$model"
+  IFS=: read -r mname layers hidden heads tile <<<"$model"
   for cluster in $clusters; do
     nodes=${cluster%x*} per_node=${cluster#*x}
     for gpu in $gpus; do
@@ -65,11 +68,11 @@ for model in $models; do
           world=$((nodes * per_node))
           echo "bench/paper_scale: $mname on $nodes x $per_node $gname, $bw Gb/s, micro-batch $mb" >&2
           # The plan's last line is its JSON object; the setup goes before it on its own line.
-          printf '{"model":"%s","nodes":%d,"gpus_per_node":%d,"gbps":%d,"gpu":"%s","tflops":%s,"intra":"%s","micro_batch":%d}\n' \
-            "$mname" "$nodes" "$per_node" "$bw" "$gname" "$tflops" "$intra" "$mb" >>"$tmp/raw"
+          printf '{"model":"%s","nodes":%d,"gpus_per_node":%d,"gbps":%d,"gpu":"%s","tflops":%s,"intra":"%s","micro_batch":%d,"tile_factor":%d}\n' \
+            "$mname" "$nodes" "$per_node" "$bw" "$gname" "$tflops" "$intra" "$mb" "$tile" >>"$tmp/raw"
           "$train" --num-layers "$layers" --hidden-size "$hidden" --num-attention-heads "$heads" \
             --seq-length "$seq" --max-position-embeddings 1024 --micro-batch-size "$mb" \
-            --global-batch-size $((world * mb)) --zero-stage 3 --fp16 --checkpoint-activations \
+            --global-batch-size $((world * mb)) --zero-stage 3 --fp16 --checkpoint-activations --tile-factor "$tile" \
             --deepspeed_config examples/ds_zeropp_config.json --plan --nodes "$nodes" \
             --gpus-per-node "$per_node" --gpu-memory "$gmem" --intra-node-bandwidth "$intra" \
             --inter-node-bandwidth "${bw}Gb/s" --gpu-tflops "$tflops" >"$tmp/plan.txt"
@@ -106,7 +109,7 @@ for setup, plan_line in zip(lines[0::2], lines[1::2]):
            "gpus_per_node": s["gpus_per_node"], "gpus": plan["cluster"]["world"], "gbps": s["gbps"],
            "gpu": s["gpu"], "gpu_memory_bytes": plan["cluster"]["gpu_memory_bytes"],
            "intra_node_bytes_per_s": plan["cluster"]["intra_node_bytes_per_s"], "gpu_tflops": s["tflops"],
-           "recompute": plan["parallelism"]["recompute"]}
+           "recompute": plan["parallelism"]["recompute"], "tile_factor": s["tile_factor"]}
     for key, var in (("zero3", z3), ("zeropp", zpp)):
         row[key] = {"step_s": var["time_s"]["step"], "tokens_per_s": var["tokens_per_s"],
                     "compute_s": var["time_s"]["compute_forward"] + var["time_s"]["compute_backward"],
