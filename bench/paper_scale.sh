@@ -112,7 +112,8 @@ for setup, plan_line in zip(lines[0::2], lines[1::2]):
            "recompute": plan["parallelism"]["recompute"], "tile_factor": s["tile_factor"]}
     for key, var in (("zero3", z3), ("zeropp", zpp)):
         row[key] = {"step_s": var["time_s"]["step"], "tokens_per_s": var["tokens_per_s"],
-                    "compute_s": var["time_s"]["compute_forward"] + var["time_s"]["compute_backward"],
+                    "compute_forward_s": var["time_s"]["compute_forward"],
+                    "compute_backward_s": var["time_s"]["compute_backward"],
                     "param_gather_fwd_s": var["time_s"]["param_gather_fwd"],
                     "param_gather_bwd_s": var["time_s"]["param_gather_bwd"],
                     "grad_reduce_s": var["time_s"]["grad_reduce"],
@@ -166,20 +167,20 @@ for c in checks:
           "%dk" % (c["tokens_per_gpu"] // 1024), c["zeropp_200_step_s"], c["zero3_800_step_s"],
           c["zero3_800_over_zeropp_200"]))
 
-# The plot's data: one block per (GPU, model, GPUs, tokens), ratio against bandwidth; the paper's ranges.
-with open(tmp + "/plot.tsv", "w") as tsv:
+# The plot's data: a file per GPU with one block per (model, GPUs, tokens), ratio against bandwidth; the
+# paper's ranges.
+for gpu in ("V100", "H100"):
     titles = []
-    for gpu in ("V100", "H100"):
+    with open(tmp + "/plot_%s.tsv" % gpu, "w") as tsv:
         for r0 in [r for r in rows if r["gpu"] == gpu and r["gbps"] == 100]:
             series = [r for r in rows if r["gpu"] == gpu and all(r[k] == r0[k] for k in ("model", "gpus",
                       "tokens_per_gpu"))]
-            titles.append("%s %s, %d GPUs, %dk tok/GPU" % (gpu, r0["model"], r0["gpus"],
-                          r0["tokens_per_gpu"] // 1024))
+            titles.append("%s, %d GPUs, %dk tok/GPU" % (r0["model"], r0["gpus"], r0["tokens_per_gpu"] // 1024))
             for r in sorted(series, key=lambda r: r["gbps"]):
                 tsv.write("%d\t%.4f\n" % (r["gbps"], r["predicted_ratio"]))
             tsv.write("\n\n")
-with open(tmp + "/titles", "w") as f:
-    f.write("\n".join(titles) + "\n")
+    with open(tmp + "/titles_%s" % gpu, "w") as f:
+        f.write("\n".join(titles) + "\n")
 with open(tmp + "/paper.tsv", "w") as f:
     # bandwidth, middle, low, high (blog Figures 6 and 7, 384 V100s); 1k and 2k at 400 Gb/s side by side
     f.write("100\t2.1\t2.0\t2.2\n390\t1.32\t1.28\t1.36\n410\t1.265\t1.24\t1.29\n")
@@ -187,28 +188,37 @@ PY
 
 png=${out%.jsonl}.png
 if command -v gnuplot >/dev/null; then
-  plots=""
-  i=0
-  while read -r title; do
-    dash=1
-    [[ $title == *"2k"* ]] && dash=2
-    plots+="\"$tmp/plot.tsv\" index $i using 1:2 with linespoints dt $dash title \"$title\", "
-    i=$((i + 1))
-  done <"$tmp/titles"
-  plots+="\"$tmp/paper.tsv\" using 1:2:3:4 with yerrorbars lw 2 lc rgb \"black\" pt 7 title \"blog, 384 V100 (Fig. 6: 400, Fig. 7: 100 Gb/s)\""
+  # One panel per GPU: a line per model x GPUs x tokens (dashed: 2k tokens), the blog's ranges on the V100's.
+  plot_of() {  # $1: GPU
+    local plots="" i=0 dash title
+    while read -r title; do
+      dash=1
+      [[ $title == *"2k"* ]] && dash=2
+      plots+="\"$tmp/plot_$1.tsv\" index $i using 1:2 with linespoints dt $dash lw 2 title \"$title\", "
+      i=$((i + 1))
+    done <"$tmp/titles_$1"
+    if [[ $1 == V100 ]]; then
+      plots+="\"$tmp/paper.tsv\" using 1:2:3:4 with yerrorbars lw 2 lc rgb \"black\" pt 7 title \"blog, 384 V100 (Fig. 6: 400, Fig. 7: 100 Gb/s)\""
+    fi
+    echo "${plots%, }"
+  }
   gnuplot <<GP
-set terminal pngcairo size 1200,800 noenhanced
+set terminal pngcairo size 1400,650 noenhanced
 set output "$png"
-set title "ZeRO++ speed-up over ZeRO-3 predicted by gpt_train --plan (bench/paper_scale.sh)"
+set multiplot layout 1,2 title "ZeRO++ speed-up over ZeRO-3 predicted by gpt_train --plan (bench/paper_scale.sh; docs/zeropp-at-scale.md)"
 set logscale x 2
 set xtics (100, 200, 400, 800)
 set xrange [80:1000]
 set xlabel "inter-node bandwidth per node, Gb/s"
 set ylabel "ZeRO-3 step / ZeRO++ step"
-set yrange [0.9:*]
+set yrange [0.9:5.5]
 set grid
-set key outside right
-plot $plots
+set key top right font ",9"
+set title "V100, 62.5 TFLOP/s achieved, 150 GB/s intra-node"
+plot $(plot_of V100)
+set title "H100, 495 TFLOP/s achieved, 450 GB/s intra-node"
+plot $(plot_of H100)
+unset multiplot
 GP
   echo "bench/paper_scale: results in $out and $png" >&2
 else
