@@ -12,8 +12,18 @@ namespace gpt {
 namespace {
 
 // Enough steps for the engine's buffer pools to settle: the first step allocates, the second may still grow
-// a pool whose best fit was left short; from then on each step repeats the one before.
-constexpr int kSteps = 3;
+// a pool whose best fit was left short; from then on each step repeats the one before. A step that grew no
+// peak means the pools have settled already.
+constexpr int kMaxSteps = 3;
+
+// Every category's peak in both arenas, to see whether a step grew any.
+std::vector<size_t> peaks_of(const ZeroEngine& engine) {
+  std::vector<size_t> peaks;
+  for (const Arena* arena : {&engine.device_arena(), &engine.wire_arena()}) {
+    for (const Arena::CategoryUsage& c : arena->usage_by_category()) peaks.push_back(c.peak_bytes);
+  }
+  return peaks;
+}
 
 void add_peaks(const std::vector<Arena::CategoryUsage>& usage, const std::string& category, size_t& bytes) {
   for (const Arena::CategoryUsage& c : usage) {
@@ -62,7 +72,13 @@ DryRunMemory dry_run(const DryRunSetup& s) {
   const std::vector<int64_t> windows(size_t(s.micro_batch), 0);
   const std::vector<ZeroEngine::MicroBatch> micro_batches(size_t(s.accumulation_steps),
                                                           {ids.data(), ids.data(), windows.data()});
-  for (int step = 0; step < kSteps; ++step) engine.train_step(micro_batches, 0.0);
+  std::vector<size_t> before;
+  for (int step = 0; step < kMaxSteps; ++step) {
+    engine.train_step(micro_batches, 0.0);
+    std::vector<size_t> after = peaks_of(engine);
+    if (step > 0 && after == before) break;
+    before = std::move(after);
+  }
   return {engine.device_arena().usage_by_category(), engine.wire_arena().usage_by_category(),
           engine.activation_bytes()};
 }

@@ -21,6 +21,7 @@
 #include "model/layers.h"
 #include "model/loop.h"
 #include "model/params.h"
+#include "tests/sanitized_build.h"
 #include "train/activation_formulas.h"
 #include "zero/partition.h"
 #include "zero/tensor_parallel_traffic.h"
@@ -94,7 +95,9 @@ TEST_CASE("the tutorial's 18B model: parameters, ZeRO memory formulas, the JSON 
   std::printf("%s", report.c_str());
   std::printf("peak resident memory while planning: %.1f MB\n", peak / 1e6);
   CHECK(peak > 0);
-  CHECK(peak < 200e6);
+  // Under a sanitizer the process's RSS is the sanitizer's (ASan's shadow and its quarantine of the dry runs'
+  // freed blocks), not the planner's: the bound holds for the optimized build.
+  if (!gpt::test::kSanitizedBuild) CHECK(peak < 200e6);
 
   const Units u = units_of(o.model);
   const int64_t N = u.wte + u.layers * u.block + u.ln_f;  // 6N's N: no position table
