@@ -343,9 +343,9 @@ void timing(std::ostream& out, const Plan& plan) {
   out << "  not modelled: the optimizer step, the first gather of a pass, per-message latency, kernels\n";
   out << "                slower than --gpu-tflops\n";
   out << "  memory      planned for a GPU: activations in the compute dtype (2 bytes per element with\n";
-  out << "                fp16/bf16; the CPU backend keeps fp32), gathered units used in the compute dtype\n";
-  out << "                (the CPU widens them to fp32); every other state and buffer as the engine\n";
-  out << "                allocates it\n";
+  out << "                fp16/bf16; the CPU backend keeps fp32); model states by ZeRO's formulas; buffers\n";
+  out << "                as the engine's arenas hold them in a dry run (its layer loop widens gathered\n";
+  out << "                units to fp32 on every backend today)\n";
 }
 
 // "hpZ secondary" -> "hpz_secondary": JSON keys in the metrics file's style.
