@@ -106,12 +106,20 @@ MemoryVerdict check_then_guard(const TrainOptions& o, comm::Communicator& host_w
   return check_memory(o, host_world);
 }
 
-// MFU's denominator (train/peak_flops.h): the GEMMs run in the layer loop's dtype, fp32 with --fp16 and
-// --bf16 too (zero/context.h). The measurement runs only where no peak can be stated (an unknown clock or
-// GPU).
+// The dtype the GEMMs multiply in. The layer loop computes in fp32 with --fp16 and --bf16 too
+// (zero/context.h), but a GPU backend then rounds the GEMMs' inputs to the compute dtype on its tensor cores
+// (Ops::set_matmul_inputs, fp32 accumulation); the CPU multiplies in the loop's dtype.
+DType gemm_dtype(const TrainOptions& o, const Ops* backend) {
+  const DType precision = o.zero.precision;
+  const bool half = precision == DType::kF16 || precision == DType::kBF16;
+  return backend && half ? precision : loop_dtype(precision);
+}
+
+// MFU's denominator (train/peak_flops.h): the datasheet peak of the dtype the GEMMs multiply in. The
+// measurement runs only where no peak can be stated (an unknown clock or GPU).
 PeakFlops mfu_peak(const TrainOptions& o, Ops* backend, int ranks_on_machine) {
   return rank_peak_flops(
-      o.peak_tflops, backend, loop_dtype(o.zero.precision), cpu::num_threads(), ranks_on_machine,
+      o.peak_tflops, backend, gemm_dtype(o, backend), cpu::num_threads(), ranks_on_machine,
       [&] { return 1e9 * (backend ? measure_gemm_gflops(*backend, 2048) : measure_sgemm_gflops(512)); },
       backend ? "cuBLAS fp32 GEMM 2048^3" : "Eigen SGEMM 512^3");
 }
@@ -362,6 +370,7 @@ void Run::save(const char* why) {
 int train(const TrainOptions& o, comm::Communicator& world) {
   if (o.threads > 0) cpu::set_num_threads(o.threads);
   const std::unique_ptr<Ops> backend = make_backend(o.device, world.topology().machine_rank());
+  if (backend) backend->set_matmul_inputs(gemm_dtype(o, backend.get()));
   const DeviceWorld device_world =
       make_device_world(world, backend.get(), o.comm_timeout, o.zero.offload.swaps_through_wire());
   const ParallelGroups groups(device_world.nccl ? *device_world.nccl : world, o.tensor_parallel);

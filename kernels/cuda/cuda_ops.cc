@@ -102,6 +102,12 @@ void CudaOps::download(void* host, const Tensor& src) {
   context_.synchronize();
 }
 
+void CudaOps::set_matmul_inputs(DType inputs) {
+  context_.set_fp32_gemm_compute(inputs == DType::kBF16  ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                 : inputs == DType::kF16 ? CUBLAS_COMPUTE_32F_FAST_16F
+                                                         : CUBLAS_COMPUTE_32F);
+}
+
 void CudaOps::copy(const Tensor& dst, const Tensor& src) {
   if (dst.nbytes() != src.nbytes())
     throw CudaError("CudaOps::copy: " + src.describe() + " into " + dst.describe());

@@ -88,6 +88,9 @@ class CudaOps final : public Ops {
   // throws std::logic_error after.
   void keep_wire_memory_on_device();
   void synchronize() override { context_.synchronize(); }
+  // fp16/bf16: fp32 GEMMs on tensor cores (cuBLASLt's FAST_16F / FAST_16BF compute types); anything else:
+  // exact fp32.
+  void set_matmul_inputs(DType inputs) override;
 
   void upload(const Tensor& dst, const void* host) override;
   void download(void* host, const Tensor& src) override;

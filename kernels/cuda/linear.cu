@@ -108,7 +108,7 @@ uint32_t alignment_of(const void* p) {
 // Owners of cuBLASLt's descriptors, destroyed however the call ends.
 struct MatmulDesc {
   cublasLtMatmulDesc_t handle = nullptr;
-  explicit MatmulDesc(const Gemm& g);  // transposes, epilogue and its pointers from g
+  MatmulDesc(const Gemm& g, cublasComputeType_t compute);  // transposes, epilogue and its pointers from g
   ~MatmulDesc() {
     if (handle) cublasLtMatmulDescDestroy(handle);
   }
@@ -148,10 +148,17 @@ struct Preference {
 
 // Everything the heuristic's answer depends on. The bias and aux alignments count because the heuristic
 // reads those pointers' values to decide what alignment an algorithm may assume.
-using AlgorithmKey = std::array<int64_t, 18>;
+using AlgorithmKey = std::array<int64_t, 19>;
+
+// fp32 inputs may go to tensor cores in bf16 or fp16 (Context::fp32_gemm_compute); half inputs always
+// multiply as stored.
+cublasComputeType_t compute_type(const Context& ctx, const Gemm& g) {
+  return g.input_type == CUDA_R_32F ? ctx.fp32_gemm_compute() : CUBLAS_COMPUTE_32F;
+}
 
 AlgorithmKey key_of(const Context& ctx, const Gemm& g) {
   return {ctx.info().index,
+          compute_type(ctx, g),
           g.op_a,
           g.op_b,
           g.m,
@@ -192,10 +199,10 @@ AlgorithmCache& algorithm_cache() {
   return cache;
 }
 
-MatmulDesc::MatmulDesc(const Gemm& g) {
+MatmulDesc::MatmulDesc(const Gemm& g, cublasComputeType_t compute) {
   // fp32 accumulation and fp32 alpha/beta for every storage type. CUBLAS_COMPUTE_32F (not _FAST_TF32) keeps
-  // fp32 inputs out of TF32 tensor cores.
-  GPT_CUDA_CHECK(cublasLtMatmulDescCreate(&handle, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // fp32 inputs out of TF32 tensor cores unless the context asks for bf16 or fp16 ones.
+  GPT_CUDA_CHECK(cublasLtMatmulDescCreate(&handle, compute, CUDA_R_32F));
   set(CUBLASLT_MATMUL_DESC_TRANSA, static_cast<int32_t>(g.op_a));
   set(CUBLASLT_MATMUL_DESC_TRANSB, static_cast<int32_t>(g.op_b));
   set(CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(g.epilogue));
@@ -228,7 +235,7 @@ std::optional<cublasLtMatmulAlgo_t> query_algorithm(const Context& ctx, const Ge
 
 // Enqueues the GEMM; false (and nothing enqueued) when cuBLASLt has no algorithm for it.
 bool try_gemm(const Context& ctx, const Gemm& g) {
-  const MatmulDesc desc(g);
+  const MatmulDesc desc(g, compute_type(ctx, g));
   // Stored shapes before op(): A is [m,k] or, transposed, [k,m]; likewise B is [k,n] or [n,k].
   const bool ta = g.op_a != CUBLAS_OP_N, tb = g.op_b != CUBLAS_OP_N;
   const Layout a(g.input_type, ta ? g.k : g.m, ta ? g.m : g.k, g.lda);

@@ -66,6 +66,12 @@ class Context {
   static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return kWorkspaceBytes; }
+  // The compute type of GEMMs whose inputs are stored in fp32 (CudaOps::set_matmul_inputs):
+  // CUBLAS_COMPUTE_32F (exact fp32, never TF32) unless asked for tensor cores (CUBLAS_COMPUTE_32F_FAST_16BF
+  // or _16F: inputs rounded to bf16 or fp16 inside the GEMM, fp32 accumulation). GEMMs on fp16/bf16 storage
+  // ignore it.
+  cublasComputeType_t fp32_gemm_compute() const { return fp32_gemm_compute_; }
+  void set_fp32_gemm_compute(cublasComputeType_t compute) { fp32_gemm_compute_ = compute; }
   void synchronize() const;
 
  private:
@@ -74,6 +80,7 @@ class Context {
   cublasHandle_t cublas_ = nullptr;
   cublasLtHandle_t cublaslt_ = nullptr;
   void* workspace_ = nullptr;
+  cublasComputeType_t fp32_gemm_compute_ = CUBLAS_COMPUTE_32F;
 };
 
 // Owning device memory (cudaMalloc, zero-filled before the constructor returns), move-only, with copies for
