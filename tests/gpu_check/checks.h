@@ -1,8 +1,10 @@
 // The checks of the equivalence table: CudaOps on the ops of the device seam (kernels/ops.h), one row per
 // compared output.
 //   layer ops  (case_checks.cc)   the op-case table (kernels/cases) in fp32, fp16 and bf16 against the CPU's
-//                                 fp64 reference; a dtype CudaOps lacks is a "not supported" row
-//                                 (AdamW's reference is the CPU's fp32 update: it has no other)
+//                                 fp64 reference, the half rows through CudaOps' mixed-precision contract
+//                                 (kernels/ops.h: statistics, parameter gradients, losses fp32); a dtype
+//                                 CudaOps lacks is a "not supported" row (AdamW's fp16/bf16: fp32 state only;
+//                                 its reference is the CPU's fp32 update: it has no other)
 //   exact ops  (exact_checks.cc)  casts, adds, division, dropout masks: byte-identical to CpuOps; reductions
 //                                 within fp32 tolerance of CpuOps
 //   quantizers (quant_checks.cc)  every bit width and input dtype, with error feedback: byte-identical
