@@ -15,6 +15,7 @@ void check_cases(Table& table, Backends& backends, const Shapes& s, const std::s
   for (const cases::OpCase& c : cases::op_cases(sizes)) {
     if (c.family != family) continue;
     for (const cases::Variant& v : cases::kFloatVariants) {
+      if (!s.dtype.empty() && s.dtype != v.label) continue;
       for (const cases::Result& r : cases::compare_to_reference(backends.gpu, c, v)) {
         Row row{r.op,
                 r.dtype,

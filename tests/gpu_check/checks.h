@@ -25,6 +25,9 @@ namespace gpt::gpu_check {
 struct Shapes {
   int B = 4, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304;
   int offset = 0;  // the op-case table's float tensors start this many elements past their alignment
+  // The op-case table's dtype ("fp32", "fp16" or "bf16"; empty: all three): scripts/gpu_check runs each in
+  // its own process at 124M's shapes, where the CPU's fp64 reference of each dtype takes up to a minute.
+  std::string dtype;
   int64_t N() const { return int64_t(B) * T; }
 };
 
