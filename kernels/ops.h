@@ -18,8 +18,21 @@
 // still use it.
 //
 // Float ops take fp32 or fp64 tensors (fp64 for the gradient checks), all float tensors of one call the same
-// dtype. Shapes give the sizes: [N, C] rows for LayerNorm and linear, [B, T, C] activations, [B, NH, T, T]
-// attention probabilities. An empty tensor (null data) is an absent optional argument.
+// dtype. The CUDA backend's layer ops also take a mixed-precision contract (Megatron / llm.c style; the CPU
+// backend keeps fp32 and fp64 only and reports it as UnsupportedOp), decided by the activations' dtype T,
+// fp16 or bf16:
+//   embedding_forward(_rows)    out, wte, wpe in T
+//   embedding_backward(_rows)   dout in T; dwte, dwpe fp32
+//   layernorm_forward           out, x, w, b in T; mean, rstd fp32
+//   layernorm_backward          dx, dout, x, w in T; dw, db, mean, rstd fp32
+//   linear_* (and _columns)     x, w, b, out, dout, dx in T; dw, db fp32
+//   attention_*                 qkv, out, att, dout, dqkv in T (the probabilities are kept in T)
+//   gelu_*, add, dropout_*      every tensor in T
+//   cross_entropy_*             logits, probs, dlogits in T; losses, dlosses, stats fp32
+// Every value is computed in fp32 and each output rounded to its dtype once; with T fp32 these are the plain
+// fp32 ops. Any other combination throws UnsupportedOp naming the op and its tensors' dtypes.
+// Shapes give the sizes: [N, C] rows for LayerNorm and linear, [B, T, C] activations, [B, NH, T, T] attention
+// probabilities. An empty tensor (null data) is an absent optional argument.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +44,8 @@
 namespace gpt {
 
 // What a backend throws for an op it lacks for the dtype of its tensors (the CUDA backend's layer ops take
-// fp32, the CPU's fp32 and fp64): the op-case table (kernels/cases) reports it as "not supported", never as a
-// pass or a failure of the op.
+// fp32 and the mixed fp16/bf16 contract above, the CPU's fp32 and fp64): the op-case table (kernels/cases)
+// reports it as "not supported", never as a pass or a failure of the op.
 class UnsupportedOp : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
@@ -75,6 +88,12 @@ class Ops {
   virtual void set_matmul_inputs(DType inputs) {}
   // Waits for every op issued so far.
   virtual void synchronize() = 0;
+  // The dtype the layer ops' activations take for a run at `precision` (the dtype of its compute weights):
+  // precision itself where the backend's layer ops take it (the CUDA backend's fp16 and bf16 contract), else
+  // fp32 (fp64 for fp64), the dtype the layer loop widens gathered weights to.
+  virtual DType compute_dtype(DType precision) const {
+    return precision == DType::kF64 ? DType::kF64 : DType::kF32;
+  }
 
   // Moving bytes: dst.nbytes() bytes; tensors may live in device or wire memory.
   virtual void upload(const Tensor& dst, const void* host) = 0;

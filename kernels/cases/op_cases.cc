@@ -21,6 +21,12 @@ Arg in(std::string name, std::vector<int64_t> shape, double scale = 1) {
 Arg out(std::string name, std::vector<int64_t> shape, double scale = 1) {
   return Arg{std::move(name), std::move(shape), scale, 0, false};
 }
+// A tensor the mixed-precision contract keeps in fp32 when the activations are fp16 or bf16.
+Arg fp32(Arg a) {
+  a.fp32 = true;
+  return a;
+}
+
 Arg tokens(std::string name, std::vector<int64_t> shape, int below) {
   return Arg{std::move(name), std::move(shape), 0, below, false};
 }
@@ -50,7 +56,7 @@ void add_embedding(std::vector<OpCase>& cases, const Sizes& s) {
   cases.push_back({"embedding",
                    "embedding_backward",
                    shape,
-                   {ids, in("dout", {B, T, C}), out("dwte", {Vp, C}), out("dwpe", {T, C})},
+                   {ids, in("dout", {B, T, C}), fp32(out("dwte", {Vp, C})), fp32(out("dwpe", {T, C}))},
                    {"dwte", "dwpe"}});
   cases.back().run = [](Ops& o, const CaseTensors& t) {
     o.embedding_backward(t["dwte"], t["dwpe"], t["dout"], t["tokens"]);
@@ -68,7 +74,7 @@ void add_embedding(std::vector<OpCase>& cases, const Sizes& s) {
   cases.push_back({"embedding",
                    "embedding_backward_rows",
                    rows,
-                   {ids, in("dout", {B, T, C}), out("dwte", {R, C}), out("dwpe", {T, C})},
+                   {ids, in("dout", {B, T, C}), fp32(out("dwte", {R, C})), fp32(out("dwpe", {T, C}))},
                    {"dwte", "dwpe"}});
   cases.back().run = [first](Ops& o, const CaseTensors& t) {
     o.embedding_backward_rows(t["dwte"], first, t["dwpe"], t["dout"], t["tokens"]);
@@ -77,8 +83,8 @@ void add_embedding(std::vector<OpCase>& cases, const Sizes& s) {
 
 std::vector<Arg> layernorm_args(const Sizes& s) {
   const int64_t N = s.N(), C = s.C;
-  return {in("x", {N, C}, 2.0),  in("w", {C}, 0.5),   in("b", {C}, 0.1),
-          out("out", {N, C}, 0), out("mean", {N}, 0), out("rstd", {N}, 0)};
+  return {in("x", {N, C}, 2.0),  in("w", {C}, 0.5),         in("b", {C}, 0.1),
+          out("out", {N, C}, 0), fp32(out("mean", {N}, 0)), fp32(out("rstd", {N}, 0))};
 }
 void layernorm_forward(Ops& o, const CaseTensors& t) {
   o.layernorm_forward(t["out"], t["mean"], t["rstd"], t["x"], t["w"], t["b"]);
@@ -93,7 +99,8 @@ void add_layernorm(std::vector<OpCase>& cases, const Sizes& s) {
   cases.push_back({"layernorm", "layernorm_forward", shape, layernorm_args(s), {"out", "mean", "rstd"}});
   cases.back().run = layernorm_forward;
   std::vector<Arg> args = layernorm_args(s);
-  for (Arg a : {in("dout", {N, C}), out("dx", {N, C}), out("dw", {C}), out("db", {C})}) args.push_back(a);
+  for (Arg a : {in("dout", {N, C}), out("dx", {N, C}), fp32(out("dw", {C})), fp32(out("db", {C}))})
+    args.push_back(a);
   cases.push_back({"layernorm", "layernorm_backward", shape, args, {"dx", "dw", "db"}});
   cases.back().prepare = layernorm_forward;
   cases.back().run = layernorm_backward;
@@ -111,10 +118,10 @@ void add_linear_layer(std::vector<OpCase>& cases, const std::string& layer, int6
   cases.back().run = [bias](Ops& o, const CaseTensors& t) {
     o.linear_forward(t["out"], t["x"], t["w"], bias ? t["b"] : Tensor{});
   };
-  for (Arg a : {in("dout", {N, OC}, 0.1), out("dx", {N, IC}), out("dw", {OC, IC})}) args.push_back(a);
+  for (Arg a : {in("dout", {N, OC}, 0.1), out("dx", {N, IC}), fp32(out("dw", {OC, IC}))}) args.push_back(a);
   std::vector<std::string> outputs = {"dx", "dw"};
   if (bias) {
-    args.push_back(out("db", {OC}));
+    args.push_back(fp32(out("db", {OC})));
     outputs.push_back("db");
   }
   cases.push_back({"linear", "linear_backward " + layer, shape, args, outputs});
@@ -134,7 +141,7 @@ void add_linear_columns(std::vector<OpCase>& cases, const Sizes& s) {
   cases.back().run = [first](Ops& o, const CaseTensors& t) {
     o.linear_forward_columns(t["out"], first, t["x"], t["w"], t["b"]);
   };
-  for (Arg a : {in("dout", {N, OC}, 0.1), out("dx", {N, C}), out("dw", {W, C}), out("db", {W})})
+  for (Arg a : {in("dout", {N, OC}, 0.1), out("dx", {N, C}), fp32(out("dw", {W, C})), fp32(out("db", {W}))})
     args.push_back(a);
   cases.push_back({"linear", "linear_backward_columns fc", shape, args, {"dx", "dw", "db"}});
   cases.back().run = [first](Ops& o, const CaseTensors& t) {
@@ -200,7 +207,7 @@ void add_gelu(std::vector<OpCase>& cases, const Sizes& s) {
 
 std::vector<Arg> cross_entropy_args(const Sizes& s, int64_t columns) {
   const int64_t N = s.N();
-  return {in("logits", {N, columns}, 3.0), tokens("targets", {N}, s.V), out("losses", {N}, 0),
+  return {in("logits", {N, columns}, 3.0), tokens("targets", {N}, s.V), fp32(out("losses", {N}, 0)),
           out("probs", {N, columns}, 0)};
 }
 
@@ -211,13 +218,13 @@ void add_cross_entropy_columns(std::vector<OpCase>& cases, const Sizes& s) {
   const int V = s.V;
   const std::string shape = shape_text({N, W}, " columns 2/2");
   std::vector<Arg> args = cross_entropy_args(s, W);
-  args.push_back(out("stats", {N, 3}, 0));
+  args.push_back(fp32(out("stats", {N, 3}, 0)));
   cases.push_back({"cross_entropy", "cross_entropy_stats", shape, args, {"stats"}});
   cases.back().run = [first, V](Ops& o, const CaseTensors& t) {
     o.cross_entropy_stats(t["stats"], t["logits"], t["targets"], first, V);
   };
   args = cross_entropy_args(s, W);
-  for (Arg a : {in("logits0", {N, W}, 3.0), out("stats", {2, N, 3}, 0), in("dlosses", {N}),
+  for (Arg a : {in("logits0", {N, W}, 3.0), fp32(out("stats", {2, N, 3}, 0)), fp32(in("dlosses", {N})),
                 out("dlogits", {N, W}, 0)})
     args.push_back(a);
   // The two ranks' stats, [2, N, 3], as the all-gather leaves them.
@@ -255,7 +262,7 @@ void add_cross_entropy(std::vector<OpCase>& cases, const Sizes& s) {
     o.cross_entropy_forward(t["losses"], t["probs"], t["logits"], t["targets"], V);
   };
   std::vector<Arg> args = cross_entropy_args(s, Vp);
-  args.push_back(in("dlosses", {N}));
+  args.push_back(fp32(in("dlosses", {N})));
   args.push_back(out("dlogits", {N, Vp}, 0));
   cases.push_back({"cross_entropy", "cross_entropy_backward", shape, args, {"dlogits"}});
   cases.back().prepare = [V](Ops& o, const CaseTensors& t) {

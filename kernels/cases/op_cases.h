@@ -44,6 +44,9 @@ struct Arg {
   int token_below = 0;   // > 0: i32 token ids in [0, token_below)
   bool input = false;    // what the gradient check perturbs (never a tensor the op writes)
   bool squared = false;  // the values squared (Adam's second moments)
+  // fp32 when the case runs in fp16 or bf16 (the layer ops' mixed-precision contract, kernels/ops.h:
+  // LayerNorm's statistics, parameter gradients, losses); the case's dtype otherwise.
+  bool fp32 = false;
 };
 
 // The tensors of a case on one backend, by name.

@@ -16,8 +16,9 @@
 namespace gpt::cases {
 namespace {
 
-// A case's tensors on one backend in one float dtype, each holding its Arg's starting values. The values are
-// drawn in fp32 and rounded to the dtype, so every dtype's reference starts where the backend does.
+// A case's tensors on one backend in one float dtype (fp32 for the Args that keep fp32 under fp16 and bf16),
+// each holding its Arg's starting values. The values are drawn in fp32 and rounded to the tensor's dtype, so
+// every dtype's reference starts where the backend does.
 class Materialized {
  public:
   Materialized(Ops& ops, const std::vector<Arg>& args, DType dtype, int offset)
@@ -25,14 +26,15 @@ class Materialized {
     for (size_t i = 0; i < args.size(); ++i) {
       const Arg& a = args[i];
       const bool tokens = a.token_below > 0;
+      const bool half = dtype == DType::kF16 || dtype == DType::kBF16;
+      const DType own = tokens ? DType::kI32 : (a.fp32 && half ? DType::kF32 : dtype);
       int64_t n = 1;
       for (int64_t d : a.shape) n *= d;
-      Tensor t = arena_.allocate_tensor(a.name, "op case", {n + (tokens ? 0 : offset)},
-                                        tokens ? DType::kI32 : dtype);
-      if (!tokens) t.data = static_cast<char*>(t.data) + offset * dtype_size(dtype);
+      Tensor t = arena_.allocate_tensor(a.name, "op case", {n + (tokens ? 0 : offset)}, own);
+      if (!tokens) t.data = static_cast<char*>(t.data) + offset * dtype_size(own);
       t.shape = a.shape;
       tensors.by_name[a.name] = t;
-      starts_[a.name] = starting_values(a, i, dtype);
+      starts_[a.name] = starting_values(a, i, own);
       set(a.name, starts_[a.name]);
     }
   }

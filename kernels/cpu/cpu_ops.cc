@@ -78,12 +78,14 @@ cpu::AttentionDropout attention_dropout(const DropoutMask* mask) {
   throw std::invalid_argument(std::string("CpuOps::") + op + ": " + what);
 }
 
-// The float tensors of one call share a dtype (fp32 or fp64); empty ones are absent optional arguments.
+// The float tensors of one call share a dtype (fp32 or fp64); empty ones are absent optional arguments. A
+// mix is UnsupportedOp: the CUDA backend's mixed-precision contract (kernels/ops.h), which the CPU lacks.
 void require_same_dtype(const char* op, const Tensor& reference,
                         std::initializer_list<const Tensor*> others) {
   for (const Tensor* t : others)
     if (!t->empty() && t->dtype != reference.dtype)
-      bad_arguments(op, t->describe() + " next to " + reference.describe() + " (want one float dtype)");
+      throw UnsupportedOp(std::string("CpuOps::") + op + ": " + t->describe() + " next to " +
+                          reference.describe() + " (want one float dtype, fp32 or fp64)");
 }
 
 // A vocabulary-parallel embedding's shapes: out or dout [B, T, C], tokens [B, T] i32, the slice [R, C] of the

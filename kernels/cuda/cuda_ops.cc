@@ -122,33 +122,48 @@ void CudaOps::fill(const Tensor& t, double value) {
   }
 }
 
+// The layer ops below take the mixed-precision contract of kernels/ops.h: linear and GELU dispatch to their
+// kernels templated on the storage type; add runs the fp32 kernel through Widened (ops_internal.h).
 void CudaOps::linear_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b) {
+  const DType dtype = check_dtypes("linear_forward", {{"x", x}, {"w", w}, {"b", b}, {"out", out}});
   const int OC = int(w.shape[0]), IC = int(w.shape[1]);
-  cuda::linear_forward<float>(context_, f32(out, "linear_forward"), f32(x, "linear_forward"),
-                              f32(w, "linear_forward"), static_cast<const float*>(b.data),
-                              int(x.numel() / IC), IC, OC);
+  on_compute_dtype(dtype, [&]<typename T>() {
+    cuda::linear_forward<T>(context_, typed<T>(out), typed<T>(x), typed<T>(w), typed<T>(b),
+                            int(x.numel() / IC), IC, OC);
+  });
 }
 
 void CudaOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                               const Tensor& x, const Tensor& w) {
+  const DType dtype = check_dtypes("linear_backward", {{"x", x}, {"w", w}, {"dout", dout}, {"dx", dx}},
+                                   {{"dw", dw}, {"db", db}});
   const int OC = int(w.shape[0]), IC = int(w.shape[1]);
-  cuda::linear_backward<float>(context_, static_cast<float*>(dx.data), f32(dw, "linear_backward"),
-                               static_cast<float*>(db.data), f32(dout, "linear_backward"),
-                               f32(x, "linear_backward"), f32(w, "linear_backward"), int(x.numel() / IC), IC,
-                               OC);
+  on_compute_dtype(dtype, [&]<typename T>() {
+    cuda::linear_backward<T>(context_, typed<T>(dx), typed<float>(dw), typed<float>(db), typed<T>(dout),
+                             typed<T>(x), typed<T>(w), int(x.numel() / IC), IC, OC);
+  });
 }
 
 void CudaOps::gelu_forward(const Tensor& out, const Tensor& x) {
-  cuda::gelu_forward<float>(context_, f32(out, "gelu_forward"), f32(x, "gelu_forward"), x.numel());
+  const DType dtype = check_dtypes("gelu_forward", {{"x", x}, {"out", out}});
+  on_compute_dtype(
+      dtype, [&]<typename T>() { cuda::gelu_forward<T>(context_, typed<T>(out), typed<T>(x), x.numel()); });
 }
 
 void CudaOps::gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dout) {
-  cuda::gelu_backward<float>(context_, f32(dx, "gelu_backward"), f32(x, "gelu_backward"),
-                             f32(dout, "gelu_backward"), x.numel());
+  const DType dtype = check_dtypes("gelu_backward", {{"x", x}, {"dout", dout}, {"dx", dx}});
+  on_compute_dtype(dtype, [&]<typename T>() {
+    cuda::gelu_backward<T>(context_, typed<T>(dx), typed<T>(x), typed<T>(dout), x.numel());
+  });
 }
 
 void CudaOps::add(const Tensor& out, const Tensor& a, const Tensor& b) {
-  add_f32(context_, f32(out, "add"), f32(a, "add"), f32(b, "add"), a.numel());
+  check_dtypes("add", {{"a", a}, {"b", b}, {"out", out}});
+  Widened wide(context_);  // out may alias a or b: they then share one scratch
+  const float* pa = wide.in(a);
+  const float* pb = wide.in(b);
+  add_f32(context_, wide.out(out), pa, pb, a.numel());
+  wide.narrow();
 }
 
 void CudaOps::add_into(const Tensor& dst, const Tensor& src) {

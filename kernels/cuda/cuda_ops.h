@@ -1,8 +1,10 @@
 // The CUDA backend of the device seam (kernels/ops.h), on one GPU: device memory from cudaMalloc, wire
 // memory pinned and mapped into the device's address space (the communicator reads it on the host, kernels
-// read it directly), every op enqueued on the Context's stream. Every op of the seam is implemented, fp32 for
-// the transformer ops (as on the CPU); the members are defined in cuda_ops.cc (transfers, casts, add, linear,
-// GELU) and one ops_<family>.cc per family of ops, over the kernels of the .cu files beside them.
+// read it directly), every op enqueued on the Context's stream. Every op of the seam is implemented; the
+// transformer ops take fp32 and the mixed fp16/bf16 contract of kernels/ops.h (dispatched on the activations'
+// dtype: ops_internal.h), the engine's reductions and AdamW fp32; the members are defined in cuda_ops.cc
+// (transfers, casts, add, linear, GELU) and one ops_<family>.cc per family of ops, over the kernels of the
+// .cu files beside them.
 #pragma once
 
 #include <mutex>
@@ -91,6 +93,10 @@ class CudaOps final : public Ops {
   // fp16/bf16: fp32 GEMMs on tensor cores (cuBLASLt's FAST_16F / FAST_16BF compute types); anything else:
   // exact fp32.
   void set_matmul_inputs(DType inputs) override;
+  // fp16 and bf16 runs keep their activations in the compute dtype (the layer ops' mixed contract).
+  DType compute_dtype(DType precision) const override {
+    return precision == DType::kF16 || precision == DType::kBF16 ? precision : Ops::compute_dtype(precision);
+  }
 
   void upload(const Tensor& dst, const void* host) override;
   void download(void* host, const Tensor& src) override;

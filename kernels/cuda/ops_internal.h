@@ -1,9 +1,17 @@
 // Helpers shared by the files that implement CudaOps (cuda_ops.cc and the ops_*.cc files, one per family of
-// ops): checking a tensor's dtype and taking its typed pointer, with errors that name the op.
+// ops): checking a tensor's dtype and taking its typed pointer, with errors that name the op, and the
+// mixed-precision contract of the layer ops (kernels/ops.h): the dtype check, the dispatch on the
+// activations' dtype, and Widened, which runs an fp32-only kernel on fp16/bf16 tensors.
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
+#include <initializer_list>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/runtime.h"
 #include "kernels/ops.h"
@@ -20,5 +28,67 @@ inline float* f32(const Tensor& t, const char* op) {
 inline uint16_t* bits16(const Tensor& t) {
   return static_cast<uint16_t*>(t.data);
 }
+
+// A tensor of an op's call under the name its dtype error gives it.
+struct Named {
+  const char* name;
+  const Tensor& tensor;
+};
+
+// The layer ops' dtype contract: the `compute` tensors hold the activations' dtype T (fp32, fp16 or bf16; the
+// first non-empty one decides, so list the activation first), the `fp32` ones are fp32 whatever T is
+// (LayerNorm's statistics, parameter gradients, losses). Empty tensors are absent optional arguments. Returns
+// T; any other combination throws UnsupportedOp with one line naming the op and every tensor's dtype.
+DType check_dtypes(const char* op, std::initializer_list<Named> compute,
+                   std::initializer_list<Named> fp32 = {});
+
+// The tensor's data as T (null when empty); check_dtypes has checked the dtype.
+template <typename T>
+T* typed(const Tensor& t) {
+  return t.empty() ? nullptr : static_cast<T*>(t.data);
+}
+
+// Calls f.template operator()<T>() with T the storage type of a compute dtype check_dtypes returned.
+template <typename F>
+void on_compute_dtype(DType dtype, F&& f) {
+  if (dtype == DType::kF16) {
+    f.template operator()<__half>();
+  } else if (dtype == DType::kBF16) {
+    f.template operator()<__nv_bfloat16>();
+  } else {
+    f.template operator()<float>();
+  }
+}
+
+// Runs a kernel that takes fp32 only on the contract's fp16/bf16 tensors: each half tensor gets fp32 scratch
+// (StreamScratch, in stream order), widened exactly before the kernel when it reads the values, and rounded
+// back once (round to nearest even, the casts of elementwise.h) by narrow() when the kernel writes them. So a
+// half op computes in fp32 and rounds each output once, as a kernel templated on the storage type would. An
+// fp32 tensor passes through as its own pointer, so the fp32 path is exactly the kernel on the caller's
+// memory. Tensors at one address (an op that may work in place, probs aliasing logits) share one scratch.
+class Widened {
+ public:
+  explicit Widened(const Context& ctx) : ctx_(ctx) {}
+  Widened(const Widened&) = delete;
+  Widened& operator=(const Widened&) = delete;
+
+  const float* in(const Tensor& t) { return at(t, true, false); }  // read by the kernel
+  float* out(const Tensor& t) { return at(t, false, true); }       // overwritten by the kernel
+  float* inout(const Tensor& t) { return at(t, true, true); }      // accumulated into by the kernel
+  // Enqueues the rounding of every output back into its tensor; call once, after the kernel.
+  void narrow();
+
+ private:
+  // One half tensor's scratch (freed in stream order, after the kernels that use it).
+  struct Entry {
+    Tensor tensor;
+    std::unique_ptr<StreamScratch> scratch;
+    bool widened = false, written = false;
+  };
+  float* at(const Tensor& t, bool read, bool written);
+
+  const Context& ctx_;
+  std::vector<std::unique_ptr<Entry>> entries_;
+};
 
 }  // namespace gpt::cuda

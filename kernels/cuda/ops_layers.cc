@@ -1,6 +1,8 @@
 // CudaOps' token and position embedding (whole or vocabulary-parallel), LayerNorm, dropout and the tiles of a
-// linear layer (see cuda_ops.h): fp32 only, shapes read as CpuOps reads them (kernels/cpu/cpu_ops.cc), the
-// kernels in embedding.cu, layernorm.cu, dropout.cu and linear.cu.
+// linear layer (see cuda_ops.h), on the mixed-precision contract of kernels/ops.h: shapes read as CpuOps
+// reads them (kernels/cpu/cpu_ops.cc), the kernels in embedding.cu, layernorm.cu, dropout.cu and linear.cu.
+// The linear tiles dispatch to their templated kernels; embedding, LayerNorm and dropout have fp32 kernels
+// only, so fp16/bf16 tensors reach them through Widened (fp32 scratch, each output rounded once).
 #include <cstdint>
 #include <string>
 
@@ -20,11 +22,6 @@ const int32_t* i32(const Tensor& t, const char* op) {
   return static_cast<const int32_t*>(t.data);
 }
 
-// An optional fp32 argument: null when the tensor is empty.
-float* optional_f32(const Tensor& t, const char* op) {
-  return t.empty() ? nullptr : f32(t, op);
-}
-
 // t.numel() / parts: elements per row of `parts` rows, or rows of `parts` elements (0 when parts is 0).
 int64_t numel_over(const Tensor& t, int64_t parts) {
   return parts > 0 ? t.numel() / parts : 0;
@@ -41,17 +38,23 @@ const uint64_t* dropout_keys(const DropoutMask& mask, const char* op) {
 void CudaOps::embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
                                 const Tensor& wpe) {
   const char* op = "embedding_forward";
-  cuda::embedding_forward(context_, f32(out, op), i32(tokens, op), f32(wte, op), f32(wpe, op),
-                          int(out.shape[0]), int(out.shape[1]), int(out.shape[2]));
+  check_dtypes(op, {{"out", out}, {"wte", wte}, {"wpe", wpe}});
+  Widened wide(context_);
+  const float* table = wide.in(wte);
+  const float* positions = wide.in(wpe);
+  cuda::embedding_forward(context_, wide.out(out), i32(tokens, op), table, positions, int(out.shape[0]),
+                          int(out.shape[1]), int(out.shape[2]));
+  wide.narrow();
 }
 
 void CudaOps::embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                                  const Tensor& tokens) {
   const char* op = "embedding_backward";
+  check_dtypes(op, {{"dout", dout}}, {{"dwte", dwte}, {"dwpe", dwpe}});
   const int vocab = dwte.empty() ? 0 : int(dwte.shape[0]);
-  cuda::embedding_backward(context_, optional_f32(dwte, op), optional_f32(dwpe, op), f32(dout, op),
-                           i32(tokens, op), int(dout.shape[0]), int(dout.shape[1]), int(dout.shape[2]),
-                           vocab);
+  Widened wide(context_);  // dout only: the gradients are fp32
+  cuda::embedding_backward(context_, typed<float>(dwte), typed<float>(dwpe), wide.in(dout), i32(tokens, op),
+                           int(dout.shape[0]), int(dout.shape[1]), int(dout.shape[2]), vocab);
 }
 
 namespace {
@@ -78,35 +81,53 @@ int64_t check_embedding_rows(const char* op, const Tensor& activations, const Te
 void CudaOps::embedding_forward_rows(const Tensor& out, const Tensor& tokens, const Tensor& wte,
                                      int64_t first, const Tensor& wpe) {
   const char* op = "embedding_forward_rows";
+  check_dtypes(op, {{"out", out}, {"wte", wte}, {"wpe", wpe}});
   const int64_t R = check_embedding_rows(op, out, tokens, wte, first, wpe);
-  cuda::embedding_forward_rows(context_, f32(out, op), i32(tokens, op), optional_f32(wte, op), first, R,
-                               optional_f32(wpe, op), int(out.shape[0]), int(out.shape[1]),
-                               int(out.shape[2]));
+  Widened wide(context_);
+  const float* table = wide.in(wte);
+  const float* positions = wide.in(wpe);
+  cuda::embedding_forward_rows(context_, wide.out(out), i32(tokens, op), table, first, R, positions,
+                               int(out.shape[0]), int(out.shape[1]), int(out.shape[2]));
+  wide.narrow();
 }
 
 void CudaOps::embedding_backward_rows(const Tensor& dwte, int64_t first, const Tensor& dwpe,
                                       const Tensor& dout, const Tensor& tokens) {
   const char* op = "embedding_backward_rows";
+  check_dtypes(op, {{"dout", dout}}, {{"dwte", dwte}, {"dwpe", dwpe}});
   const int64_t R = check_embedding_rows(op, dout, tokens, dwte, first, dwpe);
-  cuda::embedding_backward_rows(context_, optional_f32(dwte, op), first, R, optional_f32(dwpe, op),
-                                f32(dout, op), i32(tokens, op), int(dout.shape[0]), int(dout.shape[1]),
-                                int(dout.shape[2]));
+  Widened wide(context_);
+  cuda::embedding_backward_rows(context_, typed<float>(dwte), first, R, typed<float>(dwpe), wide.in(dout),
+                                i32(tokens, op), int(dout.shape[0]), int(dout.shape[1]), int(dout.shape[2]));
 }
 
 void CudaOps::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
                                 const Tensor& w, const Tensor& b) {
   const char* op = "layernorm_forward";
+  check_dtypes(op, {{"x", x}, {"w", w}, {"b", b}, {"out", out}}, {{"mean", mean}, {"rstd", rstd}});
   const int64_t C = w.numel();
-  cuda::layernorm_forward(context_, f32(out, op), optional_f32(mean, op), optional_f32(rstd, op), f32(x, op),
-                          f32(w, op), f32(b, op), int(numel_over(x, C)), int(C));
+  Widened wide(context_);  // the statistics are fp32: they pass through
+  const float* px = wide.in(x);
+  const float* pw = wide.in(w);
+  const float* pb = wide.in(b);
+  cuda::layernorm_forward(context_, wide.out(out), typed<float>(mean), typed<float>(rstd), px, pw, pb,
+                          int(numel_over(x, C)), int(C));
+  wide.narrow();
 }
 
 void CudaOps::layernorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                                  const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
   const char* op = "layernorm_backward";
+  check_dtypes(op, {{"x", x}, {"w", w}, {"dout", dout}, {"dx", dx}},
+               {{"dw", dw}, {"db", db}, {"mean", mean}, {"rstd", rstd}});
   const int64_t C = w.numel();
-  cuda::layernorm_backward(context_, f32(dx, op), f32(dw, op), f32(db, op), f32(dout, op), f32(x, op),
-                           f32(w, op), f32(mean, op), f32(rstd, op), int(numel_over(x, C)), int(C));
+  Widened wide(context_);
+  const float* pdout = wide.in(dout);
+  const float* px = wide.in(x);
+  const float* pw = wide.in(w);
+  cuda::layernorm_backward(context_, wide.inout(dx), typed<float>(dw), typed<float>(db), pdout, px, pw,
+                           typed<float>(mean), typed<float>(rstd), int(numel_over(x, C)), int(C));
+  wide.narrow();
 }
 
 namespace {
@@ -127,35 +148,50 @@ void check_tile(const char* op, const Tensor& whole, int64_t first, const Tensor
 void CudaOps::linear_forward_columns(const Tensor& out, int64_t first, const Tensor& x, const Tensor& w,
                                      const Tensor& b) {
   const char* op = "linear_forward_columns";
+  const DType dtype = check_dtypes(op, {{"x", x}, {"w", w}, {"b", b}, {"out", out}});
   check_tile(op, out, first, x, w);
   const int64_t W = w.shape[0], IC = w.shape[1];
-  cuda::linear_forward_columns<float>(context_, f32(out, op), f32(x, op), f32(w, op), optional_f32(b, op),
-                                      int(numel_over(x, IC)), int(IC), int(out.shape.back()), int(first),
-                                      int(W));
+  on_compute_dtype(dtype, [&]<typename T>() {
+    cuda::linear_forward_columns<T>(context_, typed<T>(out), typed<T>(x), typed<T>(w), typed<T>(b),
+                                    int(numel_over(x, IC)), int(IC), int(out.shape.back()), int(first),
+                                    int(W));
+  });
 }
 
 void CudaOps::linear_backward_columns(const Tensor& dx, const Tensor& dw, const Tensor& db,
                                       const Tensor& dout, int64_t first, const Tensor& x, const Tensor& w) {
   const char* op = "linear_backward_columns";
+  const DType dtype =
+      check_dtypes(op, {{"x", x}, {"w", w}, {"dout", dout}, {"dx", dx}}, {{"dw", dw}, {"db", db}});
   check_tile(op, dout, first, x, w);
   const int64_t W = w.shape[0], IC = w.shape[1];
-  cuda::linear_backward_columns<float>(context_, optional_f32(dx, op), f32(dw, op), optional_f32(db, op),
-                                       f32(dout, op), f32(x, op), f32(w, op), int(numel_over(x, IC)), int(IC),
-                                       int(dout.shape.back()), int(first), int(W));
+  on_compute_dtype(dtype, [&]<typename T>() {
+    cuda::linear_backward_columns<T>(context_, typed<T>(dx), typed<float>(dw), typed<float>(db),
+                                     typed<T>(dout), typed<T>(x), typed<T>(w), int(numel_over(x, IC)),
+                                     int(IC), int(dout.shape.back()), int(first), int(W));
+  });
 }
 
 void CudaOps::dropout_forward(const Tensor& out, const Tensor& x, const DropoutMask& mask) {
   const char* op = "dropout_forward";
+  check_dtypes(op, {{"x", x}, {"out", out}});
   const int B = int(x.shape[0]);
-  apply_dropout(context_, f32(out, op), f32(x, op), dropout_keys(mask, op), mask.p, B, numel_over(x, B),
+  Widened wide(context_);  // out may be x (in place): they then share one scratch
+  const float* px = wide.in(x);
+  apply_dropout(context_, wide.out(out), px, dropout_keys(mask, op), mask.p, B, numel_over(x, B),
                 mask.element_offset);
+  wide.narrow();
 }
 
 void CudaOps::dropout_backward(const Tensor& dx, const Tensor& dout, const DropoutMask& mask) {
   const char* op = "dropout_backward";
+  check_dtypes(op, {{"dout", dout}, {"dx", dx}});
   const int B = int(dout.shape[0]);
-  apply_dropout(context_, f32(dx, op), f32(dout, op), dropout_keys(mask, op), mask.p, B, numel_over(dout, B),
+  Widened wide(context_);
+  const float* pdout = wide.in(dout);
+  apply_dropout(context_, wide.out(dx), pdout, dropout_keys(mask, op), mask.p, B, numel_over(dout, B),
                 mask.element_offset);
+  wide.narrow();
 }
 
 }  // namespace gpt::cuda

@@ -1,6 +1,9 @@
 // CudaOps' cross-entropy (whole or vocabulary-parallel), AdamW and the reductions the engine reads back
 // (sum, sum of squares, finiteness), and the division of gradients (see cuda_ops.h): shape and dtype checks,
-// then the kernels of cross_entropy.cu, adamw.cu and reduce.cu. fp32 only.
+// then the kernels of cross_entropy.cu, adamw.cu and reduce.cu. The cross-entropy ops take the
+// mixed-precision contract of kernels/ops.h: logits, probs and dlogits in the activations' dtype (fp32, fp16
+// or bf16), losses, dlosses and stats fp32; the kernels are fp32, so half tensors reach them through Widened
+// (fp32 scratch, each output rounded once). The reductions, AdamW and division take fp32 only.
 #include <cstdint>
 #include <string>
 
@@ -55,8 +58,12 @@ void CudaOps::cross_entropy_forward(const Tensor& losses, const Tensor& probs, c
   check_rows(kOp, logits, targets, vocab);
   check_same_size(kOp, probs, logits);
   check_same_size(kOp, losses, targets);
-  cross_entropy_forward_f32(context_, f32(losses, kOp), f32(probs, kOp), f32(logits, kOp), i32(targets, kOp),
+  check_dtypes(kOp, {{"logits", logits}, {"probs", probs}}, {{"losses", losses}});
+  Widened wide(context_);  // probs may alias logits: they then share one scratch
+  const float* plogits = wide.in(logits);
+  cross_entropy_forward_f32(context_, typed<float>(losses), wide.out(probs), plogits, i32(targets, kOp),
                             int(logits.shape[0]), vocab, int(logits.shape[1]));
+  wide.narrow();
 }
 
 void CudaOps::cross_entropy_backward(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
@@ -65,8 +72,12 @@ void CudaOps::cross_entropy_backward(const Tensor& dlogits, const Tensor& probs,
   check_rows(kOp, probs, targets, vocab);
   check_same_size(kOp, dlogits, probs);
   check_same_size(kOp, dlosses, targets);
-  cross_entropy_backward_f32(context_, f32(dlogits, kOp), f32(probs, kOp), i32(targets, kOp),
-                             f32(dlosses, kOp), int(probs.shape[0]), vocab, int(probs.shape[1]));
+  check_dtypes(kOp, {{"probs", probs}, {"dlogits", dlogits}}, {{"dlosses", dlosses}});
+  Widened wide(context_);  // dlogits may alias probs
+  const float* pprobs = wide.in(probs);
+  cross_entropy_backward_f32(context_, wide.out(dlogits), pprobs, i32(targets, kOp), typed<float>(dlosses),
+                             int(probs.shape[0]), vocab, int(probs.shape[1]));
+  wide.narrow();
 }
 
 namespace {
@@ -89,7 +100,9 @@ void CudaOps::cross_entropy_stats(const Tensor& stats, const Tensor& logits, con
   constexpr const char* kOp = "cross_entropy_stats";
   const int64_t N = check_columns(kOp, logits, targets, first, vocab);
   if (stats.numel() != 3 * N) bad_arguments(kOp, "stats " + stats.describe() + " is not [N, 3]");
-  cross_entropy_stats_f32(context_, f32(stats, kOp), f32(logits, kOp), i32(targets, kOp), int(N),
+  check_dtypes(kOp, {{"logits", logits}}, {{"stats", stats}});
+  Widened wide(context_);
+  cross_entropy_stats_f32(context_, typed<float>(stats), wide.in(logits), i32(targets, kOp), int(N),
                           int(logits.shape[1]), first, vocab);
 }
 
@@ -105,8 +118,12 @@ void CudaOps::cross_entropy_merge(const Tensor& losses, const Tensor& probs, con
     bad_arguments(kOp, "columns from " + std::to_string(first) + " of vocabulary " + std::to_string(vocab));
   check_same_size(kOp, probs, logits);
   if (losses.numel() != N) bad_arguments(kOp, "losses " + losses.describe() + " is not [N]");
-  cross_entropy_merge_f32(context_, f32(losses, kOp), f32(probs, kOp), f32(logits, kOp), f32(stats, kOp),
+  check_dtypes(kOp, {{"logits", logits}, {"probs", probs}}, {{"losses", losses}, {"stats", stats}});
+  Widened wide(context_);  // probs may alias logits
+  const float* plogits = wide.in(logits);
+  cross_entropy_merge_f32(context_, typed<float>(losses), wide.out(probs), plogits, typed<float>(stats),
                           int(stats.numel() / (3 * N)), int(N), int(logits.shape[1]), first, vocab);
+  wide.narrow();
 }
 
 void CudaOps::cross_entropy_backward_columns(const Tensor& dlogits, const Tensor& probs,
@@ -116,8 +133,12 @@ void CudaOps::cross_entropy_backward_columns(const Tensor& dlogits, const Tensor
   const int64_t N = check_columns(kOp, probs, targets, first, vocab);
   check_same_size(kOp, dlogits, probs);
   check_same_size(kOp, dlosses, targets);
-  cross_entropy_backward_columns_f32(context_, f32(dlogits, kOp), f32(probs, kOp), i32(targets, kOp),
-                                     f32(dlosses, kOp), int(N), int(probs.shape[1]), first, vocab);
+  check_dtypes(kOp, {{"probs", probs}, {"dlogits", dlogits}}, {{"dlosses", dlosses}});
+  Widened wide(context_);  // dlogits may alias probs
+  const float* pprobs = wide.in(probs);
+  cross_entropy_backward_columns_f32(context_, wide.out(dlogits), pprobs, i32(targets, kOp),
+                                     typed<float>(dlosses), int(N), int(probs.shape[1]), first, vocab);
+  wide.narrow();
 }
 
 void CudaOps::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,

@@ -1,8 +1,10 @@
 // The checks of the equivalence table: CudaOps on the ops of the device seam (kernels/ops.h), one row per
 // compared output.
 //   layer ops  (case_checks.cc)   the op-case table (kernels/cases) in fp32, fp16 and bf16 against the CPU's
-//                                 fp64 reference; a dtype CudaOps lacks is a "not supported" row
-//                                 (AdamW's reference is the CPU's fp32 update: it has no other)
+//                                 fp64 reference, the half rows through CudaOps' mixed-precision contract
+//                                 (kernels/ops.h: statistics, parameter gradients, losses fp32); a dtype
+//                                 CudaOps lacks is a "not supported" row (AdamW's fp16/bf16: fp32 state only;
+//                                 its reference is the CPU's fp32 update: it has no other)
 //   exact ops  (exact_checks.cc)  casts, adds, division, dropout masks: byte-identical to CpuOps; reductions
 //                                 within fp32 tolerance of CpuOps
 //   quantizers (quant_checks.cc)  every bit width and input dtype, with error feedback: byte-identical
@@ -23,6 +25,9 @@ namespace gpt::gpu_check {
 struct Shapes {
   int B = 4, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304;
   int offset = 0;  // the op-case table's float tensors start this many elements past their alignment
+  // The op-case table's dtype ("fp32", "fp16" or "bf16"; empty: all three): scripts/gpu_check runs each in
+  // its own process at 124M's shapes, where the CPU's fp64 reference of each dtype takes up to a minute.
+  std::string dtype;
   int64_t N() const { return int64_t(B) * T; }
 };
 

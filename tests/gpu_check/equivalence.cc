@@ -6,13 +6,14 @@
 // take yet; checks.h says which tolerance applies where).
 //
 //   equivalence [--batch B] [--seq T] [--width C] [--heads NH] [--vocab V] [--offset E] [--only NAME,...]
-//                                               the table; exit 0 when every row passes, 1 otherwise
+//               [--dtype fp32|fp16|bf16]        the table; exit 0 when every row passes, 1 otherwise
 //   equivalence --list                          the checks' names, one a line
 //   equivalence --gemm [--batch B]              cuBLAS TFLOP/s at the 124M's fc and lm_head GEMMs
 // The shape flags reach what 124M's shapes never do: a T that is no multiple of the attention tile, head
 // size 128, widths and vocabularies that are no multiple of a vector (the unaligned fallbacks), and more
 // sequences than one attention launch takes (its batch chunks); --offset E starts the layer ops' float
-// tensors E elements past their alignment (the paths for pointers that are no multiple of 16 bytes).
+// tensors E elements past their alignment (the paths for pointers that are no multiple of 16 bytes); --dtype
+// keeps the layer ops' rows of one dtype (the other checks have their own dtypes and ignore it).
 // scripts/gpu_check runs each check of each shape in its own process, so a faulting kernel (a sticky CUDA
 // error) costs one row. Without a usable GPU it prints one line and exits 2. TF32 stays off: CudaOps' fp32
 // GEMMs are true fp32, and scripts/gpu_check also sets NVIDIA_TF32_OVERRIDE=0 for the table.
@@ -36,7 +37,7 @@ struct Options {
 
 const char* kUsage =
     "usage: equivalence [--batch B] [--seq T] [--width C] [--heads NH] [--vocab V] [--offset E] "
-    "[--only NAME,...] "
+    "[--only NAME,...] [--dtype fp32|fp16|bf16] "
     "[--list] [--gemm]\n";
 
 // The value of a shape flag, or 0 when it is no integer in [1, most].
@@ -70,6 +71,9 @@ bool parse(int argc, char** argv, Options& o) {
       o.list = true;
     } else if (arg == "--only" && i + 1 < argc) {
       o.only = argv[++i];
+    } else if (arg == "--dtype" && i + 1 < argc) {
+      o.shapes.dtype = argv[++i];
+      if (o.shapes.dtype != "fp32" && o.shapes.dtype != "fp16" && o.shapes.dtype != "bf16") return false;
     } else if (i + 1 < argc && parse_shape_flag(arg, argv[i + 1], o.shapes)) {
       ++i;
     } else {

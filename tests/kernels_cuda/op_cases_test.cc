@@ -1,8 +1,10 @@
 // The op-case table (kernels/cases) on the CUDA backend: every case in fp32 within its tolerance of the CPU's
 // fp64 reference, at small shapes (attention head sizes 12, 24, 64 and 128, one and several tiles, partial
-// last tiles) and at the shapes a real model meets beyond GPT-2 124M's (kernels/cases: edge_sizes). fp16 and
-// bf16 tensors pass or are reported not supported, never fail; the gradient mode, which needs fp64, is not
-// supported on this backend. Without a device it prints a SKIPPED: line and checks nothing.
+// last tiles) and at the shapes a real model meets beyond GPT-2 124M's (kernels/cases: edge_sizes). In fp16
+// and bf16 (the layer ops' mixed-precision contract, kernels/ops.h: statistics, parameter gradients and
+// losses fp32) every layer op passes within the half tolerances; AdamW, which takes fp32 state only, is
+// reported not supported, never failed. The gradient mode, which needs fp64, is not supported on this
+// backend. Without a device it prints a SKIPPED: line and checks nothing.
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -34,10 +36,10 @@ TEST_CASE("every op case on CudaOps is within its tolerance of the CPU's fp64 re
         for (const Result& r : compare_to_reference(gpu, c, v)) {
           INFO(s.describe() << ": " << r.op << " " << r.dtype << " error " << r.error << " (tolerance "
                             << r.tolerance << ") " << r.message);
-          if (v.dtype == DType::kF32)
+          if (v.dtype == DType::kF32 || c.family != "adamw")
             CHECK(r.verdict == Verdict::kPass);
           else
-            CHECK(r.verdict != Verdict::kFail);
+            CHECK(r.verdict == Verdict::kUnsupported);
         }
       }
     }
