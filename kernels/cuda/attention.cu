@@ -16,6 +16,7 @@
 
 #include "kernels/common/dropout_bits.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_gemm.h"
 
 namespace gpt::cuda {
 namespace {
@@ -493,10 +494,20 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
 }
 
-Shape make_shape(int T, int C, int NH) {
+// Whether a dropout mask is drawn: without one attention runs as batched GEMMs (attention_gemm.h), on the
+// matrix units when the context asks for them; with one, on the handwritten kernels above.
+bool drops(const AttentionDropout* dropout) {
+  return dropout != nullptr && dropout->p > 0;
+}
+
+void check_heads(int C, int NH) {
   if (NH <= 0 || C <= 0 || C % NH != 0)
-    throw CudaError("attention: C = " + std::to_string(C) +
-                    " is not a positive multiple of NH = " + std::to_string(NH));
+    throw CudaError("attention: C = " + std::to_string(C) + " is not a positive multiple of NH = " +
+                    std::to_string(NH));
+}
+
+Shape make_shape(int T, int C, int NH) {
+  check_heads(C, NH);
   const int hs = C / NH;
   if (hs > kMaxAttentionHeadSize)
     throw CudaError("attention: head size " + std::to_string(hs) + " is above the CUDA kernels' limit of " +
@@ -549,6 +560,11 @@ int tiles_of(int T) {
 
 void attention_forward(const Context& ctx, float* out, float* att, const float* qkv, int B, int T, int C,
                        int NH, const AttentionDropout* dropout) {
+  if (B > 0 && T > 0 && !drops(dropout)) {
+    check_heads(C, NH);
+    attention_forward_gemm(ctx, out, att, qkv, B, T, C, NH);
+    return;
+  }
   const Shape s = make_shape(T, C, NH);
   if (B <= 0 || T <= 0) return;
   with_dims(s.hs, [&](auto dims) {
@@ -578,6 +594,11 @@ void attention_decode(const Context& ctx, float* out, float* att, const float* q
 
 void attention_backward(const Context& ctx, float* dqkv, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH, const AttentionDropout* dropout) {
+  if (B > 0 && T > 0 && !drops(dropout)) {
+    check_heads(C, NH);
+    attention_backward_gemm(ctx, dqkv, dout, qkv, att, B, T, C, NH);
+    return;
+  }
   const Shape s = make_shape(T, C, NH);
   if (B <= 0 || T <= 0) return;
   StreamScratch row_dots(ctx, sizeof(float) * size_t(B) * NH * T);

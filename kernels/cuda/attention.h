@@ -3,8 +3,10 @@
 // channels); att [B,NH,T,T] receives the softmax probabilities of q k^T / sqrt(hs) under the causal mask
 // (zeros above the diagonal), BEFORE dropout, exactly as the CPU keeps them for its backward; out [B,T,C] =
 // dropout(att) v. Dropout's mask of probability (b, h, i, j) is dropout::keeps(keys[b], h*T*T + i*T + j),
-// bit for bit the CPU's. Head sizes up to 128 (GPT-2 uses 64). Device pointers (the keys excepted: host);
-// asynchronous on ctx.stream(); every reduction runs in a fixed order, so reruns repeat bit for bit.
+// bit for bit the CPU's. Without dropout the forward and backward run as batched GEMMs on cuBLAS (any head
+// size, on tensor cores when the context asks: attention_gemm.h); with dropout, on handwritten kernels (head
+// sizes up to 128; GPT-2 uses 64). Device pointers (the keys excepted: host); asynchronous on ctx.stream();
+// every reduction runs in a fixed order, so reruns repeat bit for bit.
 #pragma once
 
 #include <cstdint>

@@ -30,6 +30,40 @@ void for_each(const Context& ctx, int64_t n, F f) {
   GPT_CUDA_CHECK(cudaGetLastError());
 }
 
+// dst[i] = convert(src[i]) for every i < n, kUnroll elements per thread per step: the thread issues all its
+// loads before its first store, so kUnroll loads are in flight at once. A conversion is one load, a few
+// instructions and one store; one element per thread at a time left it latency-bound (a 124M-element
+// bf16 -> fp32 widening ran at about 0.3 TB/s on an H100). A warp's loads stay contiguous: element
+// base + k * threads + thread. In place (dst == src) works: each element is read before it is written, by
+// the same thread.
+constexpr int kUnroll = 8;
+
+template <typename Src, typename Dst, typename Convert>
+__global__ void convert_kernel(int64_t n, const Src* src, Dst* dst, Convert convert) {
+  const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t base = 0; base < n; base += kUnroll * threads) {
+    Src in[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const int64_t i = base + k * threads + first;
+      if (i < n) in[k] = src[i];
+    }
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const int64_t i = base + k * threads + first;
+      if (i < n) dst[i] = convert(in[k]);
+    }
+  }
+}
+
+template <typename Src, typename Dst, typename Convert>
+void convert(const Context& ctx, int64_t n, const Src* src, Dst* dst, Convert f) {
+  if (n == 0) return;
+  convert_kernel<<<blocks_for((n + kUnroll - 1) / kUnroll), kThreads, 0, ctx.stream()>>>(n, src, dst, f);
+  GPT_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 void fill_f32(const Context& ctx, float* out, float value, int64_t n) {
@@ -45,23 +79,23 @@ void add_into_f32(const Context& ctx, float* dst, const float* src, int64_t n) {
 }
 
 void f32_to_f16_scaled(const Context& ctx, uint16_t* dst, const float* src, float scale, int64_t n) {
-  for_each(ctx, n, [=] __device__(int64_t i) { dst[i] = gpt::f32_to_f16(__fmul_rn(src[i], scale)); });
+  convert(ctx, n, src, dst, [=] __device__(float x) { return gpt::f32_to_f16(__fmul_rn(x, scale)); });
 }
 
 void f32_to_bf16_scaled(const Context& ctx, uint16_t* dst, const float* src, float scale, int64_t n) {
-  for_each(ctx, n, [=] __device__(int64_t i) { dst[i] = gpt::f32_to_bf16(__fmul_rn(src[i], scale)); });
+  convert(ctx, n, src, dst, [=] __device__(float x) { return gpt::f32_to_bf16(__fmul_rn(x, scale)); });
 }
 
 void f32_scaled(const Context& ctx, float* dst, const float* src, float scale, int64_t n) {
-  for_each(ctx, n, [=] __device__(int64_t i) { dst[i] = __fmul_rn(src[i], scale); });
+  convert(ctx, n, src, dst, [=] __device__(float x) { return __fmul_rn(x, scale); });
 }
 
 void f16_to_f32(const Context& ctx, float* dst, const uint16_t* src, int64_t n) {
-  for_each(ctx, n, [=] __device__(int64_t i) { dst[i] = gpt::f16_to_f32(src[i]); });
+  convert(ctx, n, src, dst, [=] __device__(uint16_t x) { return gpt::f16_to_f32(x); });
 }
 
 void bf16_to_f32(const Context& ctx, float* dst, const uint16_t* src, int64_t n) {
-  for_each(ctx, n, [=] __device__(int64_t i) { dst[i] = gpt::bf16_to_f32(src[i]); });
+  convert(ctx, n, src, dst, [=] __device__(uint16_t x) { return gpt::bf16_to_f32(x); });
 }
 
 }  // namespace gpt::cuda
