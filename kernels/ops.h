@@ -158,6 +158,14 @@ class Ops {
   virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
                                   const Tensor& att, const DropoutMask* dropout) = 0;
   virtual void gelu_forward(const Tensor& out, const Tensor& x) = 0;
+  // The MLP's first layer: pre = x w^T + b (what gelu_backward needs) and out = GELU(pre), in one op so that
+  // a backend can apply GELU in the GEMM's epilogue (the CUDA backend does: one pass over pre instead of
+  // two). By default linear_forward then gelu_forward, which is what the CPU runs.
+  virtual void linear_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor& x, const Tensor& w,
+                                   const Tensor& b) {
+    linear_forward(pre, x, w, b);
+    gelu_forward(out, pre);
+  }
   // Accumulates into dx.
   virtual void gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dout) = 0;
   // out = a + b (out may alias either).

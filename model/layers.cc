@@ -112,6 +112,21 @@ void tiled_linear_forward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, c
   }
 }
 
+// fch = x Wfc^T + bfc and fch_gelu = GELU(fch): one op for the untiled matrix (a backend may apply GELU in
+// the GEMM's epilogue); tiled, the tiles in turn and then GELU over the whole output.
+template <typename Real>
+void fc_gelu_forward(Ops& ops, BlockWeights<Real>& w, const Tensor& fch_gelu, const Tensor& fch,
+                     const Tensor& x, const Tensor& bias) {
+  if (w.tiles() > 1) {
+    tiled_linear_forward(ops, w, BlockLinear::kFc, fch, x, bias);
+    ops.gelu_forward(fch_gelu, fch);
+    return;
+  }
+  const MatrixShape m = matrix_shape(fch, x);
+  ops.linear_gelu_forward(fch_gelu, fch, x, view(ops, w.matrix(BlockLinear::kFc, 0), {m.out, m.in}), bias);
+  w.matrix_done(BlockLinear::kFc, 0);
+}
+
 // The backward over the tiles in turn: each tile's weight and bias gradients equal the untiled layer's rows;
 // dx, a sum over the tiles, is added tile by tile.
 template <typename Real>
@@ -371,8 +386,7 @@ void block_forward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weight
   drop_hidden(ops, dropout, layer, DropoutSite::kAttentionOutput, x_out, tp);
   ops.add(a.residual2, x_in, x_out);
   ops.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b);
-  tiled_linear_forward(ops, weights, BlockLinear::kFc, a.fch, full_sequence(tp, a.ln2), w.fc_b);
-  ops.gelu_forward(a.fch_gelu, a.fch);
+  fc_gelu_forward(ops, weights, a.fch_gelu, a.fch, full_sequence(tp, a.ln2), w.fc_b);
   if (!need_output) return;
   row_parallel_forward(ops, weights, BlockLinear::kFcProj, x_out, a.fch_gelu, w.fc_proj_b, tp);
   drop_hidden(ops, dropout, layer, DropoutSite::kMlpOutput, x_out, tp);

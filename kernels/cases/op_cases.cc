@@ -197,6 +197,19 @@ void add_gelu(std::vector<OpCase>& cases, const Sizes& s) {
   cases.push_back(
       {"gelu", "gelu_forward", shape_text(shape), {in("x", shape, 2.0), out("out", shape)}, {"out"}});
   cases.back().run = [](Ops& o, const CaseTensors& t) { o.gelu_forward(t["out"], t["x"]); };
+  // The MLP's first layer with GELU applied in the GEMM (the CUDA backend's epilogue).
+  const int64_t N = s.N(), C = s.C;
+  const std::vector<int64_t> fc = {N, 4 * C};
+  cases.push_back(
+      {"gelu",
+       "linear_gelu_forward fc",
+       shape_text({N, C}, "x" + std::to_string(4 * C)),
+       {in("x", {N, C}), in("w", {4 * C, C}, 0.02), in("b", {4 * C}, 0.02), out("pre", fc), out("out", fc)},
+       {"pre", "out"}});
+  cases.back().flops = 2.0 * N * C * 4 * C;
+  cases.back().run = [](Ops& o, const CaseTensors& t) {
+    o.linear_gelu_forward(t["out"], t["pre"], t["x"], t["w"], t["b"]);
+  };
   cases.push_back({"gelu",
                    "gelu_backward",
                    shape_text(shape),

@@ -144,6 +144,17 @@ void CudaOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& 
   });
 }
 
+void CudaOps::linear_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor& x, const Tensor& w,
+                                  const Tensor& b) {
+  const DType dtype =
+      check_dtypes("linear_gelu_forward", {{"x", x}, {"w", w}, {"b", b}, {"pre", pre}, {"out", out}});
+  const int OC = int(w.shape[0]), IC = int(w.shape[1]);
+  on_compute_dtype(dtype, [&]<typename T>() {
+    cuda::linear_gelu_forward<T>(context_, typed<T>(out), typed<T>(pre), typed<T>(x), typed<T>(w),
+                                 typed<T>(b), int(x.numel() / IC), IC, OC);
+  });
+}
+
 void CudaOps::gelu_forward(const Tensor& out, const Tensor& x) {
   const DType dtype = check_dtypes("gelu_forward", {{"x", x}, {"out", out}});
   on_compute_dtype(

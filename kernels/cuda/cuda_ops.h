@@ -131,6 +131,9 @@ class CudaOps final : public Ops {
   void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                           const DropoutMask* dropout) override;
   void gelu_forward(const Tensor& out, const Tensor& x) override;
+  // GELU in the GEMM's epilogue (cuBLASLt's GELU_AUX_BIAS): linear.h's linear_gelu_forward.
+  void linear_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor& x, const Tensor& w,
+                           const Tensor& b) override;
   void gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dout) override;
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
   void dropout_forward(const Tensor& out, const Tensor& x, const DropoutMask& mask) override;
