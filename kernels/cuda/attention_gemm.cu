@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/attention_gemm.h"
 
@@ -39,8 +40,66 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // In place over rows of [rows, T] scores (row r is query r % T of its sequence and head): columns j <= i
-// become softmax probabilities, the others 0. One warp per row.
+// become softmax probabilities, the others 0. One warp per row, lane l holding columns l, l + 32, ... in
+// registers (kPerLane of them: T <= 32 kPerLane), so the row is read once (its causal part only) and written
+// once.
+template <int kPerLane>
 __global__ void causal_softmax_kernel(float* att, int64_t rows, int T) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32, i = static_cast<int>(row % T);
+  float* p = att + row * T;
+  float v[kPerLane];
+  float m = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int j = lane + 32 * k;
+    v[k] = j <= i ? p[j] : -INFINITY;
+    m = fmaxf(m, v[k]);
+  }
+  m = warp_max(m);
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    v[k] = lane + 32 * k <= i ? expf(v[k] - m) : 0.0f;
+    sum += v[k];
+  }
+  const float inverse = 1.0f / warp_sum(sum);
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int j = lane + 32 * k;
+    if (j < T) p[j] = v[k] * inverse;
+  }
+}
+
+// In place: dp [rows, T] holds dP and becomes dS = P * (dP - sum_j P dP) * scale (0 above the diagonal),
+// with P the forward's probabilities [rows, T]. One warp per row, kPerLane columns per lane in registers.
+template <int kPerLane>
+__global__ void causal_softmax_backward_kernel(float* dp, const float* att, int64_t rows, int T, float scale) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32, i = static_cast<int>(row % T);
+  float* d = dp + row * T;
+  const float* p = att + row * T;
+  float pv[kPerLane], dv[kPerLane];
+  float dot = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int j = lane + 32 * k;
+    pv[k] = j <= i ? p[j] : 0.0f;
+    dv[k] = j <= i ? d[j] : 0.0f;
+    dot = fmaf(pv[k], dv[k], dot);
+  }
+  dot = warp_sum(dot);
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int j = lane + 32 * k;
+    if (j < T) d[j] = pv[k] * (dv[k] - dot) * scale;
+  }
+}
+
+// Longer rows: the same math over the row in three passes (max, sum, write) with nothing kept in registers.
+__global__ void causal_softmax_long_kernel(float* att, int64_t rows, int T) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32, i = static_cast<int>(row % T);
@@ -54,9 +113,8 @@ __global__ void causal_softmax_kernel(float* att, int64_t rows, int T) {
   for (int j = lane; j < T; j += 32) p[j] = j <= i ? expf(p[j] - m) * inverse : 0.0f;
 }
 
-// In place: dp [rows, T] holds dP and becomes dS = P * (dP - sum_j P dP) * scale (0 above the diagonal),
-// with P the forward's probabilities [rows, T]. One warp per row.
-__global__ void causal_softmax_backward_kernel(float* dp, const float* att, int64_t rows, int T, float scale) {
+__global__ void causal_softmax_backward_long_kernel(float* dp, const float* att, int64_t rows, int T,
+                                                    float scale) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32, i = static_cast<int>(row % T);
@@ -66,6 +124,50 @@ __global__ void causal_softmax_backward_kernel(float* dp, const float* att, int6
   for (int j = lane; j <= i; j += 32) dot = fmaf(p[j], d[j], dot);
   dot = warp_sum(dot);
   for (int j = lane; j < T; j += 32) d[j] = j <= i ? p[j] * (d[j] - dot) * scale : 0.0f;
+}
+
+unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+}
+
+// Calls f(std::integral_constant<int, kPerLane>) with the fewest registers per lane that hold a row of T
+// (a power of two up to 32: T <= 1024), or f(std::integral_constant<int, 0>) for longer rows.
+template <typename F>
+void with_row_registers(int T, F&& f) {
+  if (T <= 32) return f(std::integral_constant<int, 1>{});
+  if (T <= 64) return f(std::integral_constant<int, 2>{});
+  if (T <= 128) return f(std::integral_constant<int, 4>{});
+  if (T <= 256) return f(std::integral_constant<int, 8>{});
+  if (T <= 512) return f(std::integral_constant<int, 16>{});
+  if (T <= 1024) return f(std::integral_constant<int, 32>{});
+  f(std::integral_constant<int, 0>{});
+}
+
+void causal_softmax(const Context& ctx, float* att, int64_t rows, int T) {
+  with_row_registers(T, [&](auto per_lane) {
+    constexpr int kPerLane = decltype(per_lane)::value;
+    if constexpr (kPerLane > 0) {
+      causal_softmax_kernel<kPerLane><<<row_blocks(rows), kWarpsPerBlock * 32, 0, ctx.stream()>>>(att, rows, T);
+    } else {
+      causal_softmax_long_kernel<<<row_blocks(rows), kWarpsPerBlock * 32, 0, ctx.stream()>>>(att, rows, T);
+    }
+  });
+  GPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void causal_softmax_backward(const Context& ctx, float* dp, const float* att, int64_t rows, int T,
+                             float scale) {
+  with_row_registers(T, [&](auto per_lane) {
+    constexpr int kPerLane = decltype(per_lane)::value;
+    const unsigned blocks = row_blocks(rows);
+    if constexpr (kPerLane > 0) {
+      causal_softmax_backward_kernel<kPerLane><<<blocks, kWarpsPerBlock * 32, 0, ctx.stream()>>>(dp, att, rows, T,
+                                                                                                scale);
+    } else {
+      causal_softmax_backward_long_kernel<<<blocks, kWarpsPerBlock * 32, 0, ctx.stream()>>>(dp, att, rows, T, scale);
+    }
+  });
+  GPT_CUDA_CHECK(cudaGetLastError());
 }
 
 // One strided-batched fp32 GEMM, C = alpha op(A) op(B) + beta C, column-major, over `batch` heads.
@@ -120,10 +222,6 @@ void times_values(const Context& ctx, float* y, int ld_y, const float* x, bool t
   run(ctx, g);
 }
 
-unsigned row_blocks(int64_t rows) {
-  return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-}
-
 }  // namespace
 
 void attention_forward_gemm(const Context& ctx, float* out, float* att, const float* qkv, int B, int T, int C,
@@ -135,8 +233,7 @@ void attention_forward_gemm(const Context& ctx, float* out, float* att, const fl
     float* p = att + int64_t(b) * NH * T * T;
     scores(ctx, p, q, ld, q + C, ld, T, hs, NH, scale);  // S = scale Q K^T
     const int64_t rows = int64_t(NH) * T;
-    causal_softmax_kernel<<<row_blocks(rows), kWarpsPerBlock * 32, 0, ctx.stream()>>>(p, rows, T);
-    GPT_CUDA_CHECK(cudaGetLastError());
+    causal_softmax(ctx, p, rows, T);
     // O = P V: Y = X Z with X = P as stored (transpose_x = false reads it as P, see times_values).
     times_values(ctx, out + int64_t(b) * T * C, C, p, false, q + 2 * C, ld, T, hs, NH, 0.0f);
   }
@@ -161,9 +258,7 @@ void attention_backward_gemm(const Context& ctx, float* dqkv, const float* dout,
       scores(ctx, ds, d_o, C, v, ld, T, hs, heads, 1.0f);  // dP = dO V^T
       times_values(ctx, dv, ld, p, true, d_o, C, T, hs, heads, 1.0f);  // dV += P^T dO
       const int64_t rows = int64_t(heads) * T;
-      causal_softmax_backward_kernel<<<row_blocks(rows), kWarpsPerBlock * 32, 0, ctx.stream()>>>(ds, p, rows, T,
-                                                                                               scale);
-      GPT_CUDA_CHECK(cudaGetLastError());
+      causal_softmax_backward(ctx, ds, p, rows, T, scale);
       times_values(ctx, dq, ld, ds, false, k, ld, T, hs, heads, 1.0f);  // dQ += dS K
       times_values(ctx, dk, ld, ds, true, q, ld, T, hs, heads, 1.0f);   // dK += dS^T Q
     }
