@@ -156,9 +156,9 @@ cublasComputeType_t compute_type(const Context& ctx, const Gemm& g) {
   return g.input_type == CUDA_R_32F ? ctx.fp32_gemm_compute() : CUBLAS_COMPUTE_32F;
 }
 
-AlgorithmKey key_of(const Context& ctx, const Gemm& g) {
+AlgorithmKey key_of(const Context& ctx, const Gemm& g, cublasComputeType_t compute) {
   return {ctx.info().index,
-          compute_type(ctx, g),
+          compute,
           g.op_a,
           g.op_b,
           g.m,
@@ -233,22 +233,30 @@ std::optional<cublasLtMatmulAlgo_t> query_algorithm(const Context& ctx, const Ge
   return result.algo;
 }
 
-// Enqueues the GEMM; false (and nothing enqueued) when cuBLASLt has no algorithm for it.
-bool try_gemm(const Context& ctx, const Gemm& g) {
-  const MatmulDesc desc(g, compute_type(ctx, g));
+// Enqueues the GEMM with this compute type; false (and nothing enqueued) when cuBLASLt has no algorithm.
+bool try_gemm_as(const Context& ctx, const Gemm& g, cublasComputeType_t compute) {
+  const MatmulDesc desc(g, compute);
   // Stored shapes before op(): A is [m,k] or, transposed, [k,m]; likewise B is [k,n] or [n,k].
   const bool ta = g.op_a != CUBLAS_OP_N, tb = g.op_b != CUBLAS_OP_N;
   const Layout a(g.input_type, ta ? g.k : g.m, ta ? g.m : g.k, g.lda);
   const Layout b(g.input_type, tb ? g.n : g.k, tb ? g.k : g.n, g.ldb);
   const Layout d(g.output_type, g.m, g.n, g.ldd);
-  const std::optional<cublasLtMatmulAlgo_t> algorithm =
-      algorithm_cache().find(key_of(ctx, g), [&] { return query_algorithm(ctx, g, desc, a, b, d); });
+  const std::optional<cublasLtMatmulAlgo_t> algorithm = algorithm_cache().find(
+      key_of(ctx, g, compute), [&] { return query_algorithm(ctx, g, desc, a, b, d); });
   if (!algorithm) return false;
   const float alpha = 1.0f;
   GPT_CUDA_CHECK(cublasLtMatmul(ctx.cublaslt(), desc.handle, &alpha, g.a, a.handle, g.b, b.handle, &g.beta,
                                 g.d, d.handle, g.d, d.handle, &*algorithm, ctx.workspace(),
                                 ctx.workspace_bytes(), ctx.stream()));
   return true;
+}
+
+// Enqueues the GEMM in the context's compute type; a shape or epilogue that has no tensor-core algorithm
+// for fp32 inputs rounded to fp16/bf16 runs in exact fp32 instead. False when neither has one.
+bool try_gemm(const Context& ctx, const Gemm& g) {
+  const cublasComputeType_t compute = compute_type(ctx, g);
+  if (try_gemm_as(ctx, g, compute)) return true;
+  return compute != CUBLAS_COMPUTE_32F && try_gemm_as(ctx, g, CUBLAS_COMPUTE_32F);
 }
 
 void run(const Context& ctx, const Gemm& g) {
