@@ -69,6 +69,15 @@ class DryOps final : public Ops {
                            const Tensor& stats, int64_t first, int vocab) override {}
   void cross_entropy_backward_columns(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
                                       const Tensor& dlosses, int64_t first, int vocab) override {}
+  void classifier_forward(const Tensor& losses, const Tensor& lnf, const Tensor& wte, const Tensor& targets,
+                          int vocab, const Tensor& scratch) override {}
+  void classifier_backward(const Tensor& dlnf, const Tensor& dwte, const Tensor& losses, const Tensor& lnf,
+                           const Tensor& wte, const Tensor& targets, const Tensor& dlosses, int vocab,
+                           const Tensor& scratch) override {}
+  // The loop allocates the head as the modelled backend would: set for a backend that fuses the classifier
+  // (CUDA), so the dry run holds its chunk instead of the whole logits.
+  bool fuses_classifier() const override { return fuses_classifier_; }
+  void set_fuses_classifier(bool fuses) { fuses_classifier_ = fuses; }
   double sum(const Tensor& x) override { return 0; }
 
   void cast(const Tensor& dst, const Tensor& src, float scale) override {}
@@ -93,6 +102,7 @@ class DryOps final : public Ops {
 
  private:
   CountingBlockSource device_memory_, wire_memory_;
+  bool fuses_classifier_ = false;
 };
 
 }  // namespace gpt
