@@ -74,10 +74,6 @@ class DryOps final : public Ops {
   void classifier_backward(const Tensor& dlnf, const Tensor& dwte, const Tensor& losses, const Tensor& lnf,
                            const Tensor& wte, const Tensor& targets, const Tensor& dlosses, int vocab,
                            const Tensor& scratch) override {}
-  // The loop allocates the head as the modelled backend would: set for a backend that fuses the classifier
-  // (CUDA), so the dry run holds its chunk instead of the whole logits.
-  bool fuses_classifier() const override { return fuses_classifier_; }
-  void set_fuses_classifier(bool fuses) { fuses_classifier_ = fuses; }
   double sum(const Tensor& x) override { return 0; }
 
   void cast(const Tensor& dst, const Tensor& src, float scale) override {}
@@ -102,7 +98,6 @@ class DryOps final : public Ops {
 
  private:
   CountingBlockSource device_memory_, wire_memory_;
-  bool fuses_classifier_ = false;
 };
 
 }  // namespace gpt
