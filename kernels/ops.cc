@@ -8,11 +8,14 @@
 namespace gpt {
 
 Tensor row_range(const Tensor& t, int64_t first, int64_t count) {
-  const bool vector = t.shape.size() <= 1;  // a row is one element
-  const int64_t K = vector ? 1 : t.shape.back();
+  const int64_t K = t.shape.empty() ? 1 : t.shape.back();
   auto* base = static_cast<char*>(t.data) + dtype_bytes(t.dtype, first * K);
-  return Tensor{base, vector ? std::vector<int64_t>{count} : std::vector<int64_t>{count, K}, t.dtype,
-                t.device};
+  return Tensor{base, {count, K}, t.dtype, t.device};
+}
+
+Tensor element_range(const Tensor& t, int64_t first, int64_t count) {
+  auto* base = static_cast<char*>(t.data) + dtype_bytes(t.dtype, first);
+  return Tensor{base, {count}, t.dtype, t.device};
 }
 
 ClassifierShape classifier_shape(const char* op, const Tensor& lnf, const Tensor& wte, const Tensor& targets,
@@ -43,8 +46,8 @@ void Ops::classifier_forward(const Tensor& losses, const Tensor& lnf, const Tens
     const Tensor logits = row_range(scratch, 0, rows);
     linear_forward(logits, row_range(lnf, first, rows), wte, Tensor{});
     // The probabilities overwrite the chunk's logits; only the losses outlive the chunk.
-    cross_entropy_forward(row_range(losses, first, rows), logits, logits, row_range(targets, first, rows),
-                          vocab);
+    cross_entropy_forward(element_range(losses, first, rows), logits, logits,
+                          element_range(targets, first, rows), vocab);
   }
 }
 
@@ -58,11 +61,11 @@ void Ops::classifier_backward(const Tensor& dlnf, const Tensor& dwte, const Tens
   for (int64_t first = 0; first < s.N; first += s.R) {
     const int64_t rows = std::min(s.R, s.N - first);
     const Tensor logits = row_range(scratch, 0, rows), x = row_range(lnf, first, rows);
-    const Tensor chunk_targets = row_range(targets, first, rows);
+    const Tensor chunk_targets = element_range(targets, first, rows);
     linear_forward(logits, x, wte, Tensor{});
     // The forward's softmax again, then dlogits in place of the probabilities.
-    cross_entropy_forward(row_range(losses, first, rows), logits, logits, chunk_targets, vocab);
-    cross_entropy_backward(logits, logits, chunk_targets, row_range(dlosses, first, rows), vocab);
+    cross_entropy_forward(element_range(losses, first, rows), logits, logits, chunk_targets, vocab);
+    cross_entropy_backward(logits, logits, chunk_targets, element_range(dlosses, first, rows), vocab);
     linear_backward(row_range(dlnf, first, rows), dwte, Tensor{}, logits, x, wte);
   }
 }

@@ -59,8 +59,11 @@ struct DropoutMask {
 };
 
 // A tensor's rows [first, first + count) as a [count, K] view, K its last dimension (lnf [B, T, C] is read
-// as [B*T, C] rows); of a vector [N], elements [first, first + count) as a [count] view.
+// as [B*T, C] rows).
 Tensor row_range(const Tensor& t, int64_t first, int64_t count);
+// Elements [first, first + count) of a tensor in memory order as a [count] view (targets [B, T] or losses
+// [B*T], one element per row).
+Tensor element_range(const Tensor& t, int64_t first, int64_t count);
 
 // The sizes of a classifier_forward / _backward call, checked (std::invalid_argument naming `op` when the
 // shapes disagree): N rows of C features, Vp logits of which vocab are real, R rows per chunk.

@@ -52,7 +52,8 @@ void expect_relative(const char* what, const std::vector<float>& got, const std:
 struct HeadInputs {
   Host lnf, wte, dlosses, dlnf, dwte;
   std::vector<int32_t> targets;
-  Tensor targets_tensor() { return Tensor{targets.data(), {kN}, DType::kI32, Device::kCPU}; }
+  // [B, T] as the layer loop holds them: a chunk's targets are elements, not rows, of this tensor.
+  Tensor targets_tensor() { return Tensor{targets.data(), {4, kN / 4}, DType::kI32, Device::kCPU}; }
 };
 
 HeadInputs head_inputs() {

@@ -1,7 +1,7 @@
 // The layer loop with a backend that fuses the classifier (Ops::fuses_classifier, here the CPU backend
 // saying so, so the loop runs the chunked default ops): the same losses and gradients as the unfused head
-// within 1e-5, over two accumulated micro-steps with dropout on; no whole logits held for training, and a
-// forward without targets still leaves them all in head().probs.
+// within 1e-5, over two accumulated micro-steps with dropout on, in one chunk and in two; no whole logits
+// held for training, and a forward without targets still leaves them all in head().probs.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -36,18 +36,20 @@ struct Run {
   size_t activation_bytes = 0;
 };
 
-Run train(gpt::Ops& ops, const gpt::GPTConfig& config, const gpt::Recompute& recompute) {
+Run train(gpt::Ops& ops, const gpt::GPTConfig& config, const gpt::Recompute& recompute, int B) {
   gpt::Arena arena;
-  gpt::LayerLoop<float> loop(config, kB, recompute, ops, arena);
+  gpt::LayerLoop<float> loop(config, B, recompute, ops, arena);
   const gpt::ParamTable& table = loop.table();
   gpt::test::FlatSlices slices(table, initial_weights(config));
   Run r;
   for (int step = 0; step < 2; ++step) {
-    const int n = kB * config.seq_len;
+    const int n = B * config.seq_len;
     const std::vector<int32_t> x = gpt::test::lcg_tokens(n, config.vocab, 3 + step),
                                y = gpt::test::lcg_tokens(n, config.vocab, 13 + step);
-    const int64_t windows[kB] = {1 + 2 * step, 2 + 2 * step};
-    r.losses.push_back(loop.forward(slices, x.data(), y.data(), gpt::Dropout{0.1, 0.1, 5, windows}, true));
+    std::vector<int64_t> windows(static_cast<size_t>(B));
+    for (int b = 0; b < B; ++b) windows[size_t(b)] = B * step + b;
+    r.losses.push_back(
+        loop.forward(slices, x.data(), y.data(), gpt::Dropout{0.1, 0.1, 5, windows.data()}, true));
     loop.backward(slices, slices, 0.5f);
   }
   r.grads = slices.grads;
@@ -72,12 +74,15 @@ void expect_relative(const char* what, const std::vector<float>& got, const std:
 TEST_CASE("the fused head trains as the unfused head does, within 1e-5") {
   const gpt::GPTConfig config = gpt::test::small_parallel_model();
   FusingCpuOps fusing;
-  for (const gpt::Recompute& recompute : {gpt::Recompute{}, gpt::Recompute::full()}) {
-    INFO("recompute " << recompute.describe());
-    const Run unfused = train(gpt::cpu_ops(), config, recompute);
-    const Run fused = train(fusing, config, recompute);
-    expect_relative("losses", fused.losses, unfused.losses, 1e-5);
-    expect_relative("gradients", fused.grads, unfused.grads, 1e-5);
+  // B = 80: 1280 rows, a chunk of 1024 and one of 256.
+  for (int B : {kB, 80}) {
+    for (const gpt::Recompute& recompute : {gpt::Recompute{}, gpt::Recompute::full()}) {
+      INFO("B = " << B << ", recompute " << recompute.describe());
+      const Run unfused = train(gpt::cpu_ops(), config, recompute, B);
+      const Run fused = train(fusing, config, recompute, B);
+      expect_relative("losses", fused.losses, unfused.losses, 1e-5);
+      expect_relative("gradients", fused.grads, unfused.grads, 1e-5);
+    }
   }
 }
 
