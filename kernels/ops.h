@@ -184,9 +184,10 @@ class Ops {
                                               int vocab) = 0;
   // The LM head's classifier in chunks of rows (llm.c's fused classifier), never holding the whole logits
   // [N, Vp], which at GPT-2's vocabulary outweigh every other activation. lnf [N, C] (or [B, T, C]) is the
-  // final LayerNorm's output, wte [Vp, C] the tied output projection, targets [N] i32; scratch [R, Vp] holds
-  // one chunk's logits (R rows at a time; the last chunk may be shorter). Column j >= vocab is padding, as
-  // in cross_entropy_forward and _backward: probability 0, gradient 0.
+  // final LayerNorm's output, wte [Vp, C] the tied output projection, targets N i32 ([N] or [B, T]), losses
+  // and dlosses N values; scratch [R, Vp] holds one chunk's logits (R rows at a time; the last chunk may be
+  // shorter). Column j >= vocab is padding, as in cross_entropy_forward and _backward: probability 0,
+  // gradient 0.
   // Overwrites losses [N] with each row's cross-entropy of softmax(lnf wte^T).
   virtual void classifier_forward(const Tensor& losses, const Tensor& lnf, const Tensor& wte,
                                   const Tensor& targets, int vocab, const Tensor& scratch);
