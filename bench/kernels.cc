@@ -46,12 +46,13 @@ bool parse(int argc, char** argv, Options& o) {
 }
 
 // How often one training step of L layers calls the case's op (0: a variant a plain step never calls: the
-// tensor-parallel slices, dropout, decoding). AdamW's case is one layer's parameters: the step updates
+// tensor-parallel slices, dropout, decoding, the fused classifier that replaces the lm_head GEMMs and the
+// cross-entropy on a backend that fuses it). AdamW's case is one layer's parameters: the step updates
 // params / that many.
 double calls_per_step(const OpCase& c, const gpt::GPTConfig& m, int64_t adamw_elements) {
   const std::string& op = c.op;
   const int L = m.num_layers;
-  for (const char* variant : {"columns", "rows", "dropout", "decode", "stats", "merge"})
+  for (const char* variant : {"columns", "rows", "dropout", "decode", "stats", "merge", "classifier"})
     if (op.find(variant) != std::string::npos) return 0;
   if (c.family == "layernorm") return 2 * L + 1;
   if (c.family == "linear") return op.find("lm_head") != std::string::npos ? 1 : L;

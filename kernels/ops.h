@@ -71,6 +71,21 @@ struct DropoutMask {
   int64_t element_offset = 0;
 };
 
+// A tensor's rows [first, first + count) as a [count, K] view, K its last dimension (lnf [B, T, C] is read
+// as [B*T, C] rows).
+Tensor row_range(const Tensor& t, int64_t first, int64_t count);
+// Elements [first, first + count) of a tensor in memory order as a [count] view (targets [B, T] or losses
+// [B*T], one element per row).
+Tensor element_range(const Tensor& t, int64_t first, int64_t count);
+
+// The sizes of a classifier_forward / _backward call, checked (std::invalid_argument naming `op` when the
+// shapes disagree): N rows of C features, Vp logits of which vocab are real, R rows per chunk.
+struct ClassifierShape {
+  int64_t N = 0, C = 0, Vp = 0, R = 0;
+};
+ClassifierShape classifier_shape(const char* op, const Tensor& lnf, const Tensor& wte, const Tensor& targets,
+                                 const Tensor& per_row, int vocab, const Tensor& scratch);
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -200,6 +215,26 @@ class Ops {
   virtual void cross_entropy_backward_columns(const Tensor& dlogits, const Tensor& probs,
                                               const Tensor& targets, const Tensor& dlosses, int64_t first,
                                               int vocab) = 0;
+  // The LM head's classifier in chunks of rows (llm.c's fused classifier), never holding the whole logits
+  // [N, Vp], which at GPT-2's vocabulary outweigh every other activation. lnf [N, C] (or [B, T, C]) is the
+  // final LayerNorm's output, wte [Vp, C] the tied output projection, targets N i32 ([N] or [B, T]), losses
+  // and dlosses N values; scratch [R, Vp] holds one chunk's logits (R rows at a time; the last chunk may be
+  // shorter). Column j >= vocab is padding, as in cross_entropy_forward and _backward: probability 0,
+  // gradient 0.
+  // Overwrites losses [N] with each row's cross-entropy of softmax(lnf wte^T).
+  virtual void classifier_forward(const Tensor& losses, const Tensor& lnf, const Tensor& wte,
+                                  const Tensor& targets, int vocab, const Tensor& scratch);
+  // Recomputes each chunk's logits and their softmax (losses [N] are written again, the forward's values),
+  // turns them into dlogits = (probs - onehot) * dlosses in place, and accumulates dlnf [N, C] += dlogits wte
+  // and dwte [Vp, C] += dlogits^T lnf (as linear_backward does).
+  virtual void classifier_backward(const Tensor& dlnf, const Tensor& dwte, const Tensor& losses,
+                                   const Tensor& lnf, const Tensor& wte, const Tensor& targets,
+                                   const Tensor& dlosses, int vocab, const Tensor& scratch);
+  // Whether the layer loop should use the two ops above for its head (model/layers.h): true where the
+  // backend fuses them (CUDA). The defaults (kernels/ops.cc) are the readable reference, built from
+  // linear_forward, cross_entropy_forward / _backward and linear_backward on each chunk; they save the
+  // memory but not the passes over it, so the CPU keeps the whole-tensor head and its bits.
+  virtual bool fuses_classifier() const { return false; }
   // Sum of the elements, accumulated in double in index order.
   virtual double sum(const Tensor& x) = 0;
 

@@ -294,14 +294,19 @@ size_t BlockScratch::bytes() const {
 }
 
 void HeadActivations::allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T,
-                               const TensorParallel& tp) {
+                               const TensorParallel& tp, int64_t classifier_rows) {
   const int64_t t = tp.size(), C = config.hidden, BT = int64_t(B) * T, Tl = tp.local_positions(T),
                 BTl = B * Tl;
   lnf = gpt::allocate(arena, dtype, {B, Tl, C});
   dlnf = gpt::allocate(arena, dtype, {B, Tl, C});
   lnf_mean = gpt::allocate(arena, dtype, {BTl});
   lnf_rstd = gpt::allocate(arena, dtype, {BTl});
-  probs = gpt::allocate(arena, dtype, {BT, config.padded_vocab() / t});
+  if (classifier_rows > 0) {
+    if (t > 1) throw std::invalid_argument("the fused classifier is not vocabulary-parallel");
+    logits_chunk = gpt::allocate(arena, dtype, {classifier_rows, config.padded_vocab()});
+  } else {
+    probs = gpt::allocate(arena, dtype, {BT, config.padded_vocab() / t});
+  }
   losses = gpt::allocate(arena, dtype, {BT});
   dlosses = gpt::allocate(arena, dtype, {BT});
   if (t > 1) {
@@ -311,9 +316,14 @@ void HeadActivations::allocate(Arena& arena, DType dtype, const GPTConfig& confi
   if (tp.sequence_parallel) lnf_full = gpt::allocate(arena, dtype, {B, T, C});
 }
 
+void HeadActivations::allocate_probs(Arena& arena, DType dtype, const GPTConfig& config, int B, int T) {
+  probs = gpt::allocate(arena, dtype, {int64_t(B) * T, config.padded_vocab()});
+}
+
 size_t HeadActivations::bytes() const {
-  size_t total = bytes_of({&lnf, &dlnf, &lnf_mean, &lnf_rstd, &probs, &losses, &dlosses});
-  for (const Tensor* x : {&stats, &stats_all, &lnf_full}) total += x->data ? x->nbytes() : 0;
+  size_t total = bytes_of({&lnf, &dlnf, &lnf_mean, &lnf_rstd, &losses, &dlosses});
+  for (const Tensor* x : {&probs, &logits_chunk, &stats, &stats_all, &lnf_full})
+    total += x->data ? x->nbytes() : 0;
   return total;
 }
 
@@ -477,6 +487,12 @@ Real head_forward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const Re
                   const Tensor& x, const Tensor& targets, HeadActivations& a, const TensorParallel& tp) {
   const int64_t C = config.hidden, rows = config.padded_vocab() / tp.size();
   ops.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, view(ops, lnf_w, {C}), view(ops, lnf_b, {C}));
+  if (a.fused() && !targets.empty()) {
+    // Chunk by chunk: the losses only; the backward recomputes each chunk's logits.
+    ops.classifier_forward(a.losses, a.lnf, view(ops, wte, {rows, C}), targets, config.vocab, a.logits_chunk);
+    return static_cast<Real>(ops.sum(a.losses) / double(a.losses.numel()));
+  }
+  if (a.probs.empty()) throw std::logic_error("head_forward: the fused head's logits need probs allocated");
   if (tp.sequence_parallel) gather_sequence(tp, a.lnf_full, a.lnf);  // kept for the backward's dwte
   ops.linear_forward(a.probs, tp.sequence_parallel ? a.lnf_full : a.lnf, view(ops, wte, {rows, C}), Tensor{});
   if (tp.size() == 1) {
@@ -500,18 +516,26 @@ void head_backward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const R
                    Real dloss_per_token, const Tensor& dx, const TensorParallel& tp) {
   const int64_t C = config.hidden, rows = config.padded_vocab() / tp.size();
   ops.fill(a.dlosses, double(dloss_per_token));
-  // dlogits overwrite the probabilities in place.
-  if (tp.size() == 1) {
-    ops.cross_entropy_backward(a.probs, a.probs, targets, a.dlosses, config.vocab);
+  if (a.fused()) {
+    // Each chunk's logits recomputed, dlogits in their place, the two GEMMs accumulating.
+    ops.fill(a.dlnf, 0);
+    ops.classifier_backward(a.dlnf, view(ops, dwte, {rows, C}), a.losses, a.lnf, view(ops, wte, {rows, C}),
+                            targets, a.dlosses, config.vocab, a.logits_chunk);
   } else {
-    ops.cross_entropy_backward_columns(a.probs, a.probs, targets, a.dlosses, tp.rank() * rows, config.vocab);
+    // dlogits overwrite the probabilities in place.
+    if (tp.size() == 1) {
+      ops.cross_entropy_backward(a.probs, a.probs, targets, a.dlosses, config.vocab);
+    } else {
+      ops.cross_entropy_backward_columns(a.probs, a.probs, targets, a.dlosses, tp.rank() * rows,
+                                         config.vocab);
+    }
+    // The tied projection is column-parallel over the vocabulary: dlnf sums the group's partial products.
+    const Tensor& dlnf = partial_buffer(tp, a.dlnf);
+    ops.fill(dlnf, 0);
+    ops.linear_backward(dlnf, view(ops, dwte, {rows, C}), Tensor{}, a.probs,
+                        tp.sequence_parallel ? a.lnf_full : a.lnf, view(ops, wte, {rows, C}));
+    sum_over_group(tp, a.dlnf, dlnf);
   }
-  // The tied projection is column-parallel over the vocabulary: dlnf sums the group's partial products.
-  const Tensor& dlnf = partial_buffer(tp, a.dlnf);
-  ops.fill(dlnf, 0);
-  ops.linear_backward(dlnf, view(ops, dwte, {rows, C}), Tensor{}, a.probs,
-                      tp.sequence_parallel ? a.lnf_full : a.lnf, view(ops, wte, {rows, C}));
-  sum_over_group(tp, a.dlnf, dlnf);
   ops.fill(dx, 0);
   norm_backward(ops, tp, dx, view(ops, dlnf_w, {C}), view(ops, dlnf_b, {C}), a.dlnf, x, view(ops, lnf_w, {C}),
                 a.lnf_mean, a.lnf_rstd);

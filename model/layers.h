@@ -91,7 +91,7 @@ struct BlockScratch {
 
 struct HeadActivations {
   Tensor lnf, lnf_mean, lnf_rstd;  // [B,T,C], [B*T], [B*T]
-  Tensor probs;                    // [B*T,Vp] logits, then probabilities (in place)
+  Tensor probs;                    // [B*T,Vp] logits, then probabilities (in place); see classifier below
   Tensor losses;                   // [B*T]
   Tensor dlosses;                  // [B*T]
   Tensor dlnf;                     // [B,T,C] backward temporary
@@ -99,9 +99,16 @@ struct HeadActivations {
   // softmax statistics and stats_all [t,B*T,3] the group's (vocabulary-parallel cross-entropy). With sequence
   // parallelism lnf, its statistics and dlnf hold T/t positions and lnf_full [B,T,C] the gathered output.
   Tensor stats, stats_all, lnf_full;
+  // The fused classifier (Ops::classifier_forward, t = 1 only): [R,Vp] one chunk of logits, R =
+  // classifier_chunk_rows(B*T), in place of probs, which is then allocated only by a forward without targets
+  // (allocate_probs), whose caller reads the whole logits.
+  Tensor logits_chunk;
 
+  // classifier_rows > 0: the fused head, with a chunk of that many rows.
   void allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T,
-                const TensorParallel& tp = TensorParallel{});
+                const TensorParallel& tp = TensorParallel{}, int64_t classifier_rows = 0);
+  void allocate_probs(Arena& arena, DType dtype, const GPTConfig& config, int B, int T);
+  bool fused() const { return logits_chunk.data != nullptr; }
   size_t bytes() const;
 };
 
@@ -199,15 +206,18 @@ void block_decode(Ops& ops, const GPTConfig& config, const Real* weights, const 
 
 // Final LayerNorm and tied output projection: leaves logits [B*T,Vp] in acts.probs. With targets, turns them
 // into probabilities and per-token losses and returns the mean loss over the B*T tokens; without (an empty
-// tensor), returns 0. Tensor parallelism: the vocabulary-parallel head (this rank's Vp/t logits; the loss of
-// every token on every rank); it needs targets.
+// tensor), returns 0. The fused head (acts.fused()) with targets computes the losses chunk by chunk and keeps
+// no probabilities; without targets it needs acts.probs allocated. Tensor parallelism: the
+// vocabulary-parallel head (this rank's Vp/t logits; the loss of every token on every rank); it needs
+// targets.
 template <typename Real>
 Real head_forward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const Real* lnf_b, const Real* wte,
                   const Tensor& x, const Tensor& targets, HeadActivations& acts,
                   const TensorParallel& tp = TensorParallel{});
 
 // dloss_per_token is d(objective)/d(loss of each token) (1/(B*T) for the mean, times accumulation and loss
-// scaling factors). Accumulates into dlnf_w, dlnf_b, dwte; overwrites dx [B,T,C]. Consumes acts.probs.
+// scaling factors). Accumulates into dlnf_w, dlnf_b, dwte; overwrites dx [B,T,C]. Consumes acts.probs (the
+// fused head recomputes each chunk's logits instead).
 template <typename Real>
 void head_backward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const Real* wte, Real* dlnf_w,
                    Real* dlnf_b, Real* dwte, const Tensor& x, const Tensor& targets, HeadActivations& acts,

@@ -185,6 +185,7 @@ LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, const Recom
       T_(config.seq_len),
       recompute_(recompute),
       ops_(ops),
+      arena_(arena),
       tp_(tensor_parallel) {
   const int64_t L = config.num_layers, B = B_, T = tp_.local_positions(T_), C = config.hidden;
   const DType dtype = dtype_of<Real>();
@@ -216,7 +217,10 @@ LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, const Recom
     if (!own_probs) blocks_[i].att = blocks_[0].att;
   }
   scratch_.allocate(arena, dtype, config, B_, T_, tp_);
-  head_.allocate(arena, dtype, config, B_, T_, tp_);
+  // The fused classifier where the backend fuses it and the head is not vocabulary-parallel: a chunk of
+  // logits instead of the whole [B*T, Vp].
+  const bool fused_head = ops.fuses_classifier() && tp_.size() == 1;
+  head_.allocate(arena, dtype, config, B_, T_, tp_, fused_head ? classifier_chunk_rows(int64_t(B_) * T_) : 0);
   if (tp_.sequence_parallel) {
     tp_.gathered = allocate({B, T_, C}, dtype);
     tp_.partial = allocate({B, T_, C}, dtype);
@@ -303,6 +307,8 @@ Real LayerLoop<Real>::forward(WeightSource<Real>& weights, const int32_t* inputs
   ops_.upload(inputs_, inputs);
   has_targets_ = targets != nullptr;
   if (has_targets_) ops_.upload(targets_, targets);
+  // The fused head keeps no logits; a forward without targets hands them all out, so it gets them (once).
+  if (!has_targets_ && head_.probs.empty()) head_.allocate_probs(arena_, dtype_of<Real>(), config_, B_, T_);
   dropout_ = dropout;
   if (dropout.windows) {
     windows_.assign(dropout.windows, dropout.windows + B_);

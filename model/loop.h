@@ -93,6 +93,8 @@ class LayerLoop {
 
   // The head's tensors: probs [B*T, Vp] holds the logits after a forward without targets (probabilities after
   // one with targets; with tensor parallelism this rank's Vp/t columns), losses [B*T] the per-token losses.
+  // A backend that fuses_classifier() (kernels/ops.h) computes the losses in chunks of logits and keeps no
+  // probabilities: probs is allocated by the first forward without targets, and not updated by one with.
   const HeadActivations& head() const { return head_; }
   size_t activation_bytes() const;
 
@@ -125,6 +127,7 @@ class LayerLoop {
   int B_, T_;
   Recompute recompute_;
   Ops& ops_;
+  Arena& arena_;  // the fused head's probs, allocated by the first forward without targets
   TensorParallel tp_;
   // Block inputs (and the final output) in slots of [B,T,C]: residual_slot_[l] for l in 0..L. With full
   // recomputation the inner inputs of a chunk are not kept: the chunks share slots for them.

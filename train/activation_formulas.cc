@@ -154,8 +154,13 @@ void add_input_output_lines(RestatedActivations& r, const ActivationShape& x, co
     r.lines.push_back({"input/output", "lnf_full (lnf gathered over the sequence)",
                        "output projection input (LayerNorm output)", 1, x.b * x.s * x.h * E});
   r.lines.push_back({"input/output", "lnf_mean, lnf_rstd", "-", 2, x.b * positions * E});
-  r.lines.push_back({"input/output", "probs (logits, then probabilities)", "cross-entropy logits (fp32)", 1,
-                     x.b * x.s * x.v / t * E});
+  if (setup.fused_classifier()) {
+    r.lines.push_back({"input/output", "logits_chunk (the fused classifier's rows of logits)",
+                       "cross-entropy logits (fp32)", 1, setup.classifier_rows * x.v * E});
+  } else {
+    r.lines.push_back({"input/output", "probs (logits, then probabilities)", "cross-entropy logits (fp32)", 1,
+                       x.b * x.s * x.v / t * E});
+  }
 }
 
 // Our working buffers, which the paper does not count: backward temporaries and collective buffers.

@@ -35,6 +35,11 @@ struct ActivationSetup {
   // Partitioned activation checkpoints (--distribute-saved-activations; t > 1, full recomputation, no SP):
   // each chunk's input kept as 1/t per rank, the two in use whole (model/loop.h).
   bool distribute_saved_activations = false;
+  // The fused classifier (a backend that fuses_classifier(), kernels/ops.h; t = 1 only): the head holds a
+  // chunk of this many rows of logits (model/config.h, classifier_chunk_rows) instead of the whole s*b rows.
+  // 0: the whole logits, as the CPU backend and every tensor-parallel head keep them.
+  int64_t classifier_rows = 0;
+  bool fused_classifier() const { return classifier_rows > 0 && t == 1; }
   bool partitioned() const {
     return distribute_saved_activations && t > 1 && recompute.is_full() && !sequence_parallel;
   }

@@ -6,9 +6,10 @@
 // as the engine's arenas hold them at their peak in a dry run of the configuration (zero/dry_run.h: the real
 // engine over memory that is only counted, one step walked without arithmetic), so the order in which the
 // engine acquires and releases them is stated once, in the engine; the activations by the restated count of
-// the layer loop's tensors (activation_formulas.h) in the compute dtype on a GPU (MemoryTarget::kGpu) and in
-// fp32 on the CPU backend (MemoryTarget::kCpu), which also counts what lives outside the arenas: the MPI
-// ring's staging and the engine's start-up copy. gpt_train's memory guard uses the CPU count.
+// the layer loop's tensors (activation_formulas.h) in the compute dtype on a GPU (MemoryTarget::kGpu, the
+// head a chunk of logits: the CUDA backend fuses the classifier without tensor parallelism) and in fp32 on
+// the CPU backend (MemoryTarget::kCpu), which also counts what lives outside the arenas: the MPI ring's
+// staging and the engine's start-up copy. gpt_train's memory guard uses the CPU count.
 #include "train/planner.h"
 
 #include <algorithm>
@@ -124,18 +125,22 @@ struct ActivationPair {
   double ours = 0, paper = 0;
 };
 ActivationPair activations_at(const GPTConfig& model, const ZeroConfig& z, int micro_batch,
-                              int tensor_parallel, int element_bytes, const Recompute& recompute) {
+                              int tensor_parallel, int element_bytes, const Recompute& recompute,
+                              bool fused_classifier) {
   const ActivationShape shape = activation_shape(model, micro_batch);
-  const ActivationSetup setup{tensor_parallel, z.sequence_parallel && tensor_parallel > 1, recompute,
-                              z.distribute_saved_activations};
+  ActivationSetup setup{tensor_parallel, z.sequence_parallel && tensor_parallel > 1, recompute,
+                        z.distribute_saved_activations};
+  if (fused_classifier) setup.classifier_rows = classifier_chunk_rows(int64_t(micro_batch) * model.seq_len);
   return {double(restated_activations(shape, setup, element_bytes).total_bytes),
           paper_model_bytes(shape, setup)};
 }
 
+// fused_classifier: the target's backend fuses the classifier (the CUDA backend; the CPU's keeps the whole
+// logits), which the loop uses without tensor parallelism.
 void add_activations(const GPTConfig& model, const ZeroConfig& z, int micro_batch, int tensor_parallel,
-                     int element_bytes, PlanMemory& m) {
+                     int element_bytes, bool fused_classifier, PlanMemory& m) {
   auto at = [&](const Recompute& r) {
-    return activations_at(model, z, micro_batch, tensor_parallel, element_bytes, r);
+    return activations_at(model, z, micro_batch, tensor_parallel, element_bytes, r, fused_classifier);
   };
   const ActivationPair full = at(Recompute{}), checkpointed = at(Recompute::full()),
                        selective = at(Recompute::selective()), configured = at(z.recompute);
@@ -300,7 +305,7 @@ PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, i
                           "beyond the step's buffers"});
     }
   }
-  add_activations(model, z, micro_batch, tensor_parallel, int(ab), m);
+  add_activations(model, z, micro_batch, tensor_parallel, int(ab), !cpu, m);
   std::string where;
   if (tensor_parallel > 1) {
     where = ", per rank at t = " + std::to_string(tensor_parallel) +

@@ -287,6 +287,29 @@ void add_cross_entropy(std::vector<OpCase>& cases, const Sizes& s) {
   add_cross_entropy_columns(cases, s);
 }
 
+// The fused classifier (Ops::classifier_forward / _backward) at the LM head's shape, in chunks of about a
+// third of the rows, so the last chunk is shorter; the reference is the CPU's chunked composition of the
+// unfused ops in fp64, the backward's dlosses not all equal.
+void add_classifier(std::vector<OpCase>& cases, const Sizes& s) {
+  const int64_t N = s.N(), C = s.C, Vp = s.Vp(), R = (N + 2) / 3;
+  const int V = s.V;
+  const std::string shape = shape_text({N, C}, "x" + std::to_string(Vp) + " chunks of " + std::to_string(R));
+  std::vector<Arg> args = {in("lnf", {N, C}), in("wte", {Vp, C}, 0.02), tokens("targets", {N}, V),
+                           out("losses", {N}, 0), out("scratch", {R, Vp}, 0)};
+  cases.push_back({"classifier", "classifier_forward", shape, args, {"losses"}});
+  cases.back().flops = 2.0 * N * C * Vp;
+  cases.back().run = [V](Ops& o, const CaseTensors& t) {
+    o.classifier_forward(t["losses"], t["lnf"], t["wte"], t["targets"], V, t["scratch"]);
+  };
+  for (Arg a : {in("dlosses", {N}), out("dlnf", {N, C}), out("dwte", {Vp, C})}) args.push_back(a);
+  cases.push_back({"classifier", "classifier_backward", shape, args, {"dlnf", "dwte", "losses"}});
+  cases.back().flops = 6.0 * N * C * Vp;  // the recomputed logits and the two backward GEMMs
+  cases.back().run = [V](Ops& o, const CaseTensors& t) {
+    o.classifier_backward(t["dlnf"], t["dwte"], t["losses"], t["lnf"], t["wte"], t["targets"], t["dlosses"],
+                          V, t["scratch"]);
+  };
+}
+
 // The residual stream's add, and AdamW over one transformer layer's parameters (the CPU has AdamW in fp32
 // only, so its reference is the CPU's fp32 update; nvcc contracts the update's multiply-adds, hence 1e-5).
 void add_residual_and_adamw(std::vector<OpCase>& cases, const Sizes& s) {
@@ -437,6 +460,7 @@ std::vector<OpCase> op_cases(const Sizes& s) {
   add_attention(cases, s);
   add_gelu(cases, s);
   add_cross_entropy(cases, s);
+  add_classifier(cases, s);
   add_residual_and_adamw(cases, s);
   for (OpCase& c : cases) offset_by(c, s.offset);
   return cases;
@@ -451,7 +475,8 @@ std::vector<GradientCase> gradient_cases(const Sizes& s) {
 }
 
 std::vector<std::string> families() {
-  return {"embedding", "layernorm", "linear", "attention", "gelu", "cross_entropy", "residual", "adamw"};
+  return {"embedding",     "layernorm",  "linear",   "attention", "gelu",
+          "cross_entropy", "classifier", "residual", "adamw"};
 }
 
 }  // namespace gpt::cases

@@ -149,6 +149,14 @@ class CudaOps final : public Ops {
                            const Tensor& stats, int64_t first, int vocab) override;
   void cross_entropy_backward_columns(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
                                       const Tensor& dlosses, int64_t first, int vocab) override;
+  // The fused classifier: the logits GEMM per chunk, one softmax kernel pass, the backward GEMMs; defined in
+  // ops_classifier.cc.
+  void classifier_forward(const Tensor& losses, const Tensor& lnf, const Tensor& wte, const Tensor& targets,
+                          int vocab, const Tensor& scratch) override;
+  void classifier_backward(const Tensor& dlnf, const Tensor& dwte, const Tensor& losses, const Tensor& lnf,
+                           const Tensor& wte, const Tensor& targets, const Tensor& dlosses, int vocab,
+                           const Tensor& scratch) override;
+  bool fuses_classifier() const override { return true; }
   double sum(const Tensor& x) override;
 
   void cast(const Tensor& dst, const Tensor& src, float scale) override;

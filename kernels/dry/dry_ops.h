@@ -69,6 +69,11 @@ class DryOps final : public Ops {
                            const Tensor& stats, int64_t first, int vocab) override {}
   void cross_entropy_backward_columns(const Tensor& dlogits, const Tensor& probs, const Tensor& targets,
                                       const Tensor& dlosses, int64_t first, int vocab) override {}
+  void classifier_forward(const Tensor& losses, const Tensor& lnf, const Tensor& wte, const Tensor& targets,
+                          int vocab, const Tensor& scratch) override {}
+  void classifier_backward(const Tensor& dlnf, const Tensor& dwte, const Tensor& losses, const Tensor& lnf,
+                           const Tensor& wte, const Tensor& targets, const Tensor& dlosses, int vocab,
+                           const Tensor& scratch) override {}
   double sum(const Tensor& x) override { return 0; }
 
   void cast(const Tensor& dst, const Tensor& src, float scale) override {}

@@ -61,6 +61,7 @@ inline const std::vector<NamedCheck>& all_checks() {
       {"gelu", [](Table& t, Backends& b, const Shapes& s) { check_cases(t, b, s, "gelu"); }},
       {"cross_entropy",
        [](Table& t, Backends& b, const Shapes& s) { check_cases(t, b, s, "cross_entropy"); }},
+      {"classifier", [](Table& t, Backends& b, const Shapes& s) { check_cases(t, b, s, "classifier"); }},
       {"elementwise", check_elementwise},
       {"dropout", check_dropout},
       {"reductions", check_reductions},

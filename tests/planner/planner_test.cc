@@ -329,6 +329,22 @@ TEST_CASE(
   CHECK(m.tiers.device == m.total - 12 * S);
 }
 
+TEST_CASE("the GPU target counts the fused classifier's chunk of logits, the CPU target the whole logits") {
+  gpt::GPTConfig model;  // 2048 rows of logits per micro-batch: twice a chunk
+  model.num_layers = 2;
+  model.hidden = 64;
+  model.heads = 4;
+  model.seq_len = 1024;
+  model.max_positions = 1024;
+  model.vocab = 300;
+  gpt::ZeroConfig z;
+  z.precision = gpt::DType::kF32;  // 4 bytes per activation on both targets
+  const gpt::PlanMemory gpu = gpt::plan_memory(model, z, 1, 1, 2);
+  const gpt::PlanMemory cpu = gpt::plan_memory(model, z, 1, 1, 2, 1, gpt::MemoryTarget::kCpu);
+  const double Vp = model.padded_vocab();
+  CHECK(cpu.of("activations") - gpu.of("activations") == (2048 - gpt::kClassifierChunkRows) * Vp * 4);
+}
+
 TEST_CASE(
     "the CPU backend's count: fp32 activations, widened weights, the ring's staging, the start-up copy") {
   gpt::GPTConfig model;  // GPT-2 124M at sequence 64

@@ -62,10 +62,11 @@ struct Allocated {
 };
 
 template <typename Real>
-Allocated allocate_loop(const gpt::GPTConfig& config, int B, const ActivationSetup& setup) {
+Allocated allocate_loop(const gpt::GPTConfig& config, int B, const ActivationSetup& setup,
+                        gpt::Ops& ops = gpt::cpu_ops()) {
   SizedGroup group(setup.t, setup.t - 1);  // the last rank: every rank allocates the same shapes
   gpt::Arena arena;
-  gpt::LayerLoop<Real> loop(config, B, setup.recompute, gpt::cpu_ops(), arena, 1,
+  gpt::LayerLoop<Real> loop(config, B, setup.recompute, ops, arena, 1,
                             gpt::TensorParallel{setup.t > 1 ? &group : nullptr, setup.sequence_parallel,
                                                 setup.distribute_saved_activations});
   Allocated a;
@@ -78,7 +79,37 @@ Allocated allocate_loop(const gpt::GPTConfig& config, int B, const ActivationSet
   return a;
 }
 
+// The CPU backend asking for the fused classifier, as the CUDA backend does.
+class FusingCpuOps final : public gpt::CpuOps {
+ public:
+  bool fuses_classifier() const override { return true; }
+};
+
 }  // namespace
+
+TEST_CASE("with a backend that fuses the classifier the restated count holds its chunk, at t = 1 only") {
+  const gpt::GPTConfig config = gpt::test::small_parallel_model(kLayers);
+  FusingCpuOps fusing;
+  // B = 80: 1280 rows, more than a chunk's 1024.
+  for (int B : {2, 80}) {
+    for (int t : {1, 2}) {
+      CAPTURE(B);
+      CAPTURE(t);
+      ActivationSetup setup{t, false, Recompute{}};
+      setup.classifier_rows = gpt::classifier_chunk_rows(int64_t(B) * config.seq_len);
+      const gpt::RestatedActivations restated =
+          gpt::restated_activations(gpt::activation_shape(config, B), setup);
+      const Allocated fused = allocate_loop<float>(config, B, setup, fusing);
+      CHECK(restated.total_bytes == int64_t(fused.loop_bytes));
+      // Against the whole logits: the chunk's rows instead of B*T at t = 1; tensor parallelism keeps them.
+      ActivationSetup whole = setup;
+      whole.classifier_rows = 0;
+      const int64_t saved = (int64_t(B) * config.seq_len - setup.classifier_rows) * config.padded_vocab() * 4;
+      CHECK(gpt::restated_activations(gpt::activation_shape(config, B), whole).total_bytes ==
+            restated.total_bytes + (t == 1 ? saved : 0));
+    }
+  }
+}
 
 TEST_CASE("the restated count is what the layer loop allocates at every t, with and without SP") {
   const gpt::GPTConfig config = gpt::test::small_parallel_model(kLayers);
