@@ -2,24 +2,19 @@
 // attention.cu takes when no dropout mask is drawn (GPT-2 pretraining as llm.c runs it). Same layout, same
 // att (the probabilities before dropout, zeros above the diagonal) and the same meaning as the handwritten
 // kernels; the GEMMs run on the matrix units whenever the context asks for them (Context::fp32_gemm_compute:
-// bf16 or fp16 inputs inside the GEMM with --bf16/--fp16, exact fp32 otherwise).
-//
-// Per sequence b and head h, with hs = C/NH and row-major Q, K, V [T, hs] (rows 3C apart in qkv), dO and O
-// [T, hs] (rows C apart), P [T, T]:
-//   forward:  S = scale Q K^T;  P = causal_softmax(S) (in att);  O = P V
-//   backward: dP = dO V^T;  dV += P^T dO;  dS = P * (dP - rowsum(P * dP)) * scale;  dQ += dS K;  dK += dS^T Q
-// cuBLAS is column-major: a row-major matrix X with rows ld apart is the column-major X^T with leading
-// dimension ld, so each product above is written as its transpose (the comments at each call). One
-// strided-batched GEMM covers the heads of a sequence (consecutive heads are hs columns apart in qkv, T*T
-// apart in att), one call per sequence. The backward's dS needs [heads, T, T] of scratch: heads are taken in
-// groups whose scratch stays under kScratchBytes. The full T x T products are computed (the masked half
-// included); the softmax kernels zero what lies above the diagonal. Every sum runs in a fixed order, so
-// reruns repeat bit for bit.
+// bf16 or fp16 inputs inside the GEMM with --bf16/--fp16, exact fp32 otherwise). The GEMMs are planned in
+// kernels/common/attention_gemm_plan.h (the math and the column-major layout, tested on the host); one
+// strided-batched call covers the heads of a sequence. The backward's dS needs [heads, T, T] of scratch: heads
+// are taken in groups whose scratch stays under kScratchBytes. The full T x T products are computed (the
+// masked half included); the softmax kernels zero what lies above the diagonal. Every sum runs in a fixed
+// order, so reruns repeat bit for bit.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/common/attention_gemm_plan.h"
 #include "kernels/cuda/attention_gemm.h"
 
 namespace gpt::cuda {
@@ -170,97 +165,75 @@ void causal_softmax_backward(const Context& ctx, float* dp, const float* att, in
   GPT_CUDA_CHECK(cudaGetLastError());
 }
 
-// One strided-batched fp32 GEMM, C = alpha op(A) op(B) + beta C, column-major, over `batch` heads.
-struct HeadGemm {
-  cublasOperation_t op_a = CUBLAS_OP_N, op_b = CUBLAS_OP_N;
-  int m = 0, n = 0, k = 0;
-  const float* a = nullptr;
-  int lda = 0;
-  int64_t stride_a = 0;
-  const float* b = nullptr;
-  int ldb = 0;
-  int64_t stride_b = 0;
-  float* c = nullptr;
-  int ldc = 0;
-  int64_t stride_c = 0;
-  float alpha = 1.0f, beta = 0.0f;
-  int batch = 0;
+// The tensors a planned GEMM may name, on the device.
+struct Tensors {
+  const float* qkv = nullptr;
+  float* out = nullptr;
+  float* att = nullptr;
+  const float* dout = nullptr;
+  float* dqkv = nullptr;
+  float* scratch = nullptr;
 };
 
-void run(const Context& ctx, const HeadGemm& g) {
-  GPT_CUDA_CHECK(cublasGemmStridedBatchedEx(ctx.cublas(), g.op_a, g.op_b, g.m, g.n, g.k, &g.alpha, g.a, CUDA_R_32F,
-                                            g.lda, g.stride_a, g.b, CUDA_R_32F, g.ldb, g.stride_b, &g.beta, g.c,
-                                            CUDA_R_32F, g.ldc, g.stride_c, g.batch, ctx.fp32_gemm_compute(),
-                                            CUBLAS_GEMM_DEFAULT));
+float* address(const Tensors& t, const AttentionOperand& operand) {
+  switch (operand.tensor) {
+    case AttentionTensor::kQkv:
+      return const_cast<float*>(t.qkv) + operand.offset;
+    case AttentionTensor::kOut:
+      return t.out + operand.offset;
+    case AttentionTensor::kAtt:
+      return t.att + operand.offset;
+    case AttentionTensor::kDout:
+      return const_cast<float*>(t.dout) + operand.offset;
+    case AttentionTensor::kDqkv:
+      return t.dqkv + operand.offset;
+    case AttentionTensor::kScratch:
+      return t.scratch + operand.offset;
+  }
+  return nullptr;
 }
 
-// X [T, T] row-major = alpha * L R^T for row-major L, R [T, hs] with rows ld_l and ld_r apart, over `heads`
-// heads (hs columns apart in L and R, T*T apart in X). Column-major: X^T = alpha (R^cm)^T L^cm.
-void scores(const Context& ctx, float* x, const float* l, int ld_l, const float* r, int ld_r, int T, int hs,
-            int heads, float alpha) {
-  HeadGemm g;
-  g.op_a = CUBLAS_OP_T, g.op_b = CUBLAS_OP_N;
-  g.m = T, g.n = T, g.k = hs;
-  g.a = r, g.lda = ld_r, g.stride_a = hs;
-  g.b = l, g.ldb = ld_l, g.stride_b = hs;
-  g.c = x, g.ldc = T, g.stride_c = int64_t(T) * T;
-  g.alpha = alpha, g.batch = heads;
-  run(ctx, g);
-}
-
-// Y [T, hs] (rows ld_y apart) = X Z + beta Y for row-major X [T, T] (or X^T when transpose_x) and Z [T, hs]
-// (rows ld_z apart). Column-major: Y^cm = Z^cm (X^cm), X^cm = X^T as stored, so X is op_b = T and X^T op_b = N.
-void times_values(const Context& ctx, float* y, int ld_y, const float* x, bool transpose_x, const float* z,
-                  int ld_z, int T, int hs, int heads, float beta) {
-  HeadGemm g;
-  g.op_a = CUBLAS_OP_N, g.op_b = transpose_x ? CUBLAS_OP_T : CUBLAS_OP_N;
-  g.m = hs, g.n = T, g.k = T;
-  g.a = z, g.lda = ld_z, g.stride_a = hs;
-  g.b = x, g.ldb = T, g.stride_b = int64_t(T) * T;
-  g.c = y, g.ldc = ld_y, g.stride_c = hs;
-  g.beta = beta, g.batch = heads;
-  run(ctx, g);
+// One strided-batched fp32 GEMM of the plan.
+void run(const Context& ctx, const AttentionGemm& g, const Tensors& t) {
+  const cublasOperation_t op_a = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  GPT_CUDA_CHECK(cublasGemmStridedBatchedEx(
+      ctx.cublas(), op_a, op_b, g.m, g.n, g.k, &g.alpha, address(t, g.a), CUDA_R_32F, g.a.ld, g.a.stride,
+      address(t, g.b), CUDA_R_32F, g.b.ld, g.b.stride, &g.beta, address(t, g.c), CUDA_R_32F, g.c.ld, g.c.stride,
+      g.batch, ctx.fp32_gemm_compute(), CUBLAS_GEMM_DEFAULT));
 }
 
 }  // namespace
 
 void attention_forward_gemm(const Context& ctx, float* out, float* att, const float* qkv, int B, int T, int C,
                             int NH) {
-  const int hs = C / NH, ld = 3 * C;
-  const float scale = 1.0f / std::sqrt(float(hs));
+  const float scale = 1.0f / std::sqrt(float(C / NH));
+  const Tensors tensors{qkv, out, att};
   for (int b = 0; b < B; ++b) {
-    const float* q = qkv + int64_t(b) * T * ld;
-    float* p = att + int64_t(b) * NH * T * T;
-    scores(ctx, p, q, ld, q + C, ld, T, hs, NH, scale);  // S = scale Q K^T
-    const int64_t rows = int64_t(NH) * T;
-    causal_softmax(ctx, p, rows, T);
-    // O = P V: Y = X Z with X = P as stored (transpose_x = false reads it as P, see times_values).
-    times_values(ctx, out + int64_t(b) * T * C, C, p, false, q + 2 * C, ld, T, hs, NH, 0.0f);
+    const std::array<AttentionGemm, 2> gemms = attention_forward_gemms(b, T, C, NH, scale);
+    run(ctx, gemms[0], tensors);  // S = scale Q K^T
+    causal_softmax(ctx, att + int64_t(b) * NH * T * T, int64_t(NH) * T, T);
+    run(ctx, gemms[1], tensors);  // O = P V
   }
 }
 
 void attention_backward_gemm(const Context& ctx, float* dqkv, const float* dout, const float* qkv,
                              const float* att, int B, int T, int C, int NH) {
-  const int hs = C / NH, ld = 3 * C;
-  const float scale = 1.0f / std::sqrt(float(hs));
+  const float scale = 1.0f / std::sqrt(float(C / NH));
   const size_t head_bytes = sizeof(float) * size_t(T) * T;
   const int group = int(std::max<size_t>(1, std::min<size_t>(NH, kScratchBytes / head_bytes)));
   StreamScratch scratch(ctx, head_bytes * group);
-  float* ds = scratch.as<float>();
+  const Tensors tensors{qkv, nullptr, const_cast<float*>(att), dout, dqkv, scratch.as<float>()};
   for (int b = 0; b < B; ++b) {
     for (int h0 = 0; h0 < NH; h0 += group) {
       const int heads = std::min(group, NH - h0);
-      const int64_t column = int64_t(b) * T * ld + int64_t(h0) * hs;
-      const float *q = qkv + column, *k = q + C, *v = q + 2 * C;
-      float *dq = dqkv + column, *dk = dq + C, *dv = dq + 2 * C;
-      const float* d_o = dout + int64_t(b) * T * C + int64_t(h0) * hs;
-      const float* p = att + (int64_t(b) * NH + h0) * T * T;
-      scores(ctx, ds, d_o, C, v, ld, T, hs, heads, 1.0f);  // dP = dO V^T
-      times_values(ctx, dv, ld, p, true, d_o, C, T, hs, heads, 1.0f);  // dV += P^T dO
-      const int64_t rows = int64_t(heads) * T;
-      causal_softmax_backward(ctx, ds, p, rows, T, scale);
-      times_values(ctx, dq, ld, ds, false, k, ld, T, hs, heads, 1.0f);  // dQ += dS K
-      times_values(ctx, dk, ld, ds, true, q, ld, T, hs, heads, 1.0f);   // dK += dS^T Q
+      const std::array<AttentionGemm, 4> gemms = attention_backward_gemms(b, h0, heads, T, C, NH);
+      run(ctx, gemms[0], tensors);  // dP = dO V^T
+      run(ctx, gemms[1], tensors);  // dV += P^T dO
+      causal_softmax_backward(ctx, tensors.scratch, att + (int64_t(b) * NH + h0) * T * T, int64_t(heads) * T, T,
+                              scale);
+      run(ctx, gemms[2], tensors);  // dQ += dS K
+      run(ctx, gemms[3], tensors);  // dK += dS^T Q
     }
   }
 }
