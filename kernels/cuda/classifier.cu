@@ -2,91 +2,20 @@
 // a running (maximum, sum of exp(z - maximum)) pair, the pairs merge in a fixed tree (warp shuffles, then
 // the warps in order), so a rerun gives the same bits; the gradient pass then writes each column from the
 // value it read, p = exp(z - m) * (1 / sum), then p * dl (- dl at the target), cross_entropy.cu's roundings.
-// The reduction helpers repeat cross_entropy.cu's (file-local there) so that file stays untouched.
+// The row statistics are row_softmax.cuh's, as cross_entropy.cu's.
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/cuda/classifier.h"
 #include "kernels/cuda/dtype.cuh"
+#include "kernels/cuda/row_softmax.cuh"
 
 namespace gpt::cuda {
 namespace {
 
 constexpr int kThreads = 512;
-constexpr unsigned kFullMask = 0xffffffffu;
-
-// No default member initializers: the type is also __shared__ storage.
-struct Softmax {
-  float max;
-  float sum;
-};
-
-// -FLT_MAX rather than -inf keeps exp(m - z) free of inf - inf for threads with no columns.
-__device__ __forceinline__ Softmax empty_softmax() {
-  return {-FLT_MAX, 0.0f};
-}
-
-__device__ __forceinline__ void fold(Softmax& s, float z) {
-  if (z > s.max) {
-    s.sum = s.sum * expf(s.max - z) + 1.0f;
-    s.max = z;
-  } else {
-    s.sum += expf(z - s.max);
-  }
-}
-
-__device__ __forceinline__ Softmax merge(Softmax a, Softmax b) {
-  const float m = fmaxf(a.max, b.max);
-  return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
-}
-
-__device__ __forceinline__ Softmax warp_merge(Softmax s) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const Softmax other{__shfl_down_sync(kFullMask, s.max, offset),
-                        __shfl_down_sync(kFullMask, s.sum, offset)};
-    s = merge(s, other);
-  }
-  return s;
-}
-
-// The row's statistics, the same in every thread of the block.
-__device__ Softmax block_merge(Softmax s) {
-  __shared__ Softmax warps[32];
-  __shared__ Softmax total;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  s = warp_merge(s);
-  if (lane == 0) warps[warp] = s;
-  __syncthreads();
-  if (warp == 0) {
-    s = lane < static_cast<int>(blockDim.x / 32) ? warps[lane] : empty_softmax();
-    s = warp_merge(s);
-    if (lane == 0) total = s;
-  }
-  __syncthreads();
-  return total;
-}
-
-// A thread's part of the row's first V columns: float4 groups tid, tid + blockDim, ... below V / 4, then one
-// of the last V % 4 columns (kVec4); or single columns tid, tid + blockDim, ...
-template <bool kVec4>
-__device__ __forceinline__ Softmax fold_row(const float* z, int V) {
-  Softmax s = empty_softmax();
-  if constexpr (kVec4) {
-    const int groups = V / 4;
-    for (int q = threadIdx.x; q < groups; q += blockDim.x) {
-      const float4 v = reinterpret_cast<const float4*>(z)[q];
-      fold(s, v.x);
-      fold(s, v.y);
-      fold(s, v.z);
-      fold(s, v.w);
-    }
-    if (static_cast<int>(threadIdx.x) < V - 4 * groups) fold(s, z[4 * groups + threadIdx.x]);
-  } else {
-    for (int j = threadIdx.x; j < V; j += blockDim.x) fold(s, z[j]);
-  }
-  return s;
-}
+using namespace row_softmax;
 
 // The target's logit, NaN for a target outside [0, V) (as cross_entropy_forward_f32).
 __device__ __forceinline__ float target_logit(const float* z, int target, int V) {
