@@ -193,14 +193,21 @@ float* address(const Tensors& t, const AttentionOperand& operand) {
   return nullptr;
 }
 
-// One strided-batched fp32 GEMM of the plan.
+// One strided-batched fp32 GEMM of the plan, in the context's compute type; where cuBLAS has none for fp32
+// inputs rounded to fp16/bf16, in exact fp32 (as linear.cu's GEMMs fall back).
 void run(const Context& ctx, const AttentionGemm& g, const Tensors& t) {
   const cublasOperation_t op_a = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-  GPT_CUDA_CHECK(cublasGemmStridedBatchedEx(
-      ctx.cublas(), op_a, op_b, g.m, g.n, g.k, &g.alpha, address(t, g.a), CUDA_R_32F, g.a.ld, g.a.stride,
-      address(t, g.b), CUDA_R_32F, g.b.ld, g.b.stride, &g.beta, address(t, g.c), CUDA_R_32F, g.c.ld, g.c.stride,
-      g.batch, ctx.fp32_gemm_compute(), CUBLAS_GEMM_DEFAULT));
+  auto gemm = [&](cublasComputeType_t compute) {
+    return cublasGemmStridedBatchedEx(ctx.cublas(), op_a, op_b, g.m, g.n, g.k, &g.alpha, address(t, g.a),
+                                      CUDA_R_32F, g.a.ld, g.a.stride, address(t, g.b), CUDA_R_32F, g.b.ld,
+                                      g.b.stride, &g.beta, address(t, g.c), CUDA_R_32F, g.c.ld, g.c.stride, g.batch,
+                                      compute, CUBLAS_GEMM_DEFAULT);
+  };
+  cublasStatus_t status = gemm(ctx.fp32_gemm_compute());
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED && ctx.fp32_gemm_compute() != CUBLAS_COMPUTE_32F)
+    status = gemm(CUBLAS_COMPUTE_32F);
+  GPT_CUDA_CHECK(status);
 }
 
 }  // namespace
