@@ -26,18 +26,21 @@
 //   layernorm_forward           out, x, w, b in T; mean, rstd fp32
 //   layernorm_backward          dx, dout, x, w in T; dw, db, mean, rstd fp32
 //   linear_* (and _columns)     x, w, b, out, dout, dx in T; dw, db fp32
-//   attention_*                 qkv, out, att, dout, dqkv in T (the probabilities are kept in T)
+//   attention_*                 qkv, out, att, dout, dqkv in T (the residual, probabilities or
+//                               log-sum-exp, is kept in T)
 //   gelu_*, add, dropout_*      every tensor in T
 //   cross_entropy_*             logits, probs, dlogits in T; losses, dlosses, stats fp32
 // Every value is computed in fp32 and each output rounded to its dtype once; with T fp32 these are the plain
 // fp32 ops. Any other combination throws UnsupportedOp naming the op and its tensors' dtypes.
 // Shapes give the sizes: [N, C] rows for LayerNorm and linear, [B, T, C] activations, [B, NH, T, T] attention
-// probabilities. An empty tensor (null data) is an absent optional argument.
+// probabilities or [B, NH, T] their rows' log-sum-exp (Ops::attention_residual). An empty tensor (null data)
+// is an absent optional argument.
 #pragma once
 
 #include <cstdint>
 #include <stdexcept>
 
+#include "kernels/attention_residual.h"
 #include "tensor/arena.h"
 #include "tensor/tensor.h"
 
@@ -161,17 +164,26 @@ class Ops {
   virtual void linear_backward_columns(const Tensor& dx, const Tensor& dw, const Tensor& db,
                                        const Tensor& dout, int64_t first, const Tensor& x,
                                        const Tensor& w) = 0;
-  // Causal multi-head attention over qkv [B, T, 3C]; att [B, NH, T, T] keeps the softmax probabilities
-  // before dropout (with dropout, out = mask(att) V; the backward regenerates the masks from the keys).
+  // What attention_forward keeps for attention_backward (kernels/attention_residual.h), which decides the
+  // shape of its `att` residual: kProbabilities [B, NH, T, T], kLogSumExp [B, NH, T]. The layer loop
+  // allocates it by this answer, and the activation counts follow the target backend's.
+  virtual AttentionResidual attention_residual() const { return AttentionResidual::kProbabilities; }
+  // Causal multi-head attention over qkv [B, T, 3C] into out [B, T, C]. att is the residual kept for the
+  // backward: with kProbabilities [B, NH, T, T], the softmax probabilities before dropout (with dropout,
+  // out = mask(att) V); with kLogSumExp [B, NH, T], the log of the sum of exp of each row's scaled causal
+  // scores, before dropout (kernels/cpu/flash_attention.h's lse). Either way the backward regenerates the
+  // dropout masks from the keys; probability (h, i, j) draws at element h*T*T + i*T + j.
   virtual void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
                                  const DropoutMask* dropout) = 0;
   // Incremental decoding (a key/value cache): out [1, C] is the last row of causal attention over qkv [n,
   // 3C], the query of row n-1 against the keys and values of all n rows; att [NH, n] receives its
   // probabilities.
   virtual void attention_decode(const Tensor& out, const Tensor& att, const Tensor& qkv) = 0;
-  // Accumulates into dqkv.
+  // Accumulates into dqkv, given the forward's qkv, its output out [B, T, C] and its residual att (the
+  // shape attention_residual() says) and the same dropout. out is what a flash backward needs (rowsum(dout *
+  // out) in place of rowsum(dA * A)); a backend keeping probabilities ignores it.
   virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                  const Tensor& att, const DropoutMask* dropout) = 0;
+                                  const Tensor& out, const Tensor& att, const DropoutMask* dropout) = 0;
   virtual void gelu_forward(const Tensor& out, const Tensor& x) = 0;
   // The MLP's first layer: pre = x w^T + b (what gelu_backward needs) and out = GELU(pre), in one op so that
   // a backend can apply GELU in the GEMM's epilogue (the CUDA backend does: one pass over pre instead of

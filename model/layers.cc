@@ -53,14 +53,16 @@ const Tensor& hidden_gradient(Ops& ops, const Dropout& dropout, int layer, Dropo
 }
 
 // The attention op's dropout at a layer, owning the per-sequence keys: null when attention dropout is off.
-// att [B, NH', T, T] is this rank's heads: with tensor parallelism rank r's begin at head r NH'.
+// att, the residual [B, NH', T, T] or [B, NH', T], is this rank's heads: with tensor parallelism rank r's
+// begin at head r NH'. The masks are per probability whichever residual is kept, so rank r's first element
+// is r NH' T T.
 class AttentionMasks {
  public:
   AttentionMasks(const Dropout& dropout, int layer, const Tensor& att, const TensorParallel& tp) {
     if (dropout.active() && dropout.attention > 0)
       keys_ = dropout.keys(layer, DropoutSite::kAttentionProbs, int(att.shape[0]));
-    const int64_t first_head = int64_t(tp.rank()) * att.shape[1];
-    mask_ = {dropout.attention, keys_.data(), first_head * att.shape[2] * att.shape[3]};
+    const int64_t first_head = int64_t(tp.rank()) * att.shape[1], T = att.shape[2];
+    mask_ = {dropout.attention, keys_.data(), first_head * T * T};
   }
   AttentionMasks(const AttentionMasks&) = delete;
   AttentionMasks& operator=(const AttentionMasks&) = delete;
@@ -261,14 +263,18 @@ std::vector<uint64_t> Dropout::keys(int layer, DropoutSite site, int B) const {
 }
 
 void BlockActivations::allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T,
-                                bool own_probs, const TensorParallel& tp) {
+                                bool own_probs, const TensorParallel& tp, AttentionResidual residual) {
   const int64_t C = config.hidden, t = tp.size(), Tl = tp.local_positions(T), BTl = int64_t(B) * Tl;
   for (Tensor* x : {&ln1, &residual2, &ln2}) *x = gpt::allocate(arena, dtype, {B, Tl, C});
   for (Tensor* x : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) *x = gpt::allocate(arena, dtype, {BTl});
   atty = gpt::allocate(arena, dtype, {B, T, C / t});
   qkv = gpt::allocate(arena, dtype, {B, T, 3 * C / t});
   owns_probs = own_probs;
-  if (own_probs) att = gpt::allocate(arena, dtype, {B, config.heads / t, T, T});
+  if (own_probs) {
+    const int64_t NH = config.heads / t;
+    att = residual == AttentionResidual::kLogSumExp ? gpt::allocate(arena, dtype, {B, NH, T})
+                                                    : gpt::allocate(arena, dtype, {B, NH, T, T});
+  }
   fch = gpt::allocate(arena, dtype, {B, T, 4 * C / t});
   fch_gelu = gpt::allocate(arena, dtype, {B, T, 4 * C / t});
 }
@@ -470,13 +476,14 @@ void block_backward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weigh
                         full_sequence(tp, d_attn_out), a.atty);
   const AttentionMasks attention_masks(dropout, layer, a.att, tp);
   if (recompute_attention) {
-    // Selective recomputation: the attention core again, from the kept qkv with the same masks. Its output
-    // equals the kept atty; it lands in d_ln1 (as many elements), free between the projection's backward and
-    // qkv's.
+    // Selective recomputation: the attention core again, from the kept qkv with the same masks, rewriting
+    // the shared residual (probabilities or log-sum-exp). Its output equals the kept atty; it lands in d_ln1
+    // (as many elements), free between the projection's backward and qkv's.
     ops.attention_forward(reshaped(s.d_ln1, a.atty.shape), a.att, a.qkv, attention_masks.get());
   }
   ops.fill(s.d_qkv, 0);
-  ops.attention_backward(s.d_qkv, s.d_atty, a.qkv, a.att, attention_masks.get());
+  // atty is the forward's output, kept either way (a log-sum-exp backward reads it; the others ignore it).
+  ops.attention_backward(s.d_qkv, s.d_atty, a.qkv, a.atty, a.att, attention_masks.get());
   column_parallel_backward(ops, weights, BlockLinear::kQkv, s.d_ln1, g.qkv_b, s.d_qkv, a.ln1, tp);
   // LayerNorm 1's input gradient joins the skip path: dresidual becomes dL/d(x_in).
   norm_backward(ops, tp, dresidual, g.ln1_w, g.ln1_b, s.d_ln1, x_in, w.ln1_w, a.ln1_mean, a.ln1_rstd);

@@ -60,7 +60,8 @@ uint64_t dropout_key(uint64_t seed, int64_t window, int layer, DropoutSite site)
 struct BlockActivations {
   Tensor ln1, ln1_mean, ln1_rstd;  // [B,T,C], [B*T], [B*T]
   Tensor qkv;                      // [B,T,3C]
-  Tensor att;                      // [B,NH,T,T] softmax probabilities
+  Tensor att;                      // attention's residual (Ops::attention_residual): [B,NH,T,T] softmax
+                                   // probabilities, or [B,NH,T] each row's log-sum-exp
   Tensor atty;                     // [B,T,C] attention output before the projection
   Tensor residual2;                // [B,T,C] x + attention branch
   Tensor ln2, ln2_mean, ln2_rstd;  // [B,T,C], [B*T], [B*T]
@@ -69,10 +70,12 @@ struct BlockActivations {
   // not count a shared one.
   bool owns_probs = true;
 
-  // With tensor parallelism the shapes are this rank's: qkv [B,T,3C/t], att [B,NH/t,T,T], atty [B,T,C/t],
-  // fch [B,T,4C/t]; with sequence parallelism ln1, residual2, ln2 and their statistics hold T/t positions.
+  // With tensor parallelism the shapes are this rank's: qkv [B,T,3C/t], att [B,NH/t,T,T] (or [B,NH/t,T]),
+  // atty [B,T,C/t], fch [B,T,4C/t]; with sequence parallelism ln1, residual2, ln2 and their statistics hold
+  // T/t positions. residual: what the backend's attention keeps (Ops::attention_residual).
   void allocate(Arena& arena, DType dtype, const GPTConfig& config, int B, int T, bool own_probs = true,
-                const TensorParallel& tp = TensorParallel{});
+                const TensorParallel& tp = TensorParallel{},
+                AttentionResidual residual = AttentionResidual::kProbabilities);
   size_t bytes() const;
 };
 
@@ -189,7 +192,8 @@ void block_forward(Ops& ops, const GPTConfig& config, const Real* weights, const
 
 // dresidual holds dL/d(x_out) on entry and dL/d(x_in) on return; the gradients accumulate. dropout and layer
 // must be the forward's. recompute_attention (selective recomputation): acts.att does not hold this block's
-// attention probabilities; they are computed again from acts.qkv (and the same dropout) before their use.
+// attention residual; it is computed again from acts.qkv (and the same dropout) before its use. The
+// attention backward reads acts.atty as the forward's output (a log-sum-exp backend needs it).
 template <typename Real>
 void block_backward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weights, const Tensor& x_in,
                     const BlockActivations& acts, BlockScratch& scratch, const Tensor& dresidual,

@@ -213,7 +213,7 @@ LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, const Recom
   blocks_.resize(std::max(slots.blocks, 1));  // evaluation uses set 0
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const bool own_probs = i == 0 || !recompute.is_selective();
-    blocks_[i].allocate(arena, dtype, config, B_, T_, own_probs, tp_);
+    blocks_[i].allocate(arena, dtype, config, B_, T_, own_probs, tp_, ops.attention_residual());
     if (!own_probs) blocks_[i].att = blocks_[0].att;
   }
   scratch_.allocate(arena, dtype, config, B_, T_, tp_);

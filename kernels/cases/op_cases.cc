@@ -159,6 +159,8 @@ void add_linear(std::vector<OpCase>& cases, const Sizes& s) {
   add_linear_columns(cases, s);
 }
 
+// att is the probabilities residual [B, NH, T, T]: every backend these cases compare keeps them
+// (Ops::attention_residual); out is also what a flash backward would read.
 std::vector<Arg> attention_args(const Sizes& s) {
   const int64_t B = s.B, T = s.T, C = s.C, NH = s.NH;
   return {in("qkv", {B, T, 3 * C}), out("out", {B, T, C}, 0), out("att", {B, NH, T, T}, 0)};
@@ -181,7 +183,7 @@ void add_attention(std::vector<OpCase>& cases, const Sizes& s) {
       o.attention_forward(t["out"], t["att"], t["qkv"], mask);
     });
     cases.back().run = with_keys(s.B, p, [](Ops& o, const CaseTensors& t, const DropoutMask* mask) {
-      o.attention_backward(t["dqkv"], t["dout"], t["qkv"], t["att"], mask);
+      o.attention_backward(t["dqkv"], t["dout"], t["qkv"], t["out"], t["att"], mask);
     });
   }
   cases.push_back({"attention",
@@ -387,7 +389,7 @@ void add_gradient_cases_of_attention_and_loss(std::vector<GradientCase>& cases, 
     o.attention_forward(t["out"], t["att"], t["qkv"], nullptr);
   };
   cases.back().backward = [](Ops& o, const CaseTensors& t) {
-    o.attention_backward(t["dqkv"], t["dout"], t["qkv"], t["att"], nullptr);
+    o.attention_backward(t["dqkv"], t["dout"], t["qkv"], t["out"], t["att"], nullptr);
   };
   const std::vector<int64_t> wide = {N, 4 * C};
   cases.push_back({"gelu",

@@ -259,8 +259,9 @@ void CpuOps::attention_decode(const Tensor& out, const Tensor& att, const Tensor
   });
 }
 
-void CpuOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
-                                const DropoutMask* dropout) {
+// Keeps the probabilities (attention_residual's default), so the forward's output is not needed.
+void CpuOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor&,
+                                const Tensor& att, const DropoutMask* dropout) {
   const int B = int(att.shape[0]), NH = int(att.shape[1]), T = int(att.shape[2]), C = int(last_dim(dout));
   const cpu::AttentionDropout spec = attention_dropout(dropout);
   on_float(qkv, [&]<typename Real>() {

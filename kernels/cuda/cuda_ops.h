@@ -125,11 +125,14 @@ class CudaOps final : public Ops {
                               const Tensor& b) override;
   void linear_backward_columns(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                                int64_t first, const Tensor& x, const Tensor& w) override;
+  // The probabilities, as kernels/attention_residual.h's cuda_attention_residual() says for the planner;
+  // the flash kernel will keep the log-sum-exp instead (the constant changes with it).
+  AttentionResidual attention_residual() const override { return cuda_attention_residual(); }
   void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
                          const DropoutMask* dropout) override;
   void attention_decode(const Tensor& out, const Tensor& att, const Tensor& qkv) override;
-  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
-                          const DropoutMask* dropout) override;
+  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& att, const DropoutMask* dropout) override;
   void gelu_forward(const Tensor& out, const Tensor& x) override;
   // GELU in the GEMM's epilogue (cuBLASLt's GELU_AUX_BIAS): linear.h's linear_gelu_forward.
   void linear_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor& x, const Tensor& w,

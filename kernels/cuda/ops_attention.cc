@@ -51,8 +51,9 @@ void CudaOps::attention_decode(const Tensor& out, const Tensor& att, const Tenso
   wide.narrow();
 }
 
-void CudaOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
-                                 const DropoutMask* dropout) {
+// Keeps the probabilities (cuda_attention_residual()), so the forward's output is not needed.
+void CudaOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor&,
+                                 const Tensor& att, const DropoutMask* dropout) {
   constexpr const char* kOp = "attention_backward";
   require_rank(att, 4, kOp, "att");
   const int B = int(att.shape[0]), NH = int(att.shape[1]), T = int(att.shape[2]), C = int(dout.shape.back());

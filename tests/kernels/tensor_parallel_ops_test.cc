@@ -359,7 +359,7 @@ void check_attention_heads(bool drop) {
   const Host<Real> dqkv(int64_t(B) * T * 3 * C);
   ops.attention_forward(out.tensor({B, T, C}), att.tensor({B, NH, T, T}), qkv.tensor({B, T, 3 * C}), &mask);
   ops.attention_backward(dqkv.tensor({B, T, 3 * C}), dout.tensor({B, T, C}), qkv.tensor({B, T, 3 * C}),
-                         att.tensor({B, NH, T, T}), &mask);
+                         out.tensor({B, T, C}), att.tensor({B, NH, T, T}), &mask);
 
   const Host<Real> qkv_l(qkv_heads(qkv_values, B, T, C, hs, h0, NHl));
   const Host<Real> dout_l(columns(dout_values, int64_t(B) * T, C, h0 * hs, Cl));
@@ -368,7 +368,8 @@ void check_attention_heads(bool drop) {
   ops.attention_forward(out_l.tensor({B, T, Cl}), att_l.tensor({B, NHl, T, T}), qkv_l.tensor({B, T, 3 * Cl}),
                         &offset_mask);
   ops.attention_backward(dqkv_l.tensor({B, T, 3 * Cl}), dout_l.tensor({B, T, Cl}),
-                         qkv_l.tensor({B, T, 3 * Cl}), att_l.tensor({B, NHl, T, T}), &offset_mask);
+                         qkv_l.tensor({B, T, 3 * Cl}), out_l.tensor({B, T, Cl}), att_l.tensor({B, NHl, T, T}),
+                         &offset_mask);
 
   CHECK(out_l.values() == columns(out.values(), int64_t(B) * T, C, h0 * hs, Cl));
   // att [B, NH, T*T]: heads h0.. of each sequence.

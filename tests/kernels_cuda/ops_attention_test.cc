@@ -74,9 +74,10 @@ void run_both(Backends& b, AttentionCase& c, const gpt::DropoutMask* dropout) {
   b.cpu.attention_forward(c.out.cpu, c.att.cpu, c.qkv.cpu, dropout);
   b.gpu.attention_forward(c.out.gpu, c.att.gpu, c.qkv.gpu, dropout ? &gpu_mask : nullptr);
   std::fill(gpu_keys.begin(), gpu_keys.end(), 0);
-  b.cpu.attention_backward(c.dqkv.cpu, c.dout.cpu, c.qkv.cpu, c.att.cpu, dropout);
+  b.cpu.attention_backward(c.dqkv.cpu, c.dout.cpu, c.qkv.cpu, c.out.cpu, c.att.cpu, dropout);
   if (dropout) std::copy(dropout->keys, dropout->keys + gpu_keys.size(), gpu_keys.begin());
-  b.gpu.attention_backward(c.dqkv.gpu, c.dout.gpu, c.qkv.gpu, c.att.gpu, dropout ? &gpu_mask : nullptr);
+  b.gpu.attention_backward(c.dqkv.gpu, c.dout.gpu, c.qkv.gpu, c.out.gpu, c.att.gpu,
+                           dropout ? &gpu_mask : nullptr);
   std::fill(gpu_keys.begin(), gpu_keys.end(), 0);
   b.gpu.synchronize();
 }
@@ -106,7 +107,7 @@ TEST_CASE("CudaOps attention: att before dropout, p = 0 is no dropout, reruns re
   };
   const auto backward = [&](const gpt::DropoutMask* mask) {
     b.gpu.upload(c.dqkv.gpu, random_values(size_t(d.B) * d.T * 3 * d.C, 9).data());
-    b.gpu.attention_backward(c.dqkv.gpu, c.dout.gpu, c.qkv.gpu, c.att.gpu, mask);
+    b.gpu.attention_backward(c.dqkv.gpu, c.dout.gpu, c.qkv.gpu, c.out.gpu, c.att.gpu, mask);
     return b.host<float>(b.gpu, c.dqkv.gpu);
   };
   const auto plain = forward(nullptr);

@@ -117,7 +117,7 @@ TEST_CASE(
   check_refused("attention_forward", {"att f32", "qkv bf16"},
                 [&] { o.attention_forward(outb, att32, qkv, nullptr); });
   check_refused("attention_backward", {"dout f16"},
-                [&] { o.attention_backward(qkv, act16, qkv, attb, nullptr); });
+                [&] { o.attention_backward(qkv, act16, qkv, outb, attb, nullptr); });
   const Tensor decode_att = make(b, {NH, T}, kF16), qkv_rows = make(b, {T, 3 * C}, kBF16);
   check_refused("attention_decode", {"att f16"}, [&] {
     o.attention_decode(make(b, {1, C}, kBF16), decode_att, qkv_rows);

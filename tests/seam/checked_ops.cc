@@ -124,9 +124,9 @@ void CheckedOps::attention_forward(const Tensor& out, const Tensor& att, const T
 }
 
 void CheckedOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,
-                                    const Tensor& att, const DropoutMask* dropout) {
+                                    const Tensor& out, const Tensor& att, const DropoutMask* dropout) {
   const std::shared_ptr<KeptMask> kept = keep_mask(dropout, qkv.shape[0]);
-  later([=, this] { cpu_.attention_backward(dqkv, dout, qkv, att, kept ? &kept->mask : nullptr); });
+  later([=, this] { cpu_.attention_backward(dqkv, dout, qkv, out, att, kept ? &kept->mask : nullptr); });
 }
 
 void CheckedOps::gelu_forward(const Tensor& out, const Tensor& x) {

@@ -87,8 +87,8 @@ class CheckedOps final : public Ops {
   void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
                          const DropoutMask* dropout) override;
   void attention_decode(const Tensor& out, const Tensor& att, const Tensor& qkv) override;
-  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& att,
-                          const DropoutMask* dropout) override;
+  void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                          const Tensor& att, const DropoutMask* dropout) override;
   void gelu_forward(const Tensor& out, const Tensor& x) override;
   void gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dout) override;
   void add(const Tensor& out, const Tensor& a, const Tensor& b) override;
