@@ -50,15 +50,18 @@ ActivationShape activation_shape(const GPTConfig& config, int micro_batch) {
   return {config.seq_len, micro_batch, config.hidden, config.heads, config.num_layers, config.padded_vocab()};
 }
 
-std::vector<LayerTerm> layer_terms(const ActivationShape& x) {
+std::vector<LayerTerm> layer_terms(const ActivationShape& x, AttentionResidual residual) {
   const double sbh = double(x.s) * x.b * x.h, as2b = double(x.a) * x.s * x.s * x.b, sb = double(x.s) * x.b;
+  const bool lse = residual == AttentionResidual::kLogSumExp;
   using S = TermSplit;
   // {block, paper tensor, paper bytes, our tensor, our bytes, split, block input}
   return {
       {"attention", "QKV linear input (LayerNorm 1 output)", 2 * sbh, "ln1", 4 * sbh, S::kSequence, false},
       {"attention", "QK^T inputs (Q and K)", 4 * sbh, "qkv, its Q and K columns", 8 * sbh, S::kTensor, false},
-      {"attention", "softmax output", 2 * as2b, "att (probabilities before dropout)", 4 * as2b,
-       S::kAttentionCore, false},
+      {"attention", "softmax output", 2 * as2b,
+       lse ? "att (each row's log-sum-exp: the backward recomputes the probabilities)"
+           : "att (probabilities before dropout)",
+       lse ? 4.0 * x.a * x.s * x.b : 4 * as2b, S::kAttentionCore, false},
       {"attention", "softmax dropout mask", as2b, "none: regenerated from its key", 0, S::kAttentionCore,
        false},
       {"attention", "softmax dropout output (input of attention over V)", 2 * as2b,
@@ -123,7 +126,7 @@ void add_layer_lines(RestatedActivations& r, const ActivationShape& x, const Act
   // Per-set terms at their per-rank size (the paper's split; full recomputation's sets hold every term).
   ActivationSetup kept = setup;
   kept.recompute = Recompute{};
-  for (const LayerTerm& term : layer_terms(x)) {
+  for (const LayerTerm& term : layer_terms(x, setup.attention_residual)) {
     if (term.our_bytes == 0) continue;
     const int64_t each = int64_t(our_term_bytes(term, kept) / 4) * E;
     int64_t count = slots.sets;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention_residual.h"
 #include "model/config.h"
 #include "model/recompute.h"
 
@@ -39,6 +40,10 @@ struct ActivationSetup {
   // chunk of this many rows of logits (model/config.h, classifier_chunk_rows) instead of the whole s*b rows.
   // 0: the whole logits, as the CPU backend and every tensor-parallel head keep them.
   int64_t classifier_rows = 0;
+  // What the backend's attention keeps for its backward (Ops::attention_residual): the probabilities
+  // [b,a/t,s,s] (the CPU backend's, and the CUDA backend's today) or one log-sum-exp per row [b,a/t,s] (a
+  // flash-attention backend's). Our count only; the paper's keeps the probabilities.
+  AttentionResidual attention_residual = AttentionResidual::kProbabilities;
   bool fused_classifier() const { return classifier_rows > 0 && t == 1; }
   bool partitioned() const {
     return distribute_saved_activations && t > 1 && recompute.is_full() && !sequence_parallel;
@@ -66,8 +71,10 @@ struct LayerTerm {
 };
 
 // Section 4.1's list in its order, each with what we store for it, and our LayerNorm statistics (which the
-// paper does not count: its LayerNorm backward recomputes them).
-std::vector<LayerTerm> layer_terms(const ActivationShape& shape);
+// paper does not count: its LayerNorm backward recomputes them). For the softmax output we store the
+// backend's attention residual: 4as^2b bytes of probabilities, or 4asb of log-sum-exp.
+std::vector<LayerTerm> layer_terms(const ActivationShape& shape,
+                                   AttentionResidual residual = AttentionResidual::kProbabilities);
 
 // Bytes of one term per rank under a setup (per layer; full recomputation keeps only the block input).
 double paper_term_bytes(const LayerTerm& term, const ActivationSetup& setup);

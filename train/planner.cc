@@ -7,14 +7,16 @@
 // engine over memory that is only counted, one step walked without arithmetic), so the order in which the
 // engine acquires and releases them is stated once, in the engine; the activations by the restated count of
 // the layer loop's tensors (activation_formulas.h) in the compute dtype on a GPU (MemoryTarget::kGpu, the
-// head a chunk of logits: the CUDA backend fuses the classifier without tensor parallelism) and in fp32 on
-// the CPU backend (MemoryTarget::kCpu), which also counts what lives outside the arenas: the MPI ring's
+// head a chunk of logits: the CUDA backend fuses the classifier without tensor parallelism; attention's
+// residual what CudaOps keeps, kernels/attention_residual.h) and in fp32 on the CPU backend
+// (MemoryTarget::kCpu, the probabilities), which also counts what lives outside the arenas: the MPI ring's
 // staging and the engine's start-up copy. gpt_train's memory guard uses the CPU count.
 #include "train/planner.h"
 
 #include <algorithm>
 
 #include "base/user_error.h"
+#include "kernels/attention_residual.h"
 #include "model/loop.h"
 #include "model/params.h"
 #include "train/activation_formulas.h"
@@ -119,28 +121,41 @@ void add_offload(const Partition& p, const ZeroConfig& z, int accumulation_steps
   }
 }
 
+// What the target's backend makes the layer loop allocate differently: the fused classifier (the CUDA
+// backend fuses it, the CPU's keeps the whole logits; the loop uses it without tensor parallelism) and
+// attention's residual (Ops::attention_residual: the CPU keeps the probabilities; the GPU what CudaOps
+// declares, read from the one constant a CPU-only build sees too).
+struct TargetBackend {
+  bool fused_classifier = false;
+  AttentionResidual attention_residual = AttentionResidual::kProbabilities;
+};
+TargetBackend target_backend(MemoryTarget target) {
+  if (target == MemoryTarget::kCpu) return {};
+  return {true, cuda_attention_residual()};
+}
+
 // Activations per rank under one recomputation: ours (what the layer loop allocates, restated tensor by
-// tensor; equal to activation_elements at t = 1) and the paper's formula.
+// tensor; equal to activation_elements at t = 1 on the CPU) and the paper's formula.
 struct ActivationPair {
   double ours = 0, paper = 0;
 };
 ActivationPair activations_at(const GPTConfig& model, const ZeroConfig& z, int micro_batch,
                               int tensor_parallel, int element_bytes, const Recompute& recompute,
-                              bool fused_classifier) {
+                              const TargetBackend& backend) {
   const ActivationShape shape = activation_shape(model, micro_batch);
   ActivationSetup setup{tensor_parallel, z.sequence_parallel && tensor_parallel > 1, recompute,
                         z.distribute_saved_activations};
-  if (fused_classifier) setup.classifier_rows = classifier_chunk_rows(int64_t(micro_batch) * model.seq_len);
+  if (backend.fused_classifier)
+    setup.classifier_rows = classifier_chunk_rows(int64_t(micro_batch) * model.seq_len);
+  setup.attention_residual = backend.attention_residual;
   return {double(restated_activations(shape, setup, element_bytes).total_bytes),
           paper_model_bytes(shape, setup)};
 }
 
-// fused_classifier: the target's backend fuses the classifier (the CUDA backend; the CPU's keeps the whole
-// logits), which the loop uses without tensor parallelism.
 void add_activations(const GPTConfig& model, const ZeroConfig& z, int micro_batch, int tensor_parallel,
-                     int element_bytes, bool fused_classifier, PlanMemory& m) {
+                     int element_bytes, const TargetBackend& backend, PlanMemory& m) {
   auto at = [&](const Recompute& r) {
-    return activations_at(model, z, micro_batch, tensor_parallel, element_bytes, r, fused_classifier);
+    return activations_at(model, z, micro_batch, tensor_parallel, element_bytes, r, backend);
   };
   const ActivationPair full = at(Recompute{}), checkpointed = at(Recompute::full()),
                        selective = at(Recompute::selective()), configured = at(z.recompute);
@@ -305,7 +320,7 @@ PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, i
                           "beyond the step's buffers"});
     }
   }
-  add_activations(model, z, micro_batch, tensor_parallel, int(ab), !cpu, m);
+  add_activations(model, z, micro_batch, tensor_parallel, int(ab), target_backend(target), m);
   std::string where;
   if (tensor_parallel > 1) {
     where = ", per rank at t = " + std::to_string(tensor_parallel) +
