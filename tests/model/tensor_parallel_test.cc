@@ -17,6 +17,7 @@
 #include "model/loop.h"
 #include "model/model.h"
 #include "model/tensor_parallel.h"
+#include "tests/model/flash_cpu_ops.h"
 #include "tests/model/flat_model.h"
 
 namespace {
@@ -92,12 +93,12 @@ struct Run {
 // Two accumulated micro-steps with dropout on, on rank `slice.rank` of the group (size 1: no group).
 Run run_rank(const std::vector<float>& whole, const gpt::ParamTable& whole_table, gpt::TensorSlice slice,
              gpt::TensorGroup* group, bool sequence_parallel, const Recompute& recompute,
-             bool distribute_saved_activations = false, int layers = 2) {
+             bool distribute_saved_activations = false, int layers = 2, gpt::Ops& ops = gpt::cpu_ops()) {
   const gpt::GPTConfig config = gpt::test::small_parallel_model(layers);
   Run r;
   r.table = gpt::make_param_table(config, 1, slice);
   gpt::Arena arena;
-  gpt::LayerLoop<float> loop(config, kB, recompute, gpt::cpu_ops(), arena, 1,
+  gpt::LayerLoop<float> loop(config, kB, recompute, ops, arena, 1,
                              gpt::TensorParallel{group, sequence_parallel, distribute_saved_activations});
   // The loop's own count of its activations is what the arena holds in that category, but for each
   // allocation's rounding up to the arena's alignment.
@@ -140,7 +141,8 @@ std::vector<float> initial_weights(int layers = 2) {
 
 // Every rank of a group of t threads.
 std::vector<Run> run_group(int t, bool sequence_parallel, const Recompute& recompute,
-                           bool distribute_saved_activations = false, int layers = 2) {
+                           bool distribute_saved_activations = false, int layers = 2,
+                           gpt::Ops& ops = gpt::cpu_ops()) {
   const std::vector<float> weights = initial_weights(layers);
   const gpt::GPTConfig config = gpt::test::small_parallel_model(layers);
   const gpt::ParamTable whole_table = gpt::make_param_table(config);
@@ -152,7 +154,7 @@ std::vector<Run> run_group(int t, bool sequence_parallel, const Recompute& recom
   for (int r = 0; r < t; ++r) {
     threads.emplace_back([&, r] {
       runs[r] = run_rank(weights, whole_table, {t, r}, &members[r], sequence_parallel, recompute,
-                         distribute_saved_activations, layers);
+                         distribute_saved_activations, layers, ops);
     });
   }
   for (auto& thread : threads) thread.join();
@@ -263,4 +265,26 @@ TEST_CASE("tensor parallelism with selective and full recomputation") {
   check_against_whole(2, true, Recompute::selective());
   check_against_whole(2, false, Recompute::full());
   check_against_whole(2, true, Recompute::full(gpt::RecomputeMethod::kUniform, 2));
+}
+
+// A backend keeping attention's log-sum-exp (tests/model/flash_cpu_ops.h): each rank keeps its heads'
+// [B,NH/t,T] and draws the attention dropout masks at its heads' per-probability offsets, so each rank's loss
+// and gradients are those of the ranks keeping the probabilities, within 1e-6 (dropout on).
+TEST_CASE("t = 2 ranks keeping the log-sum-exp give the numbers of ranks keeping the probabilities") {
+  gpt::test::FlashCpuOps flash;
+  for (bool sequence_parallel : {false, true}) {
+    for (const Recompute& recompute : {Recompute{}, Recompute::selective(), Recompute::full()}) {
+      CAPTURE(sequence_parallel);
+      CAPTURE(recompute.describe());
+      const std::vector<Run> probabilities = run_group(2, sequence_parallel, recompute);
+      const std::vector<Run> lse = run_group(2, sequence_parallel, recompute, false, 2, flash);
+      for (int r = 0; r < 2; ++r) {
+        CHECK(std::abs(lse[r].loss - probabilities[r].loss) <= 1e-6 * std::abs(probabilities[r].loss));
+        CHECK(relative_error(
+                  std::vector<double>(lse[r].grads.begin(), lse[r].grads.end()),
+                  std::vector<double>(probabilities[r].grads.begin(), probabilities[r].grads.end())) < 1e-6);
+        CHECK(lse[r].activation_bytes < probabilities[r].activation_bytes);
+      }
+    }
+  }
 }
