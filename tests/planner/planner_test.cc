@@ -17,6 +17,7 @@
 #include <string>
 
 #include "base/user_error.h"
+#include "kernels/attention_residual.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "model/layers.h"
 #include "model/loop.h"
@@ -135,7 +136,10 @@ TEST_CASE("the tutorial's 18B model: parameters, ZeRO memory formulas, the JSON 
   // Activations in fp16: 41 block inputs of B T C, one block's saved tensors, the recomputed output, the
   // backward scratch, the head (logits over 50304 columns) and the residual gradient.
   const double BTC = 512.0 * 6144, BT = 512;
-  const double one_block = 15 * BTC + 4 * BT + 32.0 * 512 * 512;
+  // The attention residual as CudaOps keeps it: 32 heads' probabilities, or one log-sum-exp per row.
+  const double attention_residual =
+      gpt::cuda_attention_residual() == gpt::AttentionResidual::kLogSumExp ? 32.0 * 512 : 32.0 * 512 * 512;
+  const double one_block = 15 * BTC + 4 * BT + attention_residual;
   const double rest = 14 * BTC + (2 * BTC + BT * 50304 + 4 * BT) + BTC;
   CHECK(m.activations_checkpointed == 2 * (41 * BTC + one_block + BTC + rest));
   CHECK(m.activations_full == 2 * (41 * BTC + 40 * one_block + rest));
@@ -342,7 +346,13 @@ TEST_CASE("the GPU target counts the fused classifier's chunk of logits, the CPU
   const gpt::PlanMemory gpu = gpt::plan_memory(model, z, 1, 1, 2);
   const gpt::PlanMemory cpu = gpt::plan_memory(model, z, 1, 1, 2, 1, gpt::MemoryTarget::kCpu);
   const double Vp = model.padded_vocab();
-  CHECK(cpu.of("activations") - gpu.of("activations") == (2048 - gpt::kClassifierChunkRows) * Vp * 4);
+  // And the attention residual each backend keeps: the CPU the probabilities, the GPU what CudaOps declares
+  // (the probabilities until its flash kernel keeps one log-sum-exp per row).
+  const double residual = gpt::cuda_attention_residual() == gpt::AttentionResidual::kLogSumExp
+                              ? double(model.num_layers) * 2 * model.heads * (1024.0 * 1024 - 1024) * 4
+                              : 0;
+  CHECK(cpu.of("activations") - gpu.of("activations") ==
+        (2048 - gpt::kClassifierChunkRows) * Vp * 4 + residual);
 }
 
 TEST_CASE(
@@ -359,7 +369,12 @@ TEST_CASE(
   const gpt::PlanMemory gpu = gpt::plan_memory(model, z, 1, 4, 1);
   const gpt::PlanMemory cpu = gpt::plan_memory(model, z, 1, 4, 1, 1, gpt::MemoryTarget::kCpu);
   const double P = 124475904;  // padded to multiples of 8 x 4 per unit
-  CHECK(cpu.of("activations") == 2 * gpu.of("activations"));
+  // Twice the GPU's fp16 activations, but for the attention residual where CudaOps keeps the log-sum-exp
+  // (the CPU keeps the probabilities: 12 layers of 12 heads, 64 x 64 each instead of 64).
+  const double residual = gpt::cuda_attention_residual() == gpt::AttentionResidual::kLogSumExp
+                              ? 12.0 * 12 * (64.0 * 64 - 64) * 4
+                              : 0;
+  CHECK(cpu.of("activations") == 2 * gpu.of("activations") + residual);
   // Stage 0: the fp32 copy of the fp16 weights (4P), the gradients on the wire (2P), two int32 token rows.
   CHECK(cpu.of("buffers") == 4 * P + 2 * P + 2 * 4 * 64);
   // All-reduce on 4 ranks: 2 receive and 2 send buffers of P/4 fp16 values, and the fp32 sum of one chunk.
@@ -559,7 +574,9 @@ TEST_CASE(
       // the paper's formula, for the configured full recomputation and the other two granularities.
       const gpt::ActivationShape shape = gpt::activation_shape(o.model, 1);
       auto ours = [&](const gpt::Recompute& r) {
-        return double(gpt::restated_activations(shape, gpt::ActivationSetup{t, sp, r}, 2).total_bytes);
+        gpt::ActivationSetup setup{t, sp, r};
+        setup.attention_residual = gpt::cuda_attention_residual();  // what the GPU's CudaOps keeps
+        return double(gpt::restated_activations(shape, setup, 2).total_bytes);
       };
       auto paper = [&](const gpt::Recompute& r) {
         return gpt::paper_model_bytes(shape, gpt::ActivationSetup{t, sp, r});
