@@ -3,8 +3,9 @@
 // it computes again.
 //   - none: every block keeps all its activations.
 //   - selective: every block keeps its activations except the attention core's (the probabilities
-//     softmax(QK^T) [B,NH,T,T], from which the attention dropout's mask is regenerated): the backward
-//     recomputes them from the block's kept qkv, one block at a time. They are 5as^2b of the paper's
+//     softmax(QK^T) [B,NH,T,T], from which the attention dropout's mask is regenerated; a backend keeping
+//     the log-sum-exp, Ops::attention_residual, has [B,NH,T] there, shared and recomputed the same way): the
+//     backward recomputes them from the block's kept qkv, one block at a time. They are 5as^2b of the paper's
 //     sbh(34 + 5as/h) bytes per layer, the part that grows with the sequence squared, for a few percent of
 //     the compute.
 //   - full: only the inputs of chunks of blocks are kept; the backward recomputes a chunk's whole forward.
