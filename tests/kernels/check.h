@@ -100,4 +100,19 @@ inline void check_gradient(const std::string& what, std::vector<double>& x,
   expect_close("gradient of " + what, analytic, numeric, 1e-6, 1e-9);
 }
 
+// max |got - want| <= tolerance * max |want| (and want not all zero): how results computed in another order
+// (chunks, tiles, another backend) are compared.
+inline void expect_relative(const char* what, const std::vector<float>& got, const std::vector<float>& want,
+                            double tolerance) {
+  REQUIRE(got.size() == want.size());
+  double scale = 0, error = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::abs(double(want[i])));
+    error = std::max(error, std::abs(double(got[i]) - double(want[i])));
+  }
+  INFO(what << ": max error " << error << " of max magnitude " << scale);
+  CHECK(scale > 0);
+  CHECK(error <= tolerance * scale);
+}
+
 }  // namespace gpt::test

@@ -13,11 +13,14 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "model/loop.h"
 #include "model/model.h"
+#include "tests/kernels/check.h"
 #include "tests/model/flash_cpu_ops.h"
 #include "tests/model/flat_model.h"
 #include "train/activation_formulas.h"
 
 namespace {
+
+using gpt::test::expect_relative;
 
 using gpt::AttentionResidual;
 using gpt::Recompute;
@@ -61,20 +64,6 @@ Run train(gpt::Ops& ops, const Recompute& recompute, bool dropout) {
   r.grads = slices.grads;
   r.activation_bytes = loop.activation_bytes();
   return r;
-}
-
-// max |got - want| <= tolerance * max |want|.
-void expect_relative(const char* what, const std::vector<float>& got, const std::vector<float>& want,
-                     double tolerance) {
-  REQUIRE(got.size() == want.size());
-  double scale = 0, error = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, std::abs(double(want[i])));
-    error = std::max(error, std::abs(double(got[i]) - double(want[i])));
-  }
-  INFO(what << ": max error " << error << " of max magnitude " << scale);
-  CHECK(scale > 0);
-  CHECK(error <= tolerance * scale);
 }
 
 const Recompute kRecomputations[] = {Recompute{}, Recompute::selective(), Recompute::full()};

@@ -12,9 +12,12 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "model/loop.h"
 #include "model/model.h"
+#include "tests/kernels/check.h"
 #include "tests/model/flat_model.h"
 
 namespace {
+
+using gpt::test::expect_relative;
 
 constexpr int kB = 2;
 
@@ -55,20 +58,6 @@ Run train(gpt::Ops& ops, const gpt::GPTConfig& config, const gpt::Recompute& rec
   r.grads = slices.grads;
   r.activation_bytes = loop.activation_bytes();
   return r;
-}
-
-// max |got - want| <= tolerance * max |want|.
-void expect_relative(const char* what, const std::vector<float>& got, const std::vector<float>& want,
-                     double tolerance) {
-  REQUIRE(got.size() == want.size());
-  double scale = 0, error = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    scale = std::max(scale, std::abs(double(want[i])));
-    error = std::max(error, std::abs(double(got[i]) - double(want[i])));
-  }
-  INFO(what << ": max error " << error << " of max magnitude " << scale);
-  CHECK(scale > 0);
-  CHECK(error <= tolerance * scale);
 }
 
 TEST_CASE("the fused head trains as the unfused head does, within 1e-5") {
