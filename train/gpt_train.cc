@@ -106,13 +106,12 @@ MemoryVerdict check_then_guard(const TrainOptions& o, comm::Communicator& host_w
   return check_memory(o, host_world);
 }
 
-// The dtype the GEMMs multiply in. The layer loop computes in fp32 with --fp16 and --bf16 too
-// (zero/context.h), but a GPU backend then rounds the GEMMs' inputs to the compute dtype on its tensor cores
-// (Ops::set_matmul_inputs, fp32 accumulation); the CPU multiplies in the loop's dtype.
+// The dtype the GEMMs multiply in: the backend's compute dtype for the run's precision. The layer loop
+// computes in fp32 with --fp16 and --bf16 too (zero/context.h), but a GPU backend then rounds the GEMMs'
+// inputs to that dtype on its tensor cores (Ops::set_matmul_inputs, fp32 accumulation); the CPU multiplies in
+// the loop's dtype.
 DType gemm_dtype(const TrainOptions& o, const Ops* backend) {
-  const DType precision = o.zero.precision;
-  const bool half = precision == DType::kF16 || precision == DType::kBF16;
-  return backend && half ? precision : loop_dtype(precision);
+  return backend ? backend->compute_dtype(o.zero.precision) : loop_dtype(o.zero.precision);
 }
 
 // MFU's denominator (train/peak_flops.h): the datasheet peak of the dtype the GEMMs multiply in. The
