@@ -7,7 +7,13 @@
 #   {"config", "bandwidth", "tokens_per_s", "bytes_inter_node_per_step", "link_bytes_per_step", ...}
 # where tokens/s is the mean over the steps after the first (warm-up) one, bytes_inter_node_per_step the
 # meter's, and link_bytes_per_step what the node-side links' tc counters carried per step, with the bytes of a
-# zero-step run of the same command subtracted. A table follows; the cluster is torn down on every path.
+# zero-step run of the same command subtracted; cpu_busy_share and cpu_system_share the machine's CPU time
+# (all cores, /proc/stat) that was busy, and that went to the kernel (system, irq, softirq: TCP, tc, the
+# namespaces), while the timed run ran. predicted_ms_per_step is gpt_train --plan's step for the same
+# configuration, from rates bench/calibrate measured before any row: compute, host codecs and sending on an
+# unshaped cluster, the links (bandwidth, latency) on each shaped one; the --plan line is printed per
+# bandwidth and the calibrations are kept (--out FILE: FILE's name with _calibration.jsonl). A table follows;
+# the cluster is torn down on every path.
 #   bench/cluster.sh [--steps N] [--bandwidths "none 10gbit 1gbit 200mbit"] [--configs "..."] [--out FILE]
 # Needs root with network namespaces (scripts/cluster probe); ~20-30 minutes on 2 cores.
 set -euo pipefail
@@ -28,8 +34,9 @@ while (($#)); do
   esac
 done
 source scripts/env.sh
-bazel build //train:gpt_train >/dev/null 2>&1
+bazel build //train:gpt_train //bench:calibrate >/dev/null 2>&1
 train=$PWD/bazel-bin/train/gpt_train
+calibrate=$PWD/bazel-bin/bench/calibrate
 data=$GPT_DATA_DIR/shards/sotu_train.bin
 [[ -f $data ]] || { echo "bench/cluster.sh: $data missing; run scripts/demo once (it prepares the shards)" >&2; exit 2; }
 scripts/cluster probe >/dev/null || { echo "bench/cluster.sh: no privileges for the emulated cluster" >&2; exit 2; }
@@ -55,22 +62,64 @@ json_for() {  # config -> DeepSpeed JSON
   printf '{"zero_optimization": {"stage": 3, "reduce_bucket_size": 10000000, "overlap_comm": true, "zero_quantized_weights": %s, "zero_hpz_partition_size": %s, "zero_quantized_gradients": %s%s}}\n' "$qwz" "$hpz" "$qgz" "$more"
 }
 link_sent() { scripts/cluster bytes | awk '$1 == "total" {print $2}'; }
+cpu_times() { awk '$1 == "cpu" {print $2 + $3 + $4 + $6 + $7 + $8, $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8}' /proc/stat; }
+cpu_shares() {  # "busy system total" before, after -> busy share, system share
+  awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " "); t = y[3] - x[3]; if (t <= 0) t = 1
+    printf "%.3f %.3f", (y[1] - x[1]) / t, (y[2] - x[2]) / t}'
+}
+model=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 64 --micro-batch-size 1 --fp16)
+calibrate_here() {  # -> the calibration's JSON line
+  scripts/cluster run -- "$calibrate" --layers 12 --hidden 768 --heads 12 --seq 64 --batch 1 --threads 1 2>&1 |
+    grep '^{"threads"'
+}
+plan_flags_of() { /usr/bin/python3 -c 'import json, sys; print(json.loads(sys.stdin.read())["plan_flags"])'; }
+# The host rates of the unshaped calibration, the link rates of this bandwidth's.
+plan_flags() {  # unshaped-calibration shaped-calibration
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, sys
+host, link = (dict(zip(f.split()[::2], f.split()[1::2])) for f in (json.loads(a)["plan_flags"] for a in sys.argv[1:]))
+for key in ("--intra-node-bandwidth", "--inter-node-bandwidth", "--link-latency-us"):
+    host[key] = link[key]
+print(" ".join(k + " " + v for k, v in host.items()))
+PY
+}
+predicted_ms() {  # plan flags, JSON file -> the configured variant's predicted step in ms
+  # shellcheck disable=SC2086
+  "$train" --plan --nodes 2 --gpus-per-node 2 "${model[@]}" --deepspeed_config "$2" $1 | tail -1 |
+    /usr/bin/python3 -c 'import json, sys
+plan = json.loads(sys.stdin.read())["plan"]
+print("%.0f" % (1e3 * next(v for v in plan["variants"] if v["configured"])["time_s"]["step"]))'
+}
 field() { { grep -o "\"$1\": *[^,}]*" || true; } | head -1 | sed 's/^[^:]*: *//; s/"//g'; }
 
 results=${out:-$work/results.jsonl}
+calibrations=${out:+${out%.jsonl}_calibration.jsonl}
+calibrations=${calibrations:-$work/calibration.jsonl}
 : >"$results"
+: >"$calibrations"
+scripts/cluster up --nodes 2 --ranks-per-node 2 --bandwidth none >/dev/null
+unshaped=$(calibrate_here)
+scripts/cluster down >/dev/null
 for bandwidth in $bandwidths; do
   scripts/cluster up --nodes 2 --ranks-per-node 2 --bandwidth "$bandwidth" >/dev/null
+  here=$unshaped
+  [[ $bandwidth == none ]] || here=$(calibrate_here)
+  sed "s/^{/{\"bandwidth\": \"$bandwidth\", /" <<<"$here" >>"$calibrations"
+  flags=$(plan_flags "$unshaped" "$here")
+  echo "plan at $bandwidth: gpt_train --plan --nodes 2 --gpus-per-node 2 ${model[*]} --deepspeed_config CONFIG $flags" >&2
   for config in $configs; do
     json_for "$config" >"$work/$config.json"
-    cmd=("$train" --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 64 --micro-batch-size 1
-      --fp16 --threads 1 --data-path "$data" --split 100,0,0 --deepspeed_config "$work/$config.json" "${extra[@]}")
+    predicted=$(predicted_ms "$flags" "$work/$config.json")
+    cmd=("$train" "${model[@]}" --threads 1 --data-path "$data" --split 100,0,0
+      --deepspeed_config "$work/$config.json" "${extra[@]}")
     before=$(link_sent)
     scripts/cluster run -- "${cmd[@]}" --train-iters 0 >"$work/zero.log" 2>&1
     baseline=$(($(link_sent) - before))
     before=$(link_sent)
+    cpu_before=$(cpu_times)
     scripts/cluster run -- "${cmd[@]}" --train-iters "$steps" --metrics-file "$work/m.jsonl" >"$work/run.log" 2>&1 ||
       { echo "bench/cluster.sh: $config at $bandwidth failed:" >&2; tail -3 "$work/run.log" >&2; continue; }
+    read -r busy system <<<"$(cpu_shares "$cpu_before" "$(cpu_times)")"
     link=$(($(link_sent) - before - baseline))
     # Throughput and bytes from the steps after the warm-up step.
     grep '"loss"' "$work/m.jsonl" | tail -n +2 >"$work/timed.jsonl"
@@ -78,19 +127,33 @@ for bandwidth in $bandwidths; do
     tps=$(while read -r l; do field tokens_per_s <<<"$l"; done <"$work/timed.jsonl" | awk '{s += $1} END {printf "%.2f", s / NR}')
     inter=$(while read -r l; do field bytes_inter_node <<<"$l"; done <"$work/m.jsonl" | awk '{s += $1} END {printf "%.0f", s / NR}')
     ms=$(while read -r l; do field ms <<<"$l"; done <"$work/timed.jsonl" | awk '{s += $1} END {printf "%.0f", s / NR}')
-    printf '{"config": "%s", "bandwidth": "%s", "tokens_per_s": %s, "bytes_inter_node_per_step": %s, "link_bytes_per_step": %.0f, "ms_per_step": %s, "timed_steps": %d}\n' \
-      "$config" "$bandwidth" "$tps" "$inter" "$(awk -v l="$link" -v s="$steps" 'BEGIN {print l / s}')" "$ms" "$n" |
+    printf '{"config": "%s", "bandwidth": "%s", "tokens_per_s": %s, "bytes_inter_node_per_step": %s, "link_bytes_per_step": %.0f, "ms_per_step": %s, "predicted_ms_per_step": %s, "timed_steps": %d, "cpu_busy_share": %s, "cpu_system_share": %s}\n' \
+      "$config" "$bandwidth" "$tps" "$inter" "$(awk -v l="$link" -v s="$steps" 'BEGIN {print l / s}')" "$ms" \
+      "$predicted" "$n" "$busy" "$system" |
       tee -a "$results"
   done
   scripts/cluster down >/dev/null
 done
 
 echo
-printf "%-8s %-9s %12s %14s %14s %8s %10s\n" config bandwidth tokens/s "meter inter/st" "link bytes/st" "link/met" "vs zero3"
+printf "%-16s %-9s %9s %14s %9s %9s %9s %7s %9s %6s %6s\n" config bandwidth tokens/s "meter inter/st" "link/met" \
+  "vs zero3" "ms/step" predicted "error" "zero3 ms" "sys"
 while read -r line; do
   c=$(field config <<<"$line") b=$(field bandwidth <<<"$line") t=$(field tokens_per_s <<<"$line")
   m=$(field bytes_inter_node_per_step <<<"$line") l=$(field link_bytes_per_step <<<"$line")
-  z=$(grep "\"config\": \"zero3\"" "$results" | grep "\"bandwidth\": \"$b\"" | field tokens_per_s || echo 0)
-  printf "%-8s %-9s %12.1f %14.0f %14.0f %8.3f %9.2fx\n" "$c" "$b" "$t" "$m" "$l" \
-    "$(awk -v a="$l" -v b="$m" 'BEGIN {print (b > 0 ? a / b : 0)}')" "$(awk -v a="$t" -v b="$z" 'BEGIN {print (b > 0 ? a / b : 0)}')"
+  ms=$(field ms_per_step <<<"$line") p=$(field predicted_ms_per_step <<<"$line") s=$(field cpu_system_share <<<"$line")
+  zero3=$(grep "\"config\": \"zero3\"" "$results" | grep "\"bandwidth\": \"$b\"" || true)
+  z=$(field tokens_per_s <<<"$zero3") zms=$(field ms_per_step <<<"$zero3")
+  printf "%-16s %-9s %9.1f %14.0f %9.3f %8.2fx %9s %9s %6.1f%% %9s %6s\n" "$c" "$b" "$t" "$m" \
+    "$(awk -v a="$l" -v b="$m" 'BEGIN {print (b > 0 ? a / b : 0)}')" "$(awk -v a="$t" -v b="${z:-0}" 'BEGIN {print (b > 0 ? a / b : 0)}')" \
+    "$ms" "$p" "$(awk -v a="$p" -v b="$ms" 'BEGIN {print (b > 0 ? 100 * (a - b) / b : 0)}')" "${zms:--}" "$s"
 done <"$results"
+# The planner against the measurement over all rows: median and worst absolute error.
+/usr/bin/python3 - "$results" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+errors = sorted(abs(r["predicted_ms_per_step"] - r["ms_per_step"]) / r["ms_per_step"] for r in rows if r["ms_per_step"])
+if errors:
+    print("planner vs measured over %d rows: median absolute error %.1f%%, worst %.1f%%"
+          % (len(errors), 100 * statistics.median(errors), 100 * errors[-1]))
+PY

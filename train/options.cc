@@ -304,6 +304,23 @@ void add_checkpoint_and_plan_groups(FlagParser& flags, TrainOptions& o, Values& 
                    "default: this machine's, one O_DIRECT stream)");
   flags.add_string("--nvme-write-bandwidth", &v.nvme_write_bw,
                    "write rate of a node's offload disk, shared by its GPUs (default: this machine's)");
+  flags.group(
+      "Planning: host work per rank (bench/calibrate measures these on a CPU cluster; default 0: "
+      "not counted, as on GPUs)");
+  flags.add_string("--host-comm-bandwidth", &v.host_comm_bw,
+                   "bytes a rank sends per second of its own CPU (MPI over TCP), e.g. 400MB/s");
+  flags.add_double("--decode-rate", &o.plan.decode_elements_per_s,
+                   "fp16/bf16 gathered elements a rank turns into compute weights per second", 0, 1e15);
+  flags.add_double("--dequantize-rate", &o.plan.dequantize_elements_per_s,
+                   "int8/int4 elements a rank dequantizes per second (qwZ, qgZ)", 0, 1e15);
+  flags.add_double("--quantize-rate", &o.plan.quantize_elements_per_s,
+                   "elements a rank quantizes per second (qwZ, qgZ)", 0, 1e15);
+  flags.add_double("--reduce-rate", &o.plan.reduce_elements_per_s,
+                   "gradient elements a rank sums into a reduce-scatter per second", 0, 1e15);
+  flags.add_double("--optimizer-rate", &o.plan.optimizer_elements_per_s,
+                   "shard elements a rank's AdamW (and its compute copy) updates per second", 0, 1e15);
+  flags.add_double("--link-latency-us", &o.plan.link_latency_s,
+                   "latency of one message step of a collective, microseconds", 0, 1e9);
 }
 
 // A flag given on the command line wins over the JSON key; a banner note says so when both were given and
@@ -378,6 +395,9 @@ int apply_plan(const Values& v, int world_size, TrainOptions& o) {
   o.plan.gpu_memory_bytes = parse_bytes(v.gpu_memory, "--gpu-memory");
   o.plan.intra_node_bytes_per_s = parse_rate(v.intra_bw, "--intra-node-bandwidth");
   o.plan.inter_node_bytes_per_s = parse_rate(v.inter_bw, "--inter-node-bandwidth");
+  if (!v.host_comm_bw.empty())
+    o.plan.host_comm_bytes_per_s = parse_rate(v.host_comm_bw, "--host-comm-bandwidth");
+  o.plan.link_latency_s *= 1e-6;  // the flag's microseconds
   return o.plan.nodes * o.plan.gpus_per_node;
 }
 

@@ -26,6 +26,16 @@ struct PlanOptions {
   // writes differ; the defaults are this machine's disk (dd, O_DIRECT, 1 MiB blocks, one stream).
   double nvme_read_bytes_per_s = 1.3e9;
   double nvme_write_bytes_per_s = 2.9e9;
+  // Host work per rank, for a cluster whose communication and codecs run on the cores that compute (the CPU
+  // backend: MPI over TCP, quantizers and casts on the compute thread); 0: not counted, as on GPUs, where
+  // NCCL and the codec kernels take a small share. bench/calibrate measures them with every rank busy.
+  double host_comm_bytes_per_s = 0;      // --host-comm-bandwidth: bytes a rank sends per second of its CPU
+  double decode_elements_per_s = 0;      // --decode-rate: fp16/bf16 wire elements to compute weights
+  double dequantize_elements_per_s = 0;  // --dequantize-rate: int8/int4 block elements to fp32
+  double quantize_elements_per_s = 0;    // --quantize-rate: fp32 elements to int8/int4 blocks
+  double reduce_elements_per_s = 0;      // --reduce-rate: wire elements summed into a reduction
+  double optimizer_elements_per_s = 0;   // --optimizer-rate: AdamW on the shard, with its compute copy
+  double link_latency_s = 0;             // --link-latency-us: per message step of a collective
 };
 
 struct TrainOptions {
@@ -106,7 +116,7 @@ class TrainFlags {
     int64_t global = 0, warmup = 0, decay_iters = 0;
     double lr = 6e-4, min_lr = 0, clip = 1.0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
     std::string decay_style = "constant", gpu_memory = "32GB", intra_bw = "150GB/s", inter_bw = "100Gb/s";
-    std::string memory_limit, nvme_read_bw = "1.3GB/s", nvme_write_bw = "2.9GB/s";
+    std::string memory_limit, nvme_read_bw = "1.3GB/s", nvme_write_bw = "2.9GB/s", host_comm_bw;
     bool fp16 = false, bf16 = false, checkpoint = false, deepspeed = false, ds_checkpointing = false;
     // Activation recomputation and its tensor-parallel companions, resolved together (options.cc).
     std::string recompute_granularity, recompute_method;  // empty: not given

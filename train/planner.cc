@@ -169,6 +169,47 @@ void add_activations(const GPTConfig& model, const ZeroConfig& z, int micro_batc
   m.activations_paper = configured.paper;
 }
 
+double per_rate(double amount, double rate) {
+  return rate > 0 ? amount / rate : 0;
+}
+
+// The host work of one step per rank (PlanTiming's host_forward, host_backward, optimizer) at PlanOptions'
+// rates. Element counts per rank: a stage-3 gather leaves the whole unit on every rank, so a pass decodes
+// (or, with qwZ, dequantizes) P elements, hpZ's secondary gathers included; qwZ quantizes the rank's own
+// shard once a step; a ring reduce-scatter sums (W-1)/W of P per reduction; qgZ quantizes P and then P/L
+// partial sums and dequantizes as many (zero/qgz.h).
+void add_host_work(const Plan& plan, const PlanVariant& v, PlanTiming& t) {
+  const PlanOptions& c = plan.cluster;
+  const ZeroConfig& z = v.zero;
+  const double P = double(plan.padded_params), W = plan.data_parallel, k = plan.accumulation_steps;
+  const double L = double(c.gpus_per_node) / plan.tensor_parallel;
+  const auto sent = [&](comm::Phase phase) {  // what one rank sends, both link classes
+    return double(v.traffic.at(phase, comm::Link::kIntraNode) + v.traffic.at(phase, comm::Link::kInterNode)) /
+           plan.world;
+  };
+  t.host_forward = per_rate(sent(comm::Phase::kParamGatherFwd), c.host_comm_bytes_per_s);
+  t.host_backward =
+      per_rate(sent(comm::Phase::kParamGatherBwd) + sent(comm::Phase::kGradReduce), c.host_comm_bytes_per_s);
+  if (z.stage == 3) {
+    const double decode = z.quantized_weights ? c.dequantize_elements_per_s : c.decode_elements_per_s;
+    t.host_forward +=
+        per_rate(k * P, decode) + (z.quantized_weights ? per_rate(P / W, c.quantize_elements_per_s) : 0);
+    t.host_backward += per_rate(k * P, decode);
+  }
+  const double reductions = z.stage >= 2 ? k : 1;  // stages 0 and 1 reduce once, at the step's end
+  if (z.quantized_gradients && c.nodes > 1) {
+    const double coded = reductions * P * (1 + 1 / L);
+    t.host_backward +=
+        per_rate(coded, c.quantize_elements_per_s) + per_rate(coded, c.dequantize_elements_per_s);
+  } else {
+    t.host_backward += per_rate(reductions * P * (W - 1) / W, c.reduce_elements_per_s);
+  }
+  t.optimizer = per_rate(z.stage >= 1 ? P / W : P, c.optimizer_elements_per_s);
+  // Message steps: a ring over W ranks takes W - 1 per unit, for the forward's and the backward's gathers
+  // and for the reduction, each micro-step.
+  t.latency = c.link_latency_s * (W - 1) * plan.gather_units * 3 * k;
+}
+
 PlanTiming predict_time(const Plan& plan, const PlanVariant& v) {
   const PlanOptions& c = plan.cluster;
   PlanTiming t;
@@ -183,6 +224,7 @@ PlanTiming predict_time(const Plan& plan, const PlanVariant& v) {
   // The tensor-parallel collectives sit between a layer's GEMMs: the layer waits for them.
   t.tensor_forward = plan.tensor_forward_s;
   t.tensor_backward = plan.tensor_backward_s;
+  add_host_work(plan, v, t);
   // Send bytes: each GPU has its own intra-node link; a node's inter-node link carries what all its GPUs
   // send across nodes. The two link classes work at the same time, so a phase takes the slower of the two.
   const comm::Phase phases[3] = {comm::Phase::kParamGatherFwd, comm::Phase::kParamGatherBwd,
@@ -214,9 +256,10 @@ PlanTiming predict_time(const Plan& plan, const PlanVariant& v) {
   const double hidden_bwd_read =
       v.zero.overlap_comm ? io.param_read_backward * share / c.nvme_read_bytes_per_s : 0;
   const double disk_serial = t.nvme_read + t.nvme_write - hidden_fwd_read - hidden_bwd_read;
-  t.step = std::max({t.compute_forward + t.tensor_forward, fwd, hidden_fwd_read}) +
-           std::max({t.compute_backward + t.tensor_backward, bwd + reduce, hidden_bwd_read}) + serial +
-           disk_serial;
+  t.step =
+      std::max({t.compute_forward + t.tensor_forward + t.host_forward, fwd, hidden_fwd_read}) +
+      std::max({t.compute_backward + t.tensor_backward + t.host_backward, bwd + reduce, hidden_bwd_read}) +
+      serial + disk_serial + t.optimizer + t.latency;
   t.tokens_per_s = t.step > 0 ? double(plan.global_batch) * plan.model.seq_len / t.step : 0;
   return t;
 }
@@ -434,7 +477,9 @@ Plan plan_of(const TrainOptions& o) {
   plan.params = table.total;
   plan.params_for_flops = o.model.params_without_positions();
   const ParamTable slice = make_param_table(o.model, o.zero.tile_factor, TensorSlice{t, 0});
-  plan.padded_params = Partition(slice, plan.data_parallel, plan.data_parallel).padded_total();
+  const Partition partition(slice, plan.data_parallel, plan.data_parallel);
+  plan.padded_params = partition.padded_total();
+  plan.gather_units = int(partition.units().size());
   plan.flops_per_token =
       o.model.model_flops_per_token() + recompute_flops_per_token(o.model, o.zero.recompute);
   ZeroConfig zero = o.zero;

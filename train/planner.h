@@ -97,6 +97,11 @@ struct PlanTiming {
   // The tensor-parallel collectives of the forward (tp_fwd) and of the backward (tp_bwd with recomputation's
   // repeated ones, plus act_gather), at the intra-node bandwidth; serial with the layers' compute.
   double tensor_forward = 0, tensor_backward = 0;
+  // Host work per rank (PlanOptions' host rates; 0 where a rate is not given): the forward's (decoding its
+  // gathers, qwZ's own-shard quantization, sending its bytes) and the backward's (decoding, the reduction's
+  // sums or qgZ's codecs, sending), on the compute's cores; the optimizer's update, between steps; the
+  // collectives' message steps times the link latency.
+  double host_forward = 0, host_backward = 0, optimizer = 0, latency = 0;
   double step = 0;
   double tokens_per_s = 0;
 };
@@ -150,6 +155,7 @@ struct Plan {
   int64_t params = 0;            // every parameter, the position table included
   int64_t params_for_flops = 0;  // N of 6N: without the position table (GPTConfig::params_without_positions)
   int64_t padded_params = 0;     // P: each gather unit padded to a multiple of 8W
+  int gather_units = 0;          // the units stage 3 gathers one at a time (wte, wpe, blocks, ln_f)
   double flops_per_token = 0;    // 6N + 12 L C T, plus the recomputation's (recompute_flops_per_token)
   std::vector<PlanVariant> variants;
   int configured = 0;  // index into variants

@@ -272,13 +272,45 @@ void sweep(std::ostream& out, const Plan& plan) {
   out << "  * the configuration given\n";
 }
 
+bool counts_host_work(const PlanOptions& c) {
+  return c.host_comm_bytes_per_s > 0 || c.decode_elements_per_s > 0 || c.dequantize_elements_per_s > 0 ||
+         c.quantize_elements_per_s > 0 || c.reduce_elements_per_s > 0 || c.optimizer_elements_per_s > 0 ||
+         c.link_latency_s > 0;
+}
+
+// The host work's lines of the model (PlanOptions' host rates), or what is left out without them.
+void host_model(std::ostream& out, const Plan& plan) {
+  const PlanOptions& c = plan.cluster;
+  if (!counts_host_work(c)) {
+    out << "  not modelled: the optimizer step, codecs and sending on the compute's cores, per-message\n";
+    out << "                latency, kernels slower than --gpu-tflops (bench/calibrate's rates add them)\n";
+    return;
+  }
+  const auto rate = [](double r) { return r > 0 ? format("%.3g/s", r) : std::string("not counted"); };
+  out << "  host        = work on the compute's cores, added to the compute of its pass, per GPU/rank:\n";
+  out << format(
+      "                sending: bytes sent / %s; decoding gathers: P per pass / %s (fp16/bf16)\n",
+      c.host_comm_bytes_per_s > 0 ? (size_text(c.host_comm_bytes_per_s) + "/s").c_str() : "not counted",
+      rate(c.decode_elements_per_s).c_str());
+  out << format("                or / %s (qwZ's dequantization); qwZ's own shard P/W / %s; the reduce-\n",
+                rate(c.dequantize_elements_per_s).c_str(), rate(c.quantize_elements_per_s).c_str());
+  out << format("                scatter's sums P (W-1)/W / %s, or qgZ's codecs P (1 + 1/L) each way\n",
+                rate(c.reduce_elements_per_s).c_str());
+  out << format("  optimizer   = shard elements / %s, between steps; latency = %.0f us x (W-1) x %d units\n",
+                rate(c.optimizer_elements_per_s).c_str(), c.link_latency_s * 1e6, plan.gather_units);
+  out << "                x 3 rings per micro-step\n";
+}
+
 void timing(std::ostream& out, const Plan& plan) {
   const PlanOptions& c = plan.cluster;
   const ZeroConfig& z = plan.variants[plan.configured].zero;
   const double tokens_per_gpu = double(plan.micro_batch) * plan.accumulation_steps * plan.model.seq_len;
   out << "\nPredicted step time (the model below)\n";
-  out << format("    %-9s %9s %11s %11s %11s %9s %9s %11s %8s %10s\n", "", "compute", "gather fwd",
-                "gather bwd", "reduce", "NVMe", "step", "tokens/s", "vs zero3", "memory");
+  const bool host =
+      counts_host_work(c);  // a "host" column: host_forward + host_backward + optimizer + latency
+  out << format("    %-9s %9s%s %11s %11s %11s %9s %9s %11s %8s %10s\n", "", "compute",
+                host ? "      host" : "", "gather fwd", "gather bwd", "reduce", "NVMe", "step", "tokens/s",
+                "vs zero3", "memory");
   double zero3 = 0;
   for (const PlanVariant& v : plan.variants) {
     if (v.name == "zero3") zero3 = v.timing.tokens_per_s;
@@ -287,8 +319,11 @@ void timing(std::ostream& out, const Plan& plan) {
     if (!v.problem.empty()) continue;
     const PlanTiming& t = v.timing;
     const bool fits = v.memory.tiers.device <= c.gpu_memory_bytes;
-    out << format("  %s%-9s %9s %11s %11s %11s %9s %9s %11.0f %7.2fx %10s%s\n", v.configured ? "* " : "  ",
-                  v.name.c_str(), ms_text(t.compute_forward + t.compute_backward).c_str(),
+    const std::string host_text =
+        host ? format(" %9s", ms_text(t.host_forward + t.host_backward + t.optimizer + t.latency).c_str())
+             : "";
+    out << format("  %s%-9s %9s%s %11s %11s %11s %9s %9s %11.0f %7.2fx %10s%s\n", v.configured ? "* " : "  ",
+                  v.name.c_str(), ms_text(t.compute_forward + t.compute_backward).c_str(), host_text.c_str(),
                   ms_text(t.comm[0]).c_str(), ms_text(t.comm[1]).c_str(), ms_text(t.comm[2]).c_str(),
                   ms_text(t.nvme_read + t.nvme_write).c_str(), ms_text(t.step).c_str(), t.tokens_per_s,
                   zero3 > 0 ? t.tokens_per_s / zero3 : 0.0, size_text(v.memory.tiers.device).c_str(),
@@ -325,14 +360,14 @@ void timing(std::ostream& out, const Plan& plan) {
       "                once; bytes are what GPUs send (links are full duplex)\n",
       c.gpus_per_node, c.nodes);
   if (z.overlap_comm) {
-    out << "  step        = max(compute fwd, comm(gather fwd)) + max(compute bwd, comm(gather bwd) + "
-           "comm(reduce))\n";
+    out << "  step        = max(compute fwd + host fwd, comm(gather fwd)) + max(compute bwd + host bwd,\n"
+           "                comm(gather bwd) + comm(reduce)) + optimizer + latency\n";
     out << "                overlap_comm: stage 3's gathers hide behind the compute of their pass and the\n";
     out << "                bucket reductions behind the backward, whose gathers and reductions share the\n";
     out << "                links; what runs between passes (stages 0-2) adds to the step\n";
   } else {
-    out << "  step        = compute + comm(gather fwd) + comm(gather bwd) + comm(reduce) (overlap_comm "
-           "off)\n";
+    out << "  step        = compute + host + comm(gather fwd) + comm(gather bwd) + comm(reduce) + optimizer\n"
+           "                + latency (overlap_comm off)\n";
   }
   out << format(
       "  NVMe        = bytes x %d GPUs per node / (%s/s read, %s/s write): a node's disk is shared by its\n"
@@ -340,8 +375,8 @@ void timing(std::ostream& out, const Plan& plan) {
       "                gathers); the optimizer's swap and the parameter writes add to the step\n",
       c.gpus_per_node, size_text(c.nvme_read_bytes_per_s).c_str(),
       size_text(c.nvme_write_bytes_per_s).c_str());
-  out << "  not modelled: the optimizer step, the first gather of a pass, per-message latency, kernels\n";
-  out << "                slower than --gpu-tflops\n";
+  host_model(out, plan);
+
   out << "  memory      planned for a GPU: activations in the compute dtype (2 bytes per element with\n";
   out << "                fp16/bf16; the CPU backend keeps fp32); model states by ZeRO's formulas; buffers\n";
   out << "                as the engine's arenas hold them in a dry run (its layer loop widens gathered\n";
@@ -466,6 +501,10 @@ std::string plan_json(const Plan& plan) {
                     {"nvme_write", t.nvme_write},
                     {"tensor_forward", t.tensor_forward},
                     {"tensor_backward", t.tensor_backward},
+                    {"host_forward", t.host_forward},
+                    {"host_backward", t.host_backward},
+                    {"optimizer", t.optimizer},
+                    {"latency", t.latency},
                     {"step", t.step}};
     jv["tokens_per_s"] = t.tokens_per_s;
     jv["memory_total"] = v.memory.total;

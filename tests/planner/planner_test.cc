@@ -708,3 +708,71 @@ TEST_CASE("a tensor-parallel size the cluster or the model cannot take is a usag
   o.zero.tile_factor = 2;
   CHECK_THROWS_AS(gpt::make_plan(o), gpt::UsageError);
 }
+
+// The emulated CPU cluster's shape (bench/cluster.sh): GPT-2 124M, seq 64, 2 nodes x 2 ranks, fp16.
+gpt::TrainOptions cpu_cluster() {
+  gpt::TrainOptions o = tutorial();
+  o.model.num_layers = 12;
+  o.model.hidden = 768;
+  o.model.heads = 12;
+  o.model.seq_len = 64;
+  o.global_batch = 4;
+  o.zero.recompute = gpt::Recompute{};
+  o.zero.hpz_partition_size = 2;
+  o.plan.nodes = 2;
+  o.plan.gpus_per_node = 2;
+  o.plan.gpu_tflops = 0.02;
+  o.plan.intra_node_bytes_per_s = 1e9;
+  o.plan.inter_node_bytes_per_s = 1e8;
+  return o;
+}
+
+TEST_CASE("host rates add the stated host work per rank to its pass; without them the step is unchanged") {
+  gpt::TrainOptions o = cpu_cluster();
+  const gpt::Plan without = gpt::make_plan(o);
+  o.plan.host_comm_bytes_per_s = 5e8;
+  o.plan.decode_elements_per_s = 4e9;
+  o.plan.dequantize_elements_per_s = 2e9;
+  o.plan.quantize_elements_per_s = 1e9;
+  o.plan.reduce_elements_per_s = 3e9;
+  o.plan.optimizer_elements_per_s = 5e8;
+  o.plan.link_latency_s = 200e-6;
+  const gpt::Plan with = gpt::make_plan(o);
+  REQUIRE(with.variants.size() == 8);
+  const double P = double(with.padded_params), W = 4, L = 2;
+  CHECK(with.gather_units == 15);  // wte, wpe, 12 blocks, ln_f
+  using gpt::comm::Link;
+  using gpt::comm::Phase;
+  for (size_t i = 0; i < with.variants.size(); ++i) {
+    const gpt::PlanVariant& v = with.variants[i];
+    const gpt::PlanTiming& t = v.timing;
+    CAPTURE(v.name);
+    const auto sent = [&](Phase p) {
+      return double(v.traffic.at(p, Link::kIntraNode) + v.traffic.at(p, Link::kInterNode)) / W;
+    };
+    const double decode = v.zero.quantized_weights ? P / 2e9 : P / 4e9;
+    const double own = v.zero.quantized_weights ? P / W / 1e9 : 0;
+    CHECK(t.host_forward == doctest::Approx(sent(Phase::kParamGatherFwd) / 5e8 + decode + own));
+    const double reduce =
+        v.zero.quantized_gradients ? P * (1 + 1 / L) * (1 / 1e9 + 1 / 2e9) : P * (W - 1) / W / 3e9;
+    CHECK(t.host_backward ==
+          doctest::Approx((sent(Phase::kParamGatherBwd) + sent(Phase::kGradReduce)) / 5e8 + decode + reduce));
+    CHECK(t.optimizer == doctest::Approx(P / W / 5e8));
+    CHECK(t.latency == doctest::Approx(200e-6 * (W - 1) * 15 * 3));
+    // The same links and compute: the host work only adds (the passes' max moves by at most its size).
+    const gpt::PlanTiming& before = without.variants[i].timing;
+    CHECK(before.host_forward == 0);
+    CHECK(t.step > before.step);
+    CHECK(t.step <= before.step + t.host_forward + t.host_backward + t.optimizer + t.latency + 1e-12);
+  }
+  // Unchanged without rates: each pass the longer of its compute and its links, nothing else.
+  const gpt::PlanTiming& z = without.variants[0].timing;
+  CHECK(z.step ==
+        std::max(z.compute_forward, z.comm[0]) + std::max(z.compute_backward, z.comm[1] + z.comm[2]));
+  // The report names the host column and the JSON carries each part.
+  const std::string report = gpt::plan_report(o);
+  CHECK(report.find("      host") != std::string::npos);
+  const nlohmann::json time = last_json_line(report).at("plan").at("variants")[0].at("time_s");
+  CHECK(time.at("optimizer").get<double>() == with.variants[0].timing.optimizer);
+  CHECK(time.at("host_forward").get<double>() == with.variants[0].timing.host_forward);
+}
