@@ -16,6 +16,7 @@
 //       --threads 1
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -61,17 +62,23 @@ double mean_over_ranks(Communicator& world, double value) {
   return value;
 }
 
-// Seconds of `work` on this rank, every rank starting together: the median of `repeats` after one warm-up.
+// Seconds of one `work` when every rank does it at once: from a common start until the last rank is done
+// (a rank's own clock would miss the time it waits for a core its peers hold), repeated so that each timing
+// spans at least 0.2 s; the median of `repeats` timings after one warm-up.
 double timed(Communicator& world, int repeats, const std::function<void()>& work) {
+  auto start = Clock::now();
   work();
+  // Every rank must run the same number of works (they may be collectives): the mean of the ranks' times.
+  const double once = mean_over_ranks(world, std::chrono::duration<double>(Clock::now() - start).count());
+  const int inner = int(std::min(1000.0, std::ceil(0.2 / std::max(once, 1e-6))));
   std::vector<double> seconds;
   for (int r = 0; r < repeats; ++r) {
     world.barrier().wait();
-    const auto start = Clock::now();
-    work();
-    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    start = Clock::now();
+    for (int i = 0; i < inner; ++i) work();
+    world.barrier().wait();
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count() / inner);
   }
-  world.barrier().wait();
   std::nth_element(seconds.begin(), seconds.begin() + repeats / 2, seconds.end());
   return seconds[size_t(repeats / 2)];
 }
@@ -138,11 +145,13 @@ void measure_host(Communicator& world, const Options& o, int64_t n, Rates& r) {
   });
 }
 
-// This rank's bytes sent across nodes and inside its node since `before` (its own meter).
-std::pair<double, double> sent_since(const Communicator& c, const gpt::comm::TrafficCounts& before) {
-  const gpt::comm::TrafficCounts now = c.meter().snapshot();
-  return {double(now.total(Link::kInterNode) - before.total(Link::kInterNode)),
-          double(now.total(Link::kIntraNode) - before.total(Link::kIntraNode))};
+// The bytes this rank sends across nodes and inside its node in one `op` (its meter, shared by subgroups).
+std::pair<double, double> bytes_of_one(Communicator& c, const std::function<void()>& op) {
+  const gpt::comm::TrafficCounts before = c.meter().snapshot();
+  op();
+  const gpt::comm::TrafficCounts after = c.meter().snapshot();
+  return {double(after.total(Link::kInterNode) - before.total(Link::kInterNode)),
+          double(after.total(Link::kIntraNode) - before.total(Link::kIntraNode))};
 }
 
 // Ring all-gathers of one fp16 gather unit (n elements), over the world and inside each node, and of 64
@@ -151,28 +160,26 @@ void measure_links(Communicator& world, Communicator& node, const Options& o, in
   const int W = world.size(), N = world.topology().num_nodes();
   const size_t per_rank = size_t(n) * 2 / size_t(W) / 64 * 64;
   std::vector<uint8_t> part(per_rank, 1), full(per_rank * size_t(W));
-  const gpt::comm::TrafficCounts before = world.meter().snapshot();
-  const double seconds = timed(world, o.repeats, [&] {
+  const auto gather = [&] {
     world.all_gather(part.data(), full.data(), per_rank, Phase::kParamGatherFwd).wait();
-  });
-  const auto [inter, intra] = sent_since(world, before);
-  const double runs = o.repeats + 1;
-  const double all_seconds = mean_over_ranks(world, seconds);
-  // Across nodes: what all ranks sent over node boundaries, per node, per second of the gather.
-  r.inter_bytes_per_s = N > 1 ? mean_over_ranks(world, inter / runs) * W / N / all_seconds : 0;
-  r.host_comm_bytes_per_s = mean_over_ranks(world, (inter + intra) / runs) / all_seconds;
+  };
+  const auto [inter, intra] = bytes_of_one(world, gather);
+  const double seconds = mean_over_ranks(world, timed(world, o.repeats, gather));
+  // Across nodes: what all ranks send over node boundaries, per node, per second of the gather.
+  r.inter_bytes_per_s = N > 1 ? mean_over_ranks(world, inter) * W / N / seconds : 0;
+  r.host_comm_bytes_per_s = mean_over_ranks(world, inter + intra) / seconds;
   const size_t node_part = per_rank * size_t(W) / size_t(node.size());
   std::vector<uint8_t> node_full(node_part * size_t(node.size()));
-  const gpt::comm::TrafficCounts node_before = node.meter().snapshot();
-  const double node_seconds = timed(world, o.repeats, [&] {
+  const auto node_gather = [&] {
     node.all_gather(node_full.data() + size_t(node.rank()) * node_part, node_full.data(), node_part,
                     Phase::kParamGatherFwd)
         .wait();
-  });
-  r.intra_bytes_per_s = mean_over_ranks(world, sent_since(node, node_before).second / runs) /
-                        mean_over_ranks(world, node_seconds);
+  };
+  const double node_sent = bytes_of_one(node, node_gather).second;
+  r.intra_bytes_per_s =
+      mean_over_ranks(world, node_sent) / mean_over_ranks(world, timed(world, o.repeats, node_gather));
   std::vector<uint8_t> tiny(64), tiny_full(64 * size_t(W));
-  const double tiny_seconds = timed(world, std::max(o.repeats, 20), [&] {
+  const double tiny_seconds = timed(world, o.repeats, [&] {
     world.all_gather(tiny.data(), tiny_full.data(), tiny.size(), Phase::kOther).wait();
   });
   r.latency_s = mean_over_ranks(world, tiny_seconds) / std::max(W - 1, 1);
