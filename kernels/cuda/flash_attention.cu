@@ -107,6 +107,7 @@ __device__ __forceinline__ void wmma_product(const Mma* a, int lda, const Mma* b
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kPerWarp];
 #pragma unroll
   for (int f = 0; f < kPerWarp; ++f) wmma::fill_fragment(acc[f], 0.0f);
+#pragma unroll 1  // unrolled, the hoisted fragment loads of the next steps cost registers (spills at hs = 64)
   for (int k = 0; k < kK; k += 16) {
 #pragma unroll
     for (int f = 0; f < kPerWarp; ++f) {
