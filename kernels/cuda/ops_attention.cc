@@ -24,6 +24,14 @@ void require_rank(const Tensor& t, size_t rank, const char* op, const char* name
                     " dimensions, got " + t.describe());
 }
 
+// The flash kernels are compiled for head sizes 64 and 128; another is an op this backend lacks (the op-case
+// table reports "not supported"), not a failure of the kernels.
+void require_flash_head_size(const char* op, int C, int NH) {
+  if (NH > 0 && C % NH == 0 && !flash_head_size_supported(C / NH))
+    throw UnsupportedOp(std::string("CudaOps::") + op + ": head size " + std::to_string(C / NH) +
+                        " is not supported (the CUDA flash-attention kernels take head sizes 64 and 128)");
+}
+
 AttentionDropout to_kernel(const DropoutMask& mask) {
   return AttentionDropout{mask.p, mask.keys, mask.element_offset};
 }
@@ -37,6 +45,7 @@ void CudaOps::attention_forward(const Tensor& out, const Tensor& att, const Tens
   const int B = int(att.shape[0]), NH = int(att.shape[1]), T = int(att.shape[2]), C = int(out.shape.back());
   const AttentionDropout spec = dropout ? to_kernel(*dropout) : AttentionDropout{};
   const DType dtype = check_dtypes(kOp, {{"qkv", qkv}, {"out", out}, {"att", att}});
+  require_flash_head_size(kOp, C, NH);
   on_compute_dtype(dtype, [&]<typename Act>() {
     cuda::flash_attention_forward<Act>(context_, typed<Act>(out), typed<Act>(att), typed<const Act>(qkv), B,
                                        T, C, NH, dropout ? &spec : nullptr);
@@ -63,6 +72,7 @@ void CudaOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const T
   const AttentionDropout spec = dropout ? to_kernel(*dropout) : AttentionDropout{};
   const DType dtype =
       check_dtypes(kOp, {{"qkv", qkv}, {"dout", dout}, {"out", out}, {"att", att}, {"dqkv", dqkv}});
+  require_flash_head_size(kOp, C, NH);
   on_compute_dtype(dtype, [&]<typename Act>() {
     cuda::flash_attention_backward<Act>(context_, typed<Act>(dqkv), typed<const Act>(dout),
                                         typed<const Act>(qkv), typed<const Act>(out), typed<const Act>(att),
