@@ -318,6 +318,16 @@ struct BackwardSmem {
   static constexpr size_t bytes = rows + sizeof(float) * 2 * kRows;
 };
 
+// Every layout fits the opt-in dynamic shared memory of a block on sm_80 (163 KiB; sm_90 allows 227 KiB).
+constexpr size_t kMaxSharedBytes = 163 * 1024;
+template <typename Mma>
+constexpr bool fits() {
+  return ForwardSmem<Mma, 64>::bytes <= kMaxSharedBytes && ForwardSmem<Mma, 128>::bytes <= kMaxSharedBytes &&
+         BackwardSmem<Mma, 64>::bytes <= kMaxSharedBytes && BackwardSmem<Mma, 128>::bytes <= kMaxSharedBytes;
+}
+static_assert(fits<float>() && fits<__half>() && fits<__nv_bfloat16>(),
+              "a flash block exceeds sm_80's 163 KiB");
+
 // The tiles of one backward block, carved from shared memory.
 template <typename Mma, int kHs>
 struct BackwardTiles {
