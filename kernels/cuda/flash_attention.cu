@@ -328,6 +328,25 @@ constexpr bool fits() {
 static_assert(fits<float>() && fits<__half>() && fits<__nv_bfloat16>(),
               "a flash block exceeds sm_80's 163 KiB");
 
+// WMMA's rules for the layouts: ldm a multiple of 8 for 16-bit inputs and of 4 for the fp32 stores, and every
+// fragment pointer 32-byte aligned (fragments start at rows and columns that are multiples of 16, buffers at
+// multiples of 128 bytes). fp32 overwrites s and dP with P and dS in place: the same row strides.
+template <typename Mma, int kHs>
+constexpr bool wmma_layout() {
+  using L = BackwardSmem<Mma, kHs>;
+  constexpr auto aligned = [](int ld, size_t bytes) {
+    return 16 * ld * bytes % 32 == 0 && 16 * bytes % 32 == 0;
+  };
+  if constexpr (!kTensorCores<Mma>) return L::kPLd == L::kSLd;
+  return L::kLd % 8 == 0 && L::kPLd % 8 == 0 && L::kSLd % 4 == 0 && L::kOLd % 4 == 0 &&
+         aligned(L::kLd, sizeof(Mma)) && aligned(L::kPLd, sizeof(Mma)) && aligned(L::kSLd, 4) &&
+         aligned(L::kOLd, 4);
+}
+static_assert(wmma_layout<float, 64>() && wmma_layout<float, 128>() && wmma_layout<__half, 64>() &&
+                  wmma_layout<__half, 128>() && wmma_layout<__nv_bfloat16, 64>() &&
+                  wmma_layout<__nv_bfloat16, 128>(),
+              "a flash layout breaks WMMA's ldm or alignment rules");
+
 // The tiles of one backward block, carved from shared memory.
 template <typename Mma, int kHs>
 struct BackwardTiles {
