@@ -159,11 +159,13 @@ void add_linear(std::vector<OpCase>& cases, const Sizes& s) {
   add_linear_columns(cases, s);
 }
 
-// att is the probabilities residual [B, NH, T, T]: every backend these cases compare keeps them
-// (Ops::attention_residual); out is also what a flash backward would read.
+// att is attention's residual: [B, NH, T, T] probabilities, or [B, NH, T] log-sum-exp on a backend that keeps
+// that (Arg::attention_residual, Ops::attention_residual); out is what a flash backward reads.
 std::vector<Arg> attention_args(const Sizes& s) {
   const int64_t B = s.B, T = s.T, C = s.C, NH = s.NH;
-  return {in("qkv", {B, T, 3 * C}), out("out", {B, T, C}, 0), out("att", {B, NH, T, T}, 0)};
+  Arg att = out("att", {B, NH, T, T}, 0);
+  att.attention_residual = true;
+  return {in("qkv", {B, T, 3 * C}), out("out", {B, T, C}, 0), att};
 }
 
 void add_attention(std::vector<OpCase>& cases, const Sizes& s) {

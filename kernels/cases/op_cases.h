@@ -47,6 +47,10 @@ struct Arg {
   // fp32 when the case runs in fp16 or bf16 (the layer ops' mixed-precision contract, kernels/ops.h:
   // LayerNorm's statistics, parameter gradients, losses); the case's dtype otherwise.
   bool fp32 = false;
+  // Attention's residual: shape is the probabilities' [B, NH, T, T], and a backend that keeps one
+  // log-sum-exp per row instead (Ops::attention_residual() == kLogSumExp) gets [B, NH, T]; the reference is
+  // then the CPU's flash attention (kernels/cpu/flash_cpu_ops.h), so the residuals compare like for like.
+  bool attention_residual = false;
 };
 
 // The tensors of a case on one backend, by name.

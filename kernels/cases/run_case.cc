@@ -10,6 +10,7 @@
 
 #include "kernels/common/random.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/flash_cpu_ops.h"
 #include "tensor/arena.h"
 #include "tensor/half.h"
 
@@ -28,18 +29,26 @@ class Materialized {
       const bool tokens = a.token_below > 0;
       const bool half = dtype == DType::kF16 || dtype == DType::kBF16;
       const DType own = tokens ? DType::kI32 : (a.fp32 && half ? DType::kF32 : dtype);
+      const Arg shaped = on_backend(a, ops);
       int64_t n = 1;
-      for (int64_t d : a.shape) n *= d;
+      for (int64_t d : shaped.shape) n *= d;
       Tensor t = arena_.allocate_tensor(a.name, "op case", {n + (tokens ? 0 : offset)}, own);
       if (!tokens) t.data = static_cast<char*>(t.data) + offset * dtype_size(own);
-      t.shape = a.shape;
+      t.shape = shaped.shape;
       tensors.by_name[a.name] = t;
-      starts_[a.name] = starting_values(a, i, own);
+      starts_[a.name] = starting_values(shaped, i, own);
       set(a.name, starts_[a.name]);
     }
   }
 
   CaseTensors tensors;
+
+  // The Arg as this backend holds it: attention's residual [B, NH, T] where the backend keeps the
+  // log-sum-exp.
+  static Arg on_backend(Arg a, const Ops& ops) {
+    if (a.attention_residual && ops.attention_residual() == AttentionResidual::kLogSumExp) a.shape.pop_back();
+    return a;
+  }
 
   const std::vector<double>& start(const std::string& name) const { return starts_.at(name); }
 
@@ -134,12 +143,22 @@ void run_whole(const OpCase& c, Ops& ops, const CaseTensors& t) {
   c.run(ops, t);
 }
 
+// The CPU backend that keeps what `ops` keeps of attention (Ops::attention_residual): the default CpuOps
+// (the probabilities) or the CPU's flash attention (the log-sum-exp), so every output has its twin.
+Ops& reference_ops(const Ops& ops) {
+  static FlashCpuOps flash;
+  if (ops.attention_residual() == AttentionResidual::kLogSumExp) return flash;
+  return cpu_ops();
+}
+
 // The case's outputs computed on the CPU (in fp64 unless the case says) from the starting values the
 // backend's tensors hold.
-std::vector<std::vector<double>> reference_outputs(const OpCase& c, Materialized& on_backend) {
-  Materialized ref(cpu_ops(), c.args, c.reference, 0);
+std::vector<std::vector<double>> reference_outputs(const OpCase& c, const Ops& ops,
+                                                   Materialized& on_backend) {
+  Ops& reference = reference_ops(ops);
+  Materialized ref(reference, c.args, c.reference, 0);
   for (const Arg& a : c.args) ref.set(a.name, on_backend.start(a.name));
-  run_whole(c, cpu_ops(), ref.tensors);
+  run_whole(c, reference, ref.tensors);
   std::vector<std::vector<double>> outputs;
   for (const std::string& name : c.outputs) outputs.push_back(ref.get(name));
   return outputs;
@@ -193,7 +212,7 @@ std::vector<Result> compare_to_reference(Ops& ops, const OpCase& c, const Varian
   return guarded(result_for(c.op, v, c.shape, tol), [&] {
     Materialized on_backend(ops, c.args, v.dtype, c.offset);
     run_whole(c, ops, on_backend.tensors);
-    const std::vector<std::vector<double>> expected = reference_outputs(c, on_backend);
+    const std::vector<std::vector<double>> expected = reference_outputs(c, ops, on_backend);
     std::vector<Result> results;
     for (size_t i = 0; i < c.outputs.size(); ++i) {
       Result r = result_for(c.op + " " + c.outputs[i], v, c.shape, tol);

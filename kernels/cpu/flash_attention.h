@@ -39,13 +39,15 @@
 // head)'s dq and Dr and one key tile's dk, dv and block parts (O(T hs + Bc hs)). Nothing is T x T.
 #pragma once
 
+#include "kernels/common/flash_tiles.h"
 #include "kernels/cpu/attention.h"
 
 namespace gpt::cpu {
 
-// Br (query rows per tile) and Bc (key columns per tile); the CUDA flash kernel uses the same.
-inline constexpr int kFlashRows = 64;
-inline constexpr int kFlashCols = 64;
+// Br (query rows per tile) and Bc (key columns per tile): kernels/common/flash_tiles.h's, which the CUDA
+// flash kernels use too.
+inline constexpr int kFlashRows = kFlashTileRows;
+inline constexpr int kFlashCols = kFlashTileCols;
 
 // The tile sizes, changeable for tests (any positive sizes; T need not be a multiple of either).
 struct FlashTiles {

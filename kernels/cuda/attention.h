@@ -6,7 +6,9 @@
 // bit for bit the CPU's. Without dropout the forward and backward run as batched GEMMs on cuBLAS (any head
 // size, on tensor cores when the context asks: attention_gemm.h); with dropout, on handwritten kernels (head
 // sizes up to 128; GPT-2 uses 64). Device pointers (the keys excepted: host); asynchronous on ctx.stream();
-// every reduction runs in a fixed order, so reruns repeat bit for bit.
+// every reduction runs in a fixed order, so reruns repeat bit for bit. CudaOps' forward and backward run the
+// flash kernels instead (flash_attention.h: no T x T residual); it keeps the decode here, and gpu_check times
+// these forward and backward kernels beside flash (equivalence --attention).
 #pragma once
 
 #include <cstdint>

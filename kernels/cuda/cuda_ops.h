@@ -125,8 +125,8 @@ class CudaOps final : public Ops {
                               const Tensor& b) override;
   void linear_backward_columns(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                                int64_t first, const Tensor& x, const Tensor& w) override;
-  // The probabilities, as kernels/attention_residual.h's cuda_attention_residual() says for the planner;
-  // the flash kernel will keep the log-sum-exp instead (the constant changes with it).
+  // The log-sum-exp [B, NH, T] of the flash kernels (ops_attention.cc), as kernels/attention_residual.h's
+  // cuda_attention_residual() says for the planner.
   AttentionResidual attention_residual() const override { return cuda_attention_residual(); }
   void attention_forward(const Tensor& out, const Tensor& att, const Tensor& qkv,
                          const DropoutMask* dropout) override;

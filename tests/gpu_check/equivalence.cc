@@ -9,6 +9,8 @@
 //               [--dtype fp32|fp16|bf16]        the table; exit 0 when every row passes, 1 otherwise
 //   equivalence --list                          the checks' names, one a line
 //   equivalence --gemm [--batch B]              cuBLAS TFLOP/s at the 124M's fc and lm_head GEMMs
+//   equivalence --attention [--batch B] [--seq T] [--width C] [--heads NH]
+//                                               ms of the flash-attention kernels beside the T x T ones
 // The shape flags reach what 124M's shapes never do: a T that is no multiple of the attention tile, head
 // size 128, widths and vocabularies that are no multiple of a vector (the unaligned fallbacks), and more
 // sequences than one attention launch takes (its batch chunks); --offset E starts the layer ops' float
@@ -24,6 +26,7 @@
 #include <string>
 
 #include "kernels/cuda/runtime.h"
+#include "tests/gpu_check/attention_rate.h"
 #include "tests/gpu_check/checks.h"
 #include "tests/gpu_check/gemm_rate.h"
 
@@ -32,13 +35,13 @@ namespace {
 struct Options {
   gpt::gpu_check::Shapes shapes;
   std::string only;  // comma-separated check names; empty: all
-  bool gemm = false, list = false;
+  bool gemm = false, attention = false, list = false;
 };
 
 const char* kUsage =
     "usage: equivalence [--batch B] [--seq T] [--width C] [--heads NH] [--vocab V] [--offset E] "
     "[--only NAME,...] [--dtype fp32|fp16|bf16] "
-    "[--list] [--gemm]\n";
+    "[--list] [--gemm] [--attention]\n";
 
 // The value of a shape flag, or 0 when it is no integer in [1, most].
 int shape_value(const char* text, int most) {
@@ -67,6 +70,8 @@ bool parse(int argc, char** argv, Options& o) {
     const std::string arg = argv[i];
     if (arg == "--gemm") {
       o.gemm = true;
+    } else if (arg == "--attention") {
+      o.attention = true;
     } else if (arg == "--list") {
       o.list = true;
     } else if (arg == "--only" && i + 1 < argc) {
@@ -94,6 +99,15 @@ int print_gemm_rates(const gpt::cuda::Context& ctx, int tokens) {
     std::printf("%-10s %-8s %-24s %.1f\n", ("gemm_" + r.precision).c_str(), r.layer.c_str(), mnk.c_str(),
                 r.tflops);
   }
+  return 0;
+}
+
+// The flash-attention kernels beside the older T x T ones, at the shape's B, T, C and NH.
+int print_attention_times(gpt::cuda::CudaOps& ops, const gpt::gpu_check::Shapes& s) {
+  std::printf("attention at B=%d T=%d C=%d NH=%d, ms per call\n", s.B, s.T, s.C, s.NH);
+  std::printf("%-10s %-8s %-12s %s\n", "kernel", "inputs", "forward", "backward");
+  for (const auto& t : gpt::gpu_check::measure_attention_times(ops, s.B, s.T, s.C, s.NH))
+    std::printf("%-10s %-8s %-12.3f %.3f\n", t.kernel.c_str(), t.inputs.c_str(), t.forward_ms, t.backward_ms);
   return 0;
 }
 
@@ -139,6 +153,7 @@ int main(int argc, char** argv) {
     std::printf("equivalence: device 0 of %d: %s\n", probe.count,
                 backends.gpu.context().info().describe().c_str());
     if (options.gemm) return print_gemm_rates(backends.gpu.context(), options.shapes.B * 1024);
+    if (options.attention) return print_attention_times(backends.gpu, options.shapes);
     return run_table(backends, options);
   } catch (const std::exception& e) {
     std::printf("equivalence: %s\n", e.what());

@@ -1,10 +1,12 @@
-// CudaOps' causal multi-head attention beyond the op-case table (op_cases_test: forward and backward with and
-// without dropout against the fp64 reference, head sizes 12 to 128, partial 64-row tiles): att holds the
-// probabilities before dropout, bit for bit those of the call without dropout; p = 0 is the call without
-// dropout; reruns repeat bit for bit; the host keys may be overwritten once the call returns; more than 128
-// sequences (several launches) within fp32 tolerance of CpuOps (max |gpu - cpu| / max |cpu| <= 1e-5; a wrong
-// mask is an O(1) error); decode against CpuOps and the forward's last row. Without a device it prints
-// SKIPPED: and passes.
+// CudaOps' causal multi-head attention (the flash kernels, keeping the log-sum-exp [B,NH,T]) beyond the
+// op-case table (op_cases_test: forward and backward with and without dropout against the fp64 reference,
+// head sizes 64 and 128, partial 64-row tiles), against the CPU's flash attention (kernels/cpu/
+// flash_cpu_ops.h, the same tile order): att holds the log-sum-exp before dropout, bit for bit that of the
+// call without dropout; p = 0 is the call without dropout; reruns repeat bit for bit; the host keys may be
+// overwritten once the call returns; more than 128 sequences (several launches) within fp32 tolerance of the
+// CPU (max |gpu - cpu| / max |cpu| <= 1e-5; a wrong mask is an O(1) error); other head sizes are refused;
+// decode against CpuOps and, at the flash kernels' head sizes, the forward's last row. Without a device it
+// prints SKIPPED: and passes.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/flash_cpu_ops.h"
 #include "tests/kernels_cuda/backends.h"
 
 using gpt::testing::Backends;
@@ -58,23 +61,24 @@ struct AttentionCase {
         dout(b.make(random_values(size_t(d.B) * d.T * d.C, seed + 1), {d.B, d.T, d.C})),
         dqkv(b.make(random_values(size_t(d.B) * d.T * 3 * d.C, seed + 2), {d.B, d.T, 3 * d.C})),
         out(b.make(std::vector<float>(size_t(d.B) * d.T * d.C), {d.B, d.T, d.C})),
-        att(b.make(std::vector<float>(size_t(d.B) * d.NH * d.T * d.T, -1.0f), {d.B, d.NH, d.T, d.T})) {}
+        att(b.make(std::vector<float>(size_t(d.B) * d.NH * d.T, -1.0f), {d.B, d.NH, d.T})) {}
   Pair qkv, dout, dqkv, out, att;
 };
 
-// Forward and backward on both backends; the GPU's copy of the keys is scribbled over after each call, so a
-// kernel that read the host array late would see wrong keys.
+// Forward and backward on the GPU and the CPU's flash attention; the GPU's copy of the keys is scribbled over
+// after each call, so a kernel that read the host array late would see wrong keys.
 void run_both(Backends& b, AttentionCase& c, const gpt::DropoutMask* dropout) {
+  gpt::FlashCpuOps flash;
   std::vector<uint64_t> gpu_keys;
   gpt::DropoutMask gpu_mask;
   if (dropout) {
     gpu_keys.assign(dropout->keys, dropout->keys + c.att.cpu.shape[0]);
     gpu_mask = {dropout->p, gpu_keys.data()};
   }
-  b.cpu.attention_forward(c.out.cpu, c.att.cpu, c.qkv.cpu, dropout);
+  flash.attention_forward(c.out.cpu, c.att.cpu, c.qkv.cpu, dropout);
   b.gpu.attention_forward(c.out.gpu, c.att.gpu, c.qkv.gpu, dropout ? &gpu_mask : nullptr);
   std::fill(gpu_keys.begin(), gpu_keys.end(), 0);
-  b.cpu.attention_backward(c.dqkv.cpu, c.dout.cpu, c.qkv.cpu, c.out.cpu, c.att.cpu, dropout);
+  flash.attention_backward(c.dqkv.cpu, c.dout.cpu, c.qkv.cpu, c.out.cpu, c.att.cpu, dropout);
   if (dropout) std::copy(dropout->keys, dropout->keys + gpu_keys.size(), gpu_keys.begin());
   b.gpu.attention_backward(c.dqkv.gpu, c.dout.gpu, c.qkv.gpu, c.out.gpu, c.att.gpu,
                            dropout ? &gpu_mask : nullptr);
@@ -94,7 +98,8 @@ void check_attention(Dims d, const gpt::DropoutMask* dropout, uint32_t seed) {
 
 }  // namespace
 
-TEST_CASE("CudaOps attention: att before dropout, p = 0 is no dropout, reruns repeat bit for bit") {
+TEST_CASE(
+    "CudaOps attention: the log-sum-exp before dropout, p = 0 is no dropout, reruns repeat bit for bit") {
   if (!have_device()) return;
   Backends b;
   const Dims d{2, 100, 128, 2};
@@ -115,7 +120,7 @@ TEST_CASE("CudaOps attention: att before dropout, p = 0 is no dropout, reruns re
   CHECK(forward(&zero) == plain);
   CHECK(backward(&zero) == plain_grad);
   const auto with_dropout = forward(&dropped);
-  CHECK(with_dropout.second == plain.second);  // att keeps the probabilities before dropout
+  CHECK(with_dropout.second == plain.second);  // att keeps the log-sum-exp before dropout
   CHECK(with_dropout.first != plain.first);
   const auto grad = backward(&dropped);
   CHECK(forward(&dropped) == with_dropout);
@@ -126,7 +131,16 @@ TEST_CASE("CudaOps attention over more sequences than one launch takes keys for"
   if (!have_device()) return;
   const std::vector<uint64_t> keys = make_keys(300);
   const gpt::DropoutMask mask{0.3, keys.data()};
-  check_attention({300, 5, 8, 2}, &mask, 500);
+  check_attention({300, 5, 128, 2}, &mask, 500);
+}
+
+TEST_CASE("CudaOps attention: the flash kernels' head sizes, 64 and 128, both hold; others are refused") {
+  if (!have_device()) return;
+  check_attention({2, 130, 256, 2}, nullptr, 600);  // head size 128, a partial last tile
+  check_attention({1, 65, 128, 2}, nullptr, 700);   // head size 64, one row past a tile
+  Backends b;
+  AttentionCase c(b, {1, 8, 48, 4}, 800);  // head size 12
+  CHECK_THROWS(b.gpu.attention_forward(c.out.gpu, c.att.gpu, c.qkv.gpu, nullptr));
 }
 
 TEST_CASE("CudaOps attention decode agrees with CpuOps and with the forward's last row") {
@@ -143,8 +157,9 @@ TEST_CASE("CudaOps attention decode agrees with CpuOps and with the forward's la
     check_close(b, "decode out", out);
     check_close(b, "decode att", att);
 
+    if (C / NH != 64 && C / NH != 128) continue;  // the flash kernels' head sizes
     Pair full_out = b.make(std::vector<float>(size_t(n) * C), {1, n, C});
-    Pair full_att = b.make(std::vector<float>(size_t(NH) * n * n), {1, NH, n, n});
+    Pair full_att = b.make(std::vector<float>(size_t(NH) * n), {1, NH, n});
     b.gpu.attention_forward(full_out.gpu, full_att.gpu, qkv.gpu, nullptr);
     const std::vector<float> rows = b.host<float>(b.gpu, full_out.gpu);
     const std::vector<float> last(rows.end() - C, rows.end());

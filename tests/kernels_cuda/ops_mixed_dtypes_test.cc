@@ -113,7 +113,7 @@ TEST_CASE(
   check_refused("embedding_backward_rows", {"dwpe f16"},
                 [&] { o.embedding_backward_rows(table32, 0, pos16, act16, tokens); });
   const Tensor qkv = make(b, {B, T, 3 * C}, kBF16), outb = make(b, {B, T, C}, kBF16);
-  const Tensor att32 = make(b, {B, NH, T, T}, kF32), attb = make(b, {B, NH, T, T}, kBF16);
+  const Tensor att32 = make(b, {B, NH, T}, kF32), attb = make(b, {B, NH, T}, kBF16);  // the log-sum-exp
   check_refused("attention_forward", {"att f32", "qkv bf16"},
                 [&] { o.attention_forward(outb, att32, qkv, nullptr); });
   check_refused("attention_backward", {"dout f16"},

@@ -1,5 +1,5 @@
 // The layer loop with a backend that keeps attention's log-sum-exp instead of its probabilities
-// (Ops::attention_residual = kLogSumExp; tests/model/flash_cpu_ops.h, the CPU's flash attention): the default
+// (Ops::attention_residual = kLogSumExp; kernels/cpu/flash_cpu_ops.h, the CPU's flash attention): the default
 // CPU backend's losses and gradients within 1e-6 relative (fp32) over two accumulated micro-steps, dropout
 // off and on, without recomputation and with selective and full recomputation; its activations smaller by
 // exactly the probabilities it does not keep, and equal to train/activation_formulas' count for that kind.
@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/flash_cpu_ops.h"
 #include "model/loop.h"
 #include "model/model.h"
 #include "tests/kernels/check.h"
-#include "tests/model/flash_cpu_ops.h"
 #include "tests/model/flat_model.h"
 #include "train/activation_formulas.h"
 
@@ -71,7 +71,7 @@ const Recompute kRecomputations[] = {Recompute{}, Recompute::selective(), Recomp
 }  // namespace
 
 TEST_CASE("a backend keeping the log-sum-exp trains as the one keeping the probabilities, within 1e-6") {
-  gpt::test::FlashCpuOps flash;
+  gpt::FlashCpuOps flash;
   for (const Recompute& recompute : kRecomputations) {
     for (bool dropout : {false, true}) {
       INFO("recompute " << recompute.describe() << ", dropout " << dropout);
@@ -86,7 +86,7 @@ TEST_CASE("a backend keeping the log-sum-exp trains as the one keeping the proba
 TEST_CASE("the log-sum-exp backend's activations: smaller by the probabilities, as the formulas count") {
   const gpt::GPTConfig config = model();
   const int64_t L = config.num_layers, NH = config.heads, T = config.seq_len;
-  gpt::test::FlashCpuOps flash;
+  gpt::FlashCpuOps flash;
   for (const Recompute& recompute : kRecomputations) {
     INFO("recompute " << recompute.describe());
     gpt::Arena probabilities_arena, lse_arena;

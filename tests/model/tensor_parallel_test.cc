@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/flash_cpu_ops.h"
 #include "model/loop.h"
 #include "model/model.h"
 #include "model/tensor_parallel.h"
-#include "tests/model/flash_cpu_ops.h"
 #include "tests/model/flat_model.h"
 
 namespace {
@@ -267,11 +267,11 @@ TEST_CASE("tensor parallelism with selective and full recomputation") {
   check_against_whole(2, true, Recompute::full(gpt::RecomputeMethod::kUniform, 2));
 }
 
-// A backend keeping attention's log-sum-exp (tests/model/flash_cpu_ops.h): each rank keeps its heads'
+// A backend keeping attention's log-sum-exp (kernels/cpu/flash_cpu_ops.h): each rank keeps its heads'
 // [B,NH/t,T] and draws the attention dropout masks at its heads' per-probability offsets, so each rank's loss
 // and gradients are those of the ranks keeping the probabilities, within 1e-6 (dropout on).
 TEST_CASE("t = 2 ranks keeping the log-sum-exp give the numbers of ranks keeping the probabilities") {
-  gpt::test::FlashCpuOps flash;
+  gpt::FlashCpuOps flash;
   for (bool sequence_parallel : {false, true}) {
     for (const Recompute& recompute : {Recompute{}, Recompute::selective(), Recompute::full()}) {
       CAPTURE(sequence_parallel);

@@ -1,8 +1,9 @@
-// A CPU backend that keeps attention's log-sum-exp instead of its probabilities, as a flash-attention GPU
-// backend will (Ops::attention_residual = kLogSumExp): CpuOps with attention_forward and _backward from
+// A CPU backend that keeps attention's log-sum-exp instead of its probabilities, as the CUDA backend's flash
+// kernels do (Ops::attention_residual = kLogSumExp): CpuOps with attention_forward and _backward from
 // kernels/cpu/flash_attention.h. It drives the layer loop's log-sum-exp path on the CPU (the residual's
 // [B,NH,T] shape, the forward's output handed to the backward, the activation count), against the default
-// CPU backend that keeps the probabilities.
+// CPU backend that keeps the probabilities, and it is the op-case table's reference for a backend that keeps
+// the log-sum-exp (kernels/cases/run_case.cc).
 #pragma once
 
 #include <stdexcept>
@@ -10,7 +11,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/flash_attention.h"
 
-namespace gpt::test {
+namespace gpt {
 
 class FlashCpuOps final : public CpuOps {
  public:
@@ -62,4 +63,4 @@ class FlashCpuOps final : public CpuOps {
   }
 };
 
-}  // namespace gpt::test
+}  // namespace gpt
