@@ -7,6 +7,7 @@
 //   - the host rates per element of one gather unit's size (a transformer block): decoding fp16 into fp32
 //     weights, quantizing (qgZ's int4 gradient blocks), dequantizing (qwZ's int8 weights and qgZ's
 //     dequantize-and-add, half each), the ring reduction's fp16 sums, and AdamW with its fp16 compute copy;
+//     and the bytes per second of zero-filled buffers allocated and freed as the gradient reduction does;
 //   - the links: a ring all-gather of one fp16 gather unit over all ranks (the bytes that cross nodes, from
 //     the traffic meter, per node per second: the inter-node bandwidth; the bytes each rank sent per second:
 //     the rate a rank's CPU sends at, when the links are not what limits it), the same inside each node (the
@@ -29,6 +30,7 @@
 #include "kernels/cpu/threads.h"
 #include "kernels/quant/quantize.h"
 #include "model/model.h"
+#include "tensor/arena.h"
 #include "train/model_flags.h"
 #include "zero/config.h"
 
@@ -87,6 +89,7 @@ struct Rates {
   double tflops = 0, forward_s = 0, backward_s = 0;
   double decode = 0, quantize = 0, dequantize = 0, reduce = 0, optimizer = 0;  // elements per second
   double inter_bytes_per_s = 0, intra_bytes_per_s = 0, host_comm_bytes_per_s = 0, latency_s = 0;
+  double buffer_bytes_per_s = 0;
 };
 
 // A micro-batch's forward and backward on the CPU layer loop, every rank at once.
@@ -145,6 +148,25 @@ void measure_host(Communicator& world, const Options& o, int64_t n, Rates& r) {
   });
 }
 
+// The gradient reduction's zero-filled buffers, allocated and freed through a host arena as the engine's are
+// (tensor/arena.h): per bucket of one unit's n elements, the packed bucket (4n bytes), its result (n) and two
+// stages (n/2 each), with two buckets in flight. Bytes per second.
+double measure_buffers(Communicator& world, const Options& o, int64_t n) {
+  gpt::Arena arena("calibrate");
+  const size_t sizes[4] = {size_t(n) * 4, size_t(n), size_t(n) / 2, size_t(n) / 2};
+  std::vector<void*> older, newer;
+  const auto bucket = [&] {
+    for (void* block : older) arena.release(block);
+    older = std::move(newer);
+    newer.clear();
+    for (size_t bytes : sizes) newer.push_back(arena.allocate("bucket", "calibrate", bytes));
+  };
+  const double seconds = mean_over_ranks(world, timed(world, o.repeats, bucket));
+  for (void* block : older) arena.release(block);
+  for (void* block : newer) arena.release(block);
+  return double(n) * 6 / seconds;
+}
+
 // The bytes this rank sends across nodes and inside its node in one `op` (its meter, shared by subgroups).
 std::pair<double, double> bytes_of_one(Communicator& c, const std::function<void()>& op) {
   const gpt::comm::TrafficCounts before = c.meter().snapshot();
@@ -194,7 +216,8 @@ std::string rate_text(double bytes_per_s) {
 void print(const Options& o, int64_t n, const Rates& r) {
   std::string flags = "--gpu-tflops " + std::to_string(r.tflops) + " --host-comm-bandwidth " +
                       rate_text(r.host_comm_bytes_per_s) + " --intra-node-bandwidth " +
-                      rate_text(r.intra_bytes_per_s);
+                      rate_text(r.intra_bytes_per_s) + " --buffer-fill-bandwidth " +
+                      rate_text(r.buffer_bytes_per_s);
   if (r.inter_bytes_per_s > 0) flags += " --inter-node-bandwidth " + rate_text(r.inter_bytes_per_s);
   char rest[256];
   std::snprintf(rest, sizeof rest,
@@ -207,7 +230,7 @@ void print(const Options& o, int64_t n, const Rates& r) {
       "\"backward_s\": %.5f, \"compute_tflops\": %.6f, \"decode_per_s\": %.4g, \"quantize_per_s\": %.4g, "
       "\"dequantize_per_s\": %.4g, \"reduce_per_s\": %.4g, \"optimizer_per_s\": %.4g, "
       "\"host_comm_bytes_per_s\": %.4g, \"intra_node_bytes_per_s\": %.4g, \"inter_node_bytes_per_s\": %.4g, "
-      "\"link_latency_us\": %.2f, \"plan_flags\": \"%s\"}\n",
+      "\"link_latency_us\": %.2f, \"buffer_bytes_per_s\": %.4g, \"plan_flags\": \"%s\"}\n",
       o.threads, o.batch, (long long)n, r.forward_s, r.backward_s, r.tflops, r.decode, r.quantize,
       r.dequantize, r.reduce, r.optimizer, r.host_comm_bytes_per_s, r.intra_bytes_per_s, r.inter_bytes_per_s,
       r.latency_s * 1e6, flags.c_str());
@@ -226,6 +249,7 @@ int run(gpt::comm::MpiSession& session, int argc, char** argv) {
   Rates r;
   measure_compute(*world, o, r);
   measure_host(*world, o, n, r);
+  r.buffer_bytes_per_s = measure_buffers(*world, o, n);
   measure_links(*world, *node, o, n, r);
   if (world->rank() == 0) print(o, n, r);
   return 0;

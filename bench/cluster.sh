@@ -9,11 +9,12 @@
 # meter's, and link_bytes_per_step what the node-side links' tc counters carried per step, with the bytes of a
 # zero-step run of the same command subtracted; cpu_busy_share and cpu_system_share the machine's CPU time
 # (all cores, /proc/stat) that was busy, and that went to the kernel (system, irq, softirq: TCP, tc, the
-# namespaces), while the timed run ran. predicted_ms_per_step is gpt_train --plan's step for the same
-# configuration, from rates bench/calibrate measured before any row: compute, host codecs and sending on an
-# unshaped cluster, the links (bandwidth, latency) on each shaped one; the --plan line is printed per
-# bandwidth and the calibrations are kept (--out FILE: FILE's name with _calibration.jsonl). A table follows;
-# the cluster is torn down on every path.
+# namespaces), over the timed steps (from the warm-up step's metrics line to the last one).
+# predicted_ms_per_step is gpt_train --plan's step for the same configuration, from rates bench/calibrate
+# measured before any row: compute, host codecs and sending on an unshaped cluster, the links (bandwidth,
+# latency) on each shaped one; the --plan line is printed per bandwidth and the calibrations are kept
+# (--out FILE: FILE's name with _calibration.jsonl). A table follows, then the planner's median and worst
+# error over the rows; the cluster is torn down on every path.
 #   bench/cluster.sh [--steps N] [--bandwidths "none 10gbit 1gbit 200mbit"] [--configs "..."] [--out FILE]
 # Needs root with network namespaces (scripts/cluster probe); ~20-30 minutes on 2 cores.
 set -euo pipefail
@@ -67,6 +68,15 @@ cpu_shares() {  # "busy system total" before, after -> busy share, system share
   awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " "); t = y[3] - x[3]; if (t <= 0) t = 1
     printf "%.3f %.3f", (y[1] - x[1]) / t, (y[2] - x[2]) / t}'
 }
+at_step() {  # STEP PID: /proc/stat's CPU times once the metrics file has STEP lines (or PID has ended)
+  local n
+  while kill -0 "$2" 2>/dev/null; do
+    n=$(grep -c '"loss"' "$work/m.jsonl" 2>/dev/null)
+    ((${n:-0} >= $1)) && break
+    sleep 0.05
+  done
+  cpu_times
+}
 model=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 64 --micro-batch-size 1 --fp16)
 calibrate_here() {  # -> the calibration's JSON line
   scripts/cluster run -- "$calibrate" --layers 12 --hidden 768 --heads 12 --seq 64 --batch 1 --threads 1 2>&1 |
@@ -116,10 +126,13 @@ for bandwidth in $bandwidths; do
     scripts/cluster run -- "${cmd[@]}" --train-iters 0 >"$work/zero.log" 2>&1
     baseline=$(($(link_sent) - before))
     before=$(link_sent)
-    cpu_before=$(cpu_times)
-    scripts/cluster run -- "${cmd[@]}" --train-iters "$steps" --metrics-file "$work/m.jsonl" >"$work/run.log" 2>&1 ||
-      { echo "bench/cluster.sh: $config at $bandwidth failed:" >&2; tail -3 "$work/run.log" >&2; continue; }
-    read -r busy system <<<"$(cpu_shares "$cpu_before" "$(cpu_times)")"
+    rm -f "$work/m.jsonl"
+    scripts/cluster run -- "${cmd[@]}" --train-iters "$steps" --metrics-file "$work/m.jsonl" >"$work/run.log" 2>&1 &
+    run_pid=$!
+    # The machine's CPU over the timed steps: from the warm-up step's metrics line to the last one.
+    cpu_before=$(at_step 1 "$run_pid") cpu_after=$(at_step "$steps" "$run_pid")
+    wait "$run_pid" || { echo "bench/cluster.sh: $config at $bandwidth failed:" >&2; tail -3 "$work/run.log" >&2; continue; }
+    read -r busy system <<<"$(cpu_shares "$cpu_before" "$cpu_after")"
     link=$(($(link_sent) - before - baseline))
     # Throughput and bytes from the steps after the warm-up step.
     grep '"loss"' "$work/m.jsonl" | tail -n +2 >"$work/timed.jsonl"

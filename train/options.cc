@@ -319,6 +319,9 @@ void add_checkpoint_and_plan_groups(FlagParser& flags, TrainOptions& o, Values& 
                    "gradient elements a rank sums into a reduce-scatter per second", 0, 1e15);
   flags.add_double("--optimizer-rate", &o.plan.optimizer_elements_per_s,
                    "shard elements a rank's AdamW (and its compute copy) updates per second", 0, 1e15);
+  flags.add_string("--buffer-fill-bandwidth", &v.buffer_bw,
+                   "bytes of zero-filled buffers a rank allocates and frees per second (the gradient "
+                   "reduction's, every micro-step), e.g. 3GB/s");
   flags.add_double("--link-latency-us", &o.plan.link_latency_s,
                    "latency of one message step of a collective, microseconds", 0, 1e9);
 }
@@ -397,6 +400,7 @@ int apply_plan(const Values& v, int world_size, TrainOptions& o) {
   o.plan.inter_node_bytes_per_s = parse_rate(v.inter_bw, "--inter-node-bandwidth");
   if (!v.host_comm_bw.empty())
     o.plan.host_comm_bytes_per_s = parse_rate(v.host_comm_bw, "--host-comm-bandwidth");
+  if (!v.buffer_bw.empty()) o.plan.buffer_bytes_per_s = parse_rate(v.buffer_bw, "--buffer-fill-bandwidth");
   o.plan.link_latency_s *= 1e-6;  // the flag's microseconds
   return o.plan.nodes * o.plan.gpus_per_node;
 }

@@ -35,6 +35,7 @@ struct PlanOptions {
   double quantize_elements_per_s = 0;    // --quantize-rate: fp32 elements to int8/int4 blocks
   double reduce_elements_per_s = 0;      // --reduce-rate: wire elements summed into a reduction
   double optimizer_elements_per_s = 0;   // --optimizer-rate: AdamW on the shard, with its compute copy
+  double buffer_bytes_per_s = 0;         // --buffer-fill-bandwidth: zero-filled buffers allocated and freed
   double link_latency_s = 0;             // --link-latency-us: per message step of a collective
 };
 
@@ -116,7 +117,7 @@ class TrainFlags {
     int64_t global = 0, warmup = 0, decay_iters = 0;
     double lr = 6e-4, min_lr = 0, clip = 1.0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
     std::string decay_style = "constant", gpu_memory = "32GB", intra_bw = "150GB/s", inter_bw = "100Gb/s";
-    std::string memory_limit, nvme_read_bw = "1.3GB/s", nvme_write_bw = "2.9GB/s", host_comm_bw;
+    std::string memory_limit, nvme_read_bw = "1.3GB/s", nvme_write_bw = "2.9GB/s", host_comm_bw, buffer_bw;
     bool fp16 = false, bf16 = false, checkpoint = false, deepspeed = false, ds_checkpointing = false;
     // Activation recomputation and its tensor-parallel companions, resolved together (options.cc).
     std::string recompute_granularity, recompute_method;  // empty: not given

@@ -25,6 +25,7 @@
 #include "zero/memory_model.h"
 #include "zero/offload_layout.h"
 #include "zero/partition.h"
+#include "zero/qgz.h"
 #include "zero/reduce.h"
 #include "zero/tensor_parallel_traffic.h"
 #include "zero/traffic_model.h"
@@ -173,6 +174,18 @@ double per_rate(double amount, double rate) {
   return rate > 0 ? amount / rate : 0;
 }
 
+// The zero-filled buffers one reduction of every bucket allocates per rank (zero/reduce.cc, zero/qgz.cc): the
+// packed buckets (P elements in the wire dtype; fp32 for qgZ) and their results (P/W fp32), and qgZ's stages:
+// the int4 chunks sent and received in each hop (P, then P/L elements) and the fp32 partial sums (P/L).
+double reduction_buffer_bytes(const Plan& plan, const ZeroConfig& z) {
+  if (z.stage < 2) return 0;
+  const double P = double(plan.padded_params), W = plan.data_parallel;
+  const double L = double(plan.cluster.gpus_per_node) / plan.tensor_parallel;
+  if (!(z.quantized_gradients && plan.cluster.nodes > 1)) return P * dtype_size(z.precision) + P / W * 4;
+  const double int4 = double(qgz_chunk_bytes(1 << 20, 4, z.gradient_block)) / double(1 << 20);
+  return P * 4 + P / W * 4 + 2 * (P + P / L) * int4 + P / L * 4;
+}
+
 // The host work of one step per rank (PlanTiming's host_forward, host_backward, optimizer) at PlanOptions'
 // rates. Element counts per rank: a stage-3 gather leaves the whole unit on every rank, so a pass decodes
 // (or, with qwZ, dequantizes) P elements, hpZ's secondary gathers included; qwZ quantizes the rank's own
@@ -204,6 +217,7 @@ void add_host_work(const Plan& plan, const PlanVariant& v, PlanTiming& t) {
   } else {
     t.host_backward += per_rate(reductions * P * (W - 1) / W, c.reduce_elements_per_s);
   }
+  t.host_backward += per_rate(reductions * reduction_buffer_bytes(plan, z), c.buffer_bytes_per_s);
   t.optimizer = per_rate(z.stage >= 1 ? P / W : P, c.optimizer_elements_per_s);
   // Message steps: a ring over W ranks takes W - 1 per unit, for the forward's and the backward's gathers
   // and for the reduction, each micro-step.
@@ -256,10 +270,14 @@ PlanTiming predict_time(const Plan& plan, const PlanVariant& v) {
   const double hidden_bwd_read =
       v.zero.overlap_comm ? io.param_read_backward * share / c.nvme_read_bytes_per_s : 0;
   const double disk_serial = t.nvme_read + t.nvme_write - hidden_fwd_read - hidden_bwd_read;
+  // What overlap cannot hide: the tied embedding (unit 0) is the forward's first gather and the backward's
+  // (the LM head), with nothing computed yet to hide behind, and its gradient, complete only after the
+  // embedding's backward, is the last bucket reduced, with nothing left to compute.
+  t.exposed = plan.first_unit_share * (fwd + bwd + reduce);
   t.step =
       std::max({t.compute_forward + t.tensor_forward + t.host_forward, fwd, hidden_fwd_read}) +
       std::max({t.compute_backward + t.tensor_backward + t.host_backward, bwd + reduce, hidden_bwd_read}) +
-      serial + disk_serial + t.optimizer + t.latency;
+      t.exposed + serial + disk_serial + t.optimizer + t.latency;
   t.tokens_per_s = t.step > 0 ? double(plan.global_batch) * plan.model.seq_len / t.step : 0;
   return t;
 }
@@ -480,6 +498,7 @@ Plan plan_of(const TrainOptions& o) {
   const Partition partition(slice, plan.data_parallel, plan.data_parallel);
   plan.padded_params = partition.padded_total();
   plan.gather_units = int(partition.units().size());
+  plan.first_unit_share = double(partition.unit(0).padded) / double(plan.padded_params);
   plan.flops_per_token =
       o.model.model_flops_per_token() + recompute_flops_per_token(o.model, o.zero.recompute);
   ZeroConfig zero = o.zero;

@@ -102,6 +102,9 @@ struct PlanTiming {
   // sums or qgZ's codecs, sending), on the compute's cores; the optimizer's update, between steps; the
   // collectives' message steps times the link latency.
   double host_forward = 0, host_backward = 0, optimizer = 0, latency = 0;
+  // The links' time overlap cannot hide: the tied embedding's share of the gathers and the reduction (it
+  // opens both passes and closes the reduction).
+  double exposed = 0;
   double step = 0;
   double tokens_per_s = 0;
 };
@@ -156,6 +159,7 @@ struct Plan {
   int64_t params_for_flops = 0;  // N of 6N: without the position table (GPTConfig::params_without_positions)
   int64_t padded_params = 0;     // P: each gather unit padded to a multiple of 8W
   int gather_units = 0;          // the units stage 3 gathers one at a time (wte, wpe, blocks, ln_f)
+  double first_unit_share = 0;   // unit 0's (the tied embedding's) share of P
   double flops_per_token = 0;    // 6N + 12 L C T, plus the recomputation's (recompute_flops_per_token)
   std::vector<PlanVariant> variants;
   int configured = 0;  // index into variants

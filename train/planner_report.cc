@@ -275,7 +275,7 @@ void sweep(std::ostream& out, const Plan& plan) {
 bool counts_host_work(const PlanOptions& c) {
   return c.host_comm_bytes_per_s > 0 || c.decode_elements_per_s > 0 || c.dequantize_elements_per_s > 0 ||
          c.quantize_elements_per_s > 0 || c.reduce_elements_per_s > 0 || c.optimizer_elements_per_s > 0 ||
-         c.link_latency_s > 0;
+         c.buffer_bytes_per_s > 0 || c.link_latency_s > 0;
 }
 
 // The host work's lines of the model (PlanOptions' host rates), or what is left out without them.
@@ -296,6 +296,8 @@ void host_model(std::ostream& out, const Plan& plan) {
                 rate(c.dequantize_elements_per_s).c_str(), rate(c.quantize_elements_per_s).c_str());
   out << format("                scatter's sums P (W-1)/W / %s, or qgZ's codecs P (1 + 1/L) each way\n",
                 rate(c.reduce_elements_per_s).c_str());
+  out << format("                the reduction's zero-filled buffers (buckets, results, qgZ's stages) / %s\n",
+                c.buffer_bytes_per_s > 0 ? (size_text(c.buffer_bytes_per_s) + "/s").c_str() : "not counted");
   out << format("  optimizer   = shard elements / %s, between steps; latency = %.0f us x (W-1) x %d units\n",
                 rate(c.optimizer_elements_per_s).c_str(), c.link_latency_s * 1e6, plan.gather_units);
   out << "                x 3 rings per micro-step\n";
@@ -361,7 +363,11 @@ void timing(std::ostream& out, const Plan& plan) {
       c.gpus_per_node, c.nodes);
   if (z.overlap_comm) {
     out << "  step        = max(compute fwd + host fwd, comm(gather fwd)) + max(compute bwd + host bwd,\n"
-           "                comm(gather bwd) + comm(reduce)) + optimizer + latency\n";
+           "                comm(gather bwd) + comm(reduce)) + exposed + optimizer + latency\n";
+    out << format(
+        "                exposed = %.3f x (comm(gather fwd) + comm(gather bwd) + comm(reduce)): the\n"
+        "                tied embedding's share of P opens both passes and closes the reduction\n",
+        plan.first_unit_share);
     out << "                overlap_comm: stage 3's gathers hide behind the compute of their pass and the\n";
     out << "                bucket reductions behind the backward, whose gathers and reductions share the\n";
     out << "                links; what runs between passes (stages 0-2) adds to the step\n";
@@ -505,6 +511,7 @@ std::string plan_json(const Plan& plan) {
                     {"host_backward", t.host_backward},
                     {"optimizer", t.optimizer},
                     {"latency", t.latency},
+                    {"exposed", t.exposed},
                     {"step", t.step}};
     jv["tokens_per_s"] = t.tokens_per_s;
     jv["memory_total"] = v.memory.total;

@@ -737,6 +737,7 @@ TEST_CASE("host rates add the stated host work per rank to its pass; without the
   o.plan.reduce_elements_per_s = 3e9;
   o.plan.optimizer_elements_per_s = 5e8;
   o.plan.link_latency_s = 200e-6;
+  o.plan.buffer_bytes_per_s = 2e9;
   const gpt::Plan with = gpt::make_plan(o);
   REQUIRE(with.variants.size() == 8);
   const double P = double(with.padded_params), W = 4, L = 2;
@@ -753,8 +754,15 @@ TEST_CASE("host rates add the stated host work per rank to its pass; without the
     const double decode = v.zero.quantized_weights ? P / 2e9 : P / 4e9;
     const double own = v.zero.quantized_weights ? P / W / 1e9 : 0;
     CHECK(t.host_forward == doctest::Approx(sent(Phase::kParamGatherFwd) / 5e8 + decode + own));
+    // qgZ's int4 chunks: half a byte per value and a 4-byte scale per 512 (zeropp_gradient_block_size).
+    const double int4 = 0.5 + 4.0 / 512;
+    const double buffers =
+        v.zero.quantized_gradients
+            ? P * 4 + P / W * 4 + 2 * (P + P / L) * int4 + P / L * 4  // pack, result, stages
+            : P * 2 + P / W * 4;                                      // the fp16 bucket and its fp32 result
     const double reduce =
-        v.zero.quantized_gradients ? P * (1 + 1 / L) * (1 / 1e9 + 1 / 2e9) : P * (W - 1) / W / 3e9;
+        (v.zero.quantized_gradients ? P * (1 + 1 / L) * (1 / 1e9 + 1 / 2e9) : P * (W - 1) / W / 3e9) +
+        buffers / 2e9;
     CHECK(t.host_backward ==
           doctest::Approx((sent(Phase::kParamGatherBwd) + sent(Phase::kGradReduce)) / 5e8 + decode + reduce));
     CHECK(t.optimizer == doctest::Approx(P / W / 5e8));
@@ -764,11 +772,16 @@ TEST_CASE("host rates add the stated host work per rank to its pass; without the
     CHECK(before.host_forward == 0);
     CHECK(t.step > before.step);
     CHECK(t.step <= before.step + t.host_forward + t.host_backward + t.optimizer + t.latency + 1e-12);
+    CHECK(t.exposed == before.exposed);
   }
-  // Unchanged without rates: each pass the longer of its compute and its links, nothing else.
+  // Without rates: each pass the longer of its compute and its links, plus the tied embedding's share of the
+  // links, which opens both passes and closes the reduction.
   const gpt::PlanTiming& z = without.variants[0].timing;
-  CHECK(z.step ==
-        std::max(z.compute_forward, z.comm[0]) + std::max(z.compute_backward, z.comm[1] + z.comm[2]));
+  const double wte = double(50304 * 768) / double(without.padded_params);
+  CHECK(without.first_unit_share == doctest::Approx(wte).epsilon(1e-3));
+  CHECK(z.exposed == doctest::Approx(wte * (z.comm[0] + z.comm[1] + z.comm[2])).epsilon(1e-3));
+  CHECK(z.step == doctest::Approx(std::max(z.compute_forward, z.comm[0]) +
+                                  std::max(z.compute_backward, z.comm[1] + z.comm[2]) + z.exposed));
   // The report names the host column and the JSON carries each part.
   const std::string report = gpt::plan_report(o);
   CHECK(report.find("      host") != std::string::npos);
