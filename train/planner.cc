@@ -270,14 +270,16 @@ PlanTiming predict_time(const Plan& plan, const PlanVariant& v) {
   const double hidden_bwd_read =
       v.zero.overlap_comm ? io.param_read_backward * share / c.nvme_read_bytes_per_s : 0;
   const double disk_serial = t.nvme_read + t.nvme_write - hidden_fwd_read - hidden_bwd_read;
-  // What overlap cannot hide: the tied embedding (unit 0) is the forward's first gather and the backward's
-  // (the LM head), with nothing computed yet to hide behind, and its gradient, complete only after the
-  // embedding's backward, is the last bucket reduced, with nothing left to compute.
-  t.exposed = plan.first_unit_share * (fwd + bwd + reduce);
-  t.step =
-      std::max({t.compute_forward + t.tensor_forward + t.host_forward, fwd, hidden_fwd_read}) +
-      std::max({t.compute_backward + t.tensor_backward + t.host_backward, bwd + reduce, hidden_bwd_read}) +
-      t.exposed + serial + disk_serial + t.optimizer + t.latency;
+  // What overlap cannot hide: a pass's gathers run one unit ahead of its compute, so it takes the longer of
+  // the two plus one unit of the shorter: compute waits for the first gather, the links for the last unit's
+  // compute (the reduction of its gradient). The tied embedding (unit 0) is both passes' first unit (the LM
+  // head opens the backward) and the last gradient reduced; its share of P is that unit.
+  const double forward_work = t.compute_forward + t.tensor_forward + t.host_forward;
+  const double backward_work = t.compute_backward + t.tensor_backward + t.host_backward;
+  t.exposed = plan.first_unit_share * (std::min(forward_work, fwd) + std::min(backward_work, bwd + reduce));
+  t.step = std::max({forward_work, fwd, hidden_fwd_read}) +
+           std::max({backward_work, bwd + reduce, hidden_bwd_read}) + t.exposed + serial + disk_serial +
+           t.optimizer + t.latency;
   t.tokens_per_s = t.step > 0 ? double(plan.global_batch) * plan.model.seq_len / t.step : 0;
   return t;
 }

@@ -102,8 +102,8 @@ struct PlanTiming {
   // sums or qgZ's codecs, sending), on the compute's cores; the optimizer's update, between steps; the
   // collectives' message steps times the link latency.
   double host_forward = 0, host_backward = 0, optimizer = 0, latency = 0;
-  // The links' time overlap cannot hide: the tied embedding's share of the gathers and the reduction (it
-  // opens both passes and closes the reduction).
+  // What overlap cannot hide: one unit (the tied embedding's share) of the shorter of each pass's compute
+  // and links (compute waits for the first gather; the links for the last unit's compute).
   double exposed = 0;
   double step = 0;
   double tokens_per_s = 0;

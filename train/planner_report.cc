@@ -365,8 +365,9 @@ void timing(std::ostream& out, const Plan& plan) {
     out << "  step        = max(compute fwd + host fwd, comm(gather fwd)) + max(compute bwd + host bwd,\n"
            "                comm(gather bwd) + comm(reduce)) + exposed + optimizer + latency\n";
     out << format(
-        "                exposed = %.3f x (comm(gather fwd) + comm(gather bwd) + comm(reduce)): the\n"
-        "                tied embedding's share of P opens both passes and closes the reduction\n",
+        "                exposed = %.3f x (min(compute fwd + host fwd, comm(gather fwd)) + the same for\n"
+        "                the backward): one unit of the shorter side, the tied embedding's share of P,\n"
+        "                as it opens both passes and closes the reduction\n",
         plan.first_unit_share);
     out << "                overlap_comm: stage 3's gathers hide behind the compute of their pass and the\n";
     out << "                bucket reductions behind the backward, whose gathers and reductions share the\n";
