@@ -303,10 +303,9 @@ void host_model(std::ostream& out, const Plan& plan) {
   out << "                x 3 rings per micro-step\n";
 }
 
-void timing(std::ostream& out, const Plan& plan) {
+// The predicted step time of every variant, one row each.
+void timing_table(std::ostream& out, const Plan& plan) {
   const PlanOptions& c = plan.cluster;
-  const ZeroConfig& z = plan.variants[plan.configured].zero;
-  const double tokens_per_gpu = double(plan.micro_batch) * plan.accumulation_steps * plan.model.seq_len;
   out << "\nPredicted step time (the model below)\n";
   const bool host =
       counts_host_work(c);  // a "host" column: host_forward + host_backward + optimizer + latency
@@ -336,6 +335,13 @@ void timing(std::ostream& out, const Plan& plan) {
     out << "  compute includes the tensor-parallel collectives: " << ms_text(plan.tensor_forward_s)
         << " in the forward, " << ms_text(plan.tensor_backward_s) << " in the backward\n";
   }
+}
+
+// The timing model the table follows, with this plan's inputs.
+void timing_model(std::ostream& out, const Plan& plan) {
+  const PlanOptions& c = plan.cluster;
+  const ZeroConfig& z = plan.variants[plan.configured].zero;
+  const double tokens_per_gpu = double(plan.micro_batch) * plan.accumulation_steps * plan.model.seq_len;
   out << "\nThe model\n";
   if (plan.tensor_parallel > 1) {
     out << format(
@@ -390,6 +396,11 @@ void timing(std::ostream& out, const Plan& plan) {
   out << "                units to fp32 on every backend today)\n";
 }
 
+void timing(std::ostream& out, const Plan& plan) {
+  timing_table(out, plan);
+  timing_model(out, plan);
+}
+
 // "hpZ secondary" -> "hpz_secondary": JSON keys in the metrics file's style.
 std::string key_of(const std::string& state) {
   std::string key;
@@ -441,6 +452,25 @@ nlohmann::json sweep_json(const Plan& plan) {
 }
 
 }  // namespace
+
+// A variant's predicted times, seconds (PlanTiming's fields).
+nlohmann::json time_json(const PlanTiming& t) {
+  return {{"compute_forward", t.compute_forward},
+          {"compute_backward", t.compute_backward},
+          {"param_gather_fwd", t.comm[0]},
+          {"param_gather_bwd", t.comm[1]},
+          {"grad_reduce", t.comm[2]},
+          {"nvme_read", t.nvme_read},
+          {"nvme_write", t.nvme_write},
+          {"tensor_forward", t.tensor_forward},
+          {"tensor_backward", t.tensor_backward},
+          {"host_forward", t.host_forward},
+          {"host_backward", t.host_backward},
+          {"optimizer", t.optimizer},
+          {"latency", t.latency},
+          {"exposed", t.exposed},
+          {"step", t.step}};
+}
 
 std::string plan_json(const Plan& plan) {
   const GPTConfig& m = plan.model;
@@ -498,23 +528,8 @@ std::string plan_json(const Plan& plan) {
       jv["bytes"][comm::phase_name(p)] = {{"intra", v.traffic.at(p, Link::kIntraNode)},
                                           {"inter", v.traffic.at(p, Link::kInterNode)}};
     }
-    const PlanTiming& t = v.timing;
-    jv["time_s"] = {{"compute_forward", t.compute_forward},
-                    {"compute_backward", t.compute_backward},
-                    {"param_gather_fwd", t.comm[0]},
-                    {"param_gather_bwd", t.comm[1]},
-                    {"grad_reduce", t.comm[2]},
-                    {"nvme_read", t.nvme_read},
-                    {"nvme_write", t.nvme_write},
-                    {"tensor_forward", t.tensor_forward},
-                    {"tensor_backward", t.tensor_backward},
-                    {"host_forward", t.host_forward},
-                    {"host_backward", t.host_backward},
-                    {"optimizer", t.optimizer},
-                    {"latency", t.latency},
-                    {"exposed", t.exposed},
-                    {"step", t.step}};
-    jv["tokens_per_s"] = t.tokens_per_s;
+    jv["time_s"] = time_json(v.timing);
+    jv["tokens_per_s"] = v.timing.tokens_per_s;
     jv["memory_total"] = v.memory.total;
     jv["fits"] = v.memory.tiers.device <= c.gpu_memory_bytes;
     jv["memory_tiers"] = {
