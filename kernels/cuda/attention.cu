@@ -16,6 +16,7 @@
 
 #include "kernels/common/dropout_bits.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_dropout.cuh"
 #include "kernels/cuda/attention_gemm.h"
 
 namespace gpt::cuda {
@@ -26,7 +27,6 @@ constexpr int kLanes = 16;                 // threads along a tile's columns; a 
 constexpr int kThreads = kLanes * kLanes;  // 256
 constexpr int kPer = kTile / kLanes;       // rows (and columns) of a tile per thread
 constexpr int kCoefLd = kTile + 1;         // row stride of the [64, 64] probability / gradient tiles
-constexpr int kMaxKeys = 128;              // dropout keys per launch: 1 KiB of kernel parameters
 constexpr int kDecodeThreads = 256;
 constexpr unsigned kFullMask = 0xffffffffu;
 
@@ -41,16 +41,6 @@ struct Shape {
   int T, C, NH, hs;
   int ld;       // row stride of the [64, hs] tiles in shared memory: hs rounded up to an odd number
   float scale;  // 1/sqrt(hs), rounded as the CPU rounds it
-};
-
-// Dropout for one launch, by value, so the caller's host keys may change once the launch is enqueued:
-// keys[bl] is the key of sequence b0 + bl.
-struct DropParams {
-  uint64_t threshold;
-  uint64_t offset;  // the counter of head 0's (0, 0): AttentionDropout::element_offset
-  float scale;
-  int active;  // 0: no dropout
-  uint64_t keys[kMaxKeys];
 };
 
 struct Tiles {  // thread coordinates inside a tile
@@ -152,8 +142,8 @@ __device__ __forceinline__ void masked_scores(float (&sc)[kPer][kPer], const flo
 }
 
 // Dropout's value of probability a at (row, col) of head h: a * scale where the mask keeps it, else 0.
-__device__ __forceinline__ float dropped(float a, const DropParams& drop, uint64_t key, int h, int row,
-                                         int col, int T) {
+__device__ __forceinline__ float dropped(float a, const AttentionDropParams& drop, uint64_t key, int h,
+                                         int row, int col, int T) {
   if (!drop.active) return a;
   const uint64_t counter = drop.offset + uint64_t(h) * T * T + uint64_t(row) * T + uint64_t(col);
   return dropout::keeps(key, counter, drop.threshold) ? a * drop.scale : 0.0f;
@@ -198,8 +188,8 @@ struct ForwardTiles {
 template <int kDims>
 __device__ void weighted_values(float (&acc)[kPer][kDims], float* att_bh, const float (&row_max)[kPer],
                                 const float (&inv_sum)[kPer], ForwardTiles tiles, const float* k,
-                                const float* v, const Shape& s, const DropParams& drop, uint64_t key, int h,
-                                int q0, int last_tile, Tiles t) {
+                                const float* v, const Shape& s, const AttentionDropParams& drop, uint64_t key,
+                                int h, int q0, int last_tile, Tiles t) {
   for (int kt = 0; kt <= last_tile; ++kt) {
     const int k0 = kt * kTile;
     __syncthreads();  // the previous k, v and p tiles are used up
@@ -233,7 +223,7 @@ __device__ void zero_beyond(float* att_bh, int T, int q0, int col0) {
 template <int kDims>
 __global__ void __launch_bounds__(kThreads, min_blocks(kDims))
     attention_forward_kernel(float* out, float* att, const float* qkv, Shape s, int b0,
-                             const __grid_constant__ DropParams drop) {
+                             const __grid_constant__ AttentionDropParams drop) {
   extern __shared__ float smem[];
   const ForwardTiles tiles{smem, smem + kTile * s.ld, smem + 2 * kTile * s.ld, smem + 3 * kTile * s.ld};
   const Tiles t{int(threadIdx.x) / kLanes, int(threadIdx.x) % kLanes};
@@ -265,8 +255,8 @@ __device__ __forceinline__ float score_gradient(float a, float d, float da, floa
 // Per query row, sum over its keys of D dD (A dA without dropout), dD = dout v^T: the row term of the
 // softmax Jacobian. Partial sums per thread in key order, then a half-warp butterfly.
 __device__ void jacobian_row_dots(float (&dot)[kPer], const float* dy_tile, float* v_tile, const float* v,
-                                  const float* att_bh, const Shape& s, const DropParams& drop, uint64_t key,
-                                  int h, int q0, int last_tile, Tiles t) {
+                                  const float* att_bh, const Shape& s, const AttentionDropParams& drop,
+                                  uint64_t key, int h, int q0, int last_tile, Tiles t) {
   float partial[kPer] = {};
   for (int kt = 0; kt <= last_tile; ++kt) {
     const int k0 = kt * kTile;
@@ -292,8 +282,8 @@ __device__ void jacobian_row_dots(float (&dot)[kPer], const float* dy_tile, floa
 // dS of a score tile into ds_tile[query][key] (zeros where masked), from dA = dout v^T and att.
 __device__ __forceinline__ void score_gradient_tile(float* ds_tile, const float (&da)[kPer][kPer],
                                                     const float (&dot)[kPer], const float* att_bh,
-                                                    const Shape& s, const DropParams& drop, uint64_t key,
-                                                    int h, int q0, int k0, Tiles t) {
+                                                    const Shape& s, const AttentionDropParams& drop,
+                                                    uint64_t key, int h, int q0, int k0, Tiles t) {
 #pragma unroll
   for (int i = 0; i < kPer; ++i)
 #pragma unroll
@@ -315,7 +305,7 @@ template <int kDims>
 __global__ void __launch_bounds__(kThreads, min_blocks(kDims))
     attention_backward_query_kernel(float* dqkv, float* row_dots, const float* dout, const float* qkv,
                                     const float* att, Shape s, int b0,
-                                    const __grid_constant__ DropParams drop) {
+                                    const __grid_constant__ AttentionDropParams drop) {
   extern __shared__ float smem[];
   float *dy_tile = smem, *k_tile = smem + kTile * s.ld, *v_tile = smem + 2 * kTile * s.ld;
   float* ds_tile = smem + 3 * kTile * s.ld;
@@ -361,7 +351,8 @@ struct KeyTiles {
 
 // One query tile's contribution to the key kernel: D^T and dS^T of the (query, key) tile into shared memory.
 __device__ void transposed_gradients(KeyTiles tiles, const float* att_bh, const Shape& s,
-                                     const DropParams& drop, uint64_t key, int h, int q0, int k0, Tiles t) {
+                                     const AttentionDropParams& drop, uint64_t key, int h, int q0, int k0,
+                                     Tiles t) {
   float da[kPer][kPer];  // query row q0 + ty + 16 i, key k0 + tx + 16 j
   tile_dots(da, tiles.dy, tiles.v, s.ld, s.hs, t);
 #pragma unroll
@@ -386,7 +377,7 @@ template <int kDims>
 __global__ void __launch_bounds__(kThreads, min_blocks(kDims))
     attention_backward_key_kernel(float* dqkv, const float* row_dots, const float* dout, const float* qkv,
                                   const float* att, Shape s, int b0,
-                                  const __grid_constant__ DropParams drop) {
+                                  const __grid_constant__ AttentionDropParams drop) {
   extern __shared__ float smem[];
   const int tile_floats = kTile * s.ld, coef_floats = kTile * kCoefLd;
   const KeyTiles tiles{smem,
@@ -502,8 +493,8 @@ bool drops(const AttentionDropout* dropout) {
 
 void check_heads(int C, int NH) {
   if (NH <= 0 || C <= 0 || C % NH != 0)
-    throw CudaError("attention: C = " + std::to_string(C) + " is not a positive multiple of NH = " +
-                    std::to_string(NH));
+    throw CudaError("attention: C = " + std::to_string(C) +
+                    " is not a positive multiple of NH = " + std::to_string(NH));
 }
 
 Shape make_shape(int T, int C, int NH) {
@@ -526,24 +517,6 @@ void with_dims(int hs, F&& f) {
     f(std::integral_constant<int, 4>{});
   } else {
     f(std::integral_constant<int, 8>{});
-  }
-}
-
-// Calls launch(b0, count, params) for each run of up to kMaxKeys sequences, params holding their keys by
-// value (kernel parameters are copied when the launch is enqueued, so the host keys may change afterwards).
-template <typename F>
-void for_each_batch_chunk(int B, const AttentionDropout* dropout, F&& launch) {
-  const bool active = dropout != nullptr && dropout->p > 0;
-  if (active && dropout->keys == nullptr) throw CudaError("attention: dropout with p > 0 needs its keys");
-  DropParams params{};
-  params.active = active ? 1 : 0;
-  params.threshold = active ? dropout::threshold(dropout->p) : 0;
-  params.offset = active ? uint64_t(dropout->element_offset) : 0;
-  params.scale = active ? dropout::scale<float>(dropout->p) : 1.0f;
-  for (int b0 = 0; b0 < B; b0 += kMaxKeys) {
-    const int count = std::min(kMaxKeys, B - b0);
-    if (active) std::copy(dropout->keys + b0, dropout->keys + b0 + count, params.keys);
-    launch(b0, count, params);
   }
 }
 
@@ -571,7 +544,7 @@ void attention_forward(const Context& ctx, float* out, float* att, const float* 
     auto* kernel = attention_forward_kernel<decltype(dims)::value>;
     const size_t smem = sizeof(float) * (3 * kTile * s.ld + kTile * kCoefLd);
     allow_shared_memory(kernel, smem);
-    for_each_batch_chunk(B, dropout, [&](int b0, int count, const DropParams& drop) {
+    for_each_dropout_chunk("attention", B, dropout, [&](int b0, int count, const AttentionDropParams& drop) {
       const dim3 grid(tiles_of(T), NH, count);
       kernel<<<grid, kThreads, smem, ctx.stream()>>>(out, att, qkv, s, b0, drop);
       GPT_CUDA_CHECK(cudaGetLastError());
@@ -609,7 +582,7 @@ void attention_backward(const Context& ctx, float* dqkv, const float* dout, cons
     const size_t key_smem = sizeof(float) * (3 * kTile * s.ld + 2 * kTile * kCoefLd + kTile);
     allow_shared_memory(query_kernel, query_smem);
     allow_shared_memory(key_kernel, key_smem);
-    for_each_batch_chunk(B, dropout, [&](int b0, int count, const DropParams& drop) {
+    for_each_dropout_chunk("attention", B, dropout, [&](int b0, int count, const AttentionDropParams& drop) {
       const dim3 grid(tiles_of(T), NH, count);
       query_kernel<<<grid, kThreads, query_smem, ctx.stream()>>>(dqkv, row_dots.as<float>(), dout, qkv, att,
                                                                  s, b0, drop);

@@ -23,6 +23,7 @@
 
 #include "kernels/common/dropout_bits.h"
 #include "kernels/common/flash_tiles.h"
+#include "kernels/cuda/attention_dropout.cuh"
 #include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/flash_attention.h"
 
@@ -35,7 +36,6 @@ constexpr int kRows = kFlashTileRows;  // Br
 constexpr int kCols = kFlashTileCols;  // Bc
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxKeys = 128;  // dropout keys per launch: 1 KiB of kernel parameters
 static_assert(kRows == 64 && kCols == 64, "the thread mapping below is written for 64 x 64 tiles");
 
 // Whether a matmul input type runs on tensor cores (fp32 never does: exact fma chains, no TF32).
@@ -61,18 +61,8 @@ struct Shape {
   float scale;  // 1/sqrt(hs), rounded as the CPU rounds it
 };
 
-// Dropout for one launch, by value (the caller's host keys may change once the launch is enqueued):
-// keys[bl] is the key of sequence b0 + bl.
-struct FlashDrop {
-  uint64_t threshold;
-  uint64_t offset;  // AttentionDropout::element_offset: the counter of head 0's (0, 0)
-  float scale;      // 1/(1-p)
-  int active;       // 0: no dropout
-  uint64_t keys[kMaxKeys];
-};
-
 // Whether probability (i, j) of head h in sequence bl of the launch survives dropout.
-__device__ __forceinline__ bool keeps(const FlashDrop& drop, int bl, int h, int T, int i, int j) {
+__device__ __forceinline__ bool keeps(const AttentionDropParams& drop, int bl, int h, int T, int i, int j) {
   const uint64_t t = uint64_t(T);
   const uint64_t counter = drop.offset + uint64_t(h) * t * t + uint64_t(i) * t + uint64_t(j);
   return dropout::keeps(drop.keys[bl], counter, drop.threshold);
@@ -207,8 +197,9 @@ __device__ __forceinline__ void row_max(const float* s, const float* m, float* m
 
 // p_ij = exp(s_ij - m'_i) (0 where masked) into s, and dropped(p_ij) into the matmul tile p.
 template <typename Mma, int kSLd, int kPLd>
-__device__ __forceinline__ void probabilities(float* s, Mma* p, const float* m_new, const FlashDrop& drop,
-                                              int bl, int h, int T, int i0, int j0) {
+__device__ __forceinline__ void probabilities(float* s, Mma* p, const float* m_new,
+                                              const AttentionDropParams& drop, int bl, int h, int T, int i0,
+                                              int j0) {
 #pragma unroll 1
   for (int o = 0; o < kRows * kCols / kThreads; ++o) {
     const int r = owned_row<kCols>(o), c = owned_col<kCols>();
@@ -235,7 +226,7 @@ __device__ __forceinline__ void row_sum(const float* s, float* m, const float* m
 
 template <typename Act, typename Mma, int kHs>
 __global__ void __launch_bounds__(kThreads)
-    flash_forward_kernel(Act* out, Act* lse, const Act* qkv, Shape sh, int b0, FlashDrop drop) {
+    flash_forward_kernel(Act* out, Act* lse, const Act* qkv, Shape sh, int b0, AttentionDropParams drop) {
   using L = ForwardSmem<Mma, kHs>;
   extern __shared__ __align__(128) unsigned char smem[];
   Mma *q = reinterpret_cast<Mma*>(smem + L::q), *k = reinterpret_cast<Mma*>(smem + L::k);
@@ -389,8 +380,8 @@ __device__ void load_query_side(const BackwardTiles<Mma, kHs>& t, const Act* q_b
 // (when kWantP) and ds = p (dropped(dP) - Dr) scale into ds, as the reference's backward_row computes them.
 // Starts after a barrier that published the tiles; ends with one that publishes pd and ds.
 template <bool kWantP, typename Mma, int kHs>
-__device__ void gradient_scores(const BackwardTiles<Mma, kHs>& t, const Shape& sh, const FlashDrop& drop,
-                                BackwardAt at) {
+__device__ void gradient_scores(const BackwardTiles<Mma, kHs>& t, const Shape& sh,
+                                const AttentionDropParams& drop, BackwardAt at) {
   using L = BackwardSmem<Mma, kHs>;
   tile_product<Mma, kRows, kCols, kHs, Layout::kRow, Layout::kCol>(
       t.q, L::kLd, t.k, L::kLd, t.s, L::kSLd,
@@ -438,7 +429,7 @@ __device__ __forceinline__ void add_rows(Act* dst, int64_t stride, const float (
 template <typename Act, typename Mma, int kHs>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_kv_kernel(Act* dqkv, const float* dr, const Act* dout, const Act* qkv, const Act* lse,
-                             Shape sh, int b0, FlashDrop drop) {
+                             Shape sh, int b0, AttentionDropParams drop) {
   using L = BackwardSmem<Mma, kHs>;
   extern __shared__ __align__(128) unsigned char smem[];
   const BackwardTiles<Mma, kHs> t(smem);
@@ -471,7 +462,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename Act, typename Mma, int kHs>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_q_kernel(Act* dqkv, const float* dr, const Act* dout, const Act* qkv, const Act* lse,
-                            Shape sh, int b0, FlashDrop drop) {
+                            Shape sh, int b0, AttentionDropParams drop) {
   using L = BackwardSmem<Mma, kHs>;
   extern __shared__ __align__(128) unsigned char smem[];
   const BackwardTiles<Mma, kHs> t(smem);
@@ -536,24 +527,6 @@ void with_mma(const Context& ctx, F&& f) {
   }
 }
 
-// Calls launch(b0, count, params) for each run of up to kMaxKeys sequences, params holding their keys.
-template <typename F>
-void for_each_batch_chunk(const char* op, int B, const AttentionDropout* dropout, F&& launch) {
-  const bool active = dropout != nullptr && dropout->p > 0;
-  if (active && dropout->keys == nullptr)
-    throw CudaError(std::string(op) + ": dropout with p > 0 needs its keys");
-  FlashDrop params{};
-  params.active = active ? 1 : 0;
-  params.threshold = active ? dropout::threshold(dropout->p) : 0;
-  params.offset = active ? uint64_t(dropout->element_offset) : 0;
-  params.scale = active ? dropout::scale<float>(dropout->p) : 1.0f;
-  for (int b0 = 0; b0 < B; b0 += kMaxKeys) {
-    const int count = std::min(kMaxKeys, B - b0);
-    if (active) std::copy(dropout->keys + b0, dropout->keys + b0 + count, params.keys);
-    launch(b0, count, params);
-  }
-}
-
 template <typename Kernel>
 void allow_shared_memory(Kernel* kernel, size_t bytes) {
   GPT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
@@ -580,12 +553,12 @@ void flash_attention_forward(const Context& ctx, Act* out, Act* lse, const Act* 
       auto* kernel = flash_forward_kernel<Act, Mma, kHs>;
       const size_t smem = ForwardSmem<Mma, kHs>::bytes;
       allow_shared_memory(kernel, smem);
-      for_each_batch_chunk("flash_attention_forward", B, dropout,
-                           [&](int b0, int count, const FlashDrop& drop) {
-                             kernel<<<dim3(tiles_of(T), NH, count), kThreads, smem, ctx.stream()>>>(
-                                 out, lse, qkv, make_shape(T, C, NH), b0, drop);
-                             GPT_CUDA_CHECK(cudaGetLastError());
-                           });
+      for_each_dropout_chunk("flash_attention_forward", B, dropout,
+                             [&](int b0, int count, const AttentionDropParams& drop) {
+                               kernel<<<dim3(tiles_of(T), NH, count), kThreads, smem, ctx.stream()>>>(
+                                   out, lse, qkv, make_shape(T, C, NH), b0, drop);
+                               GPT_CUDA_CHECK(cudaGetLastError());
+                             });
     });
   });
 }
@@ -609,16 +582,16 @@ void flash_attention_backward(const Context& ctx, Act* dqkv, const Act* dout, co
       allow_shared_memory(kv_kernel, smem);
       allow_shared_memory(q_kernel, smem);
       const Shape sh = make_shape(T, C, NH);
-      for_each_batch_chunk("flash_attention_backward", B, dropout,
-                           [&](int b0, int count, const FlashDrop& drop) {
-                             const dim3 grid(tiles_of(T), NH, count);
-                             kv_kernel<<<grid, kThreads, smem, ctx.stream()>>>(dqkv, row_dots.as<float>(),
-                                                                               dout, qkv, lse, sh, b0, drop);
-                             GPT_CUDA_CHECK(cudaGetLastError());
-                             q_kernel<<<grid, kThreads, smem, ctx.stream()>>>(dqkv, row_dots.as<float>(),
-                                                                              dout, qkv, lse, sh, b0, drop);
-                             GPT_CUDA_CHECK(cudaGetLastError());
-                           });
+      for_each_dropout_chunk("flash_attention_backward", B, dropout,
+                             [&](int b0, int count, const AttentionDropParams& drop) {
+                               const dim3 grid(tiles_of(T), NH, count);
+                               kv_kernel<<<grid, kThreads, smem, ctx.stream()>>>(
+                                   dqkv, row_dots.as<float>(), dout, qkv, lse, sh, b0, drop);
+                               GPT_CUDA_CHECK(cudaGetLastError());
+                               q_kernel<<<grid, kThreads, smem, ctx.stream()>>>(dqkv, row_dots.as<float>(),
+                                                                                dout, qkv, lse, sh, b0, drop);
+                               GPT_CUDA_CHECK(cudaGetLastError());
+                             });
     });
   });
 }

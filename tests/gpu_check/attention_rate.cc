@@ -1,14 +1,13 @@
 // The attention kernels' times; see attention_rate.h.
 #include "tests/gpu_check/attention_rate.h"
 
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
 #include <functional>
 #include <vector>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/flash_attention.h"
+#include "tests/gpu_check/gemm_rate.h"
 #include "tests/gpu_check/scratch.h"
 
 namespace gpt::gpu_check {
@@ -21,22 +20,9 @@ cuda::DeviceBuffer device_values(const cuda::Context& ctx, int64_t n, uint64_t s
   return buffer;
 }
 
-// Milliseconds per call of f on the context's stream, after warm-up.
+// Milliseconds per call after two warm-up calls, over ten.
 double time_ms(const cuda::Context& ctx, const std::function<void()>& f) {
-  for (int i = 0; i < 2; ++i) f();
-  cudaEvent_t start, stop;
-  GPT_CUDA_CHECK(cudaEventCreate(&start));
-  GPT_CUDA_CHECK(cudaEventCreate(&stop));
-  constexpr int kRepeats = 10;
-  GPT_CUDA_CHECK(cudaEventRecord(start, ctx.stream()));
-  for (int i = 0; i < kRepeats; ++i) f();
-  GPT_CUDA_CHECK(cudaEventRecord(stop, ctx.stream()));
-  GPT_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  GPT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  GPT_CUDA_CHECK(cudaEventDestroy(start));
-  GPT_CUDA_CHECK(cudaEventDestroy(stop));
-  return ms / kRepeats;
+  return ms_per_call(ctx, 2, 10, f);
 }
 
 }  // namespace

@@ -55,23 +55,27 @@ double time_gemm(const cuda::Context& ctx, const Precision& p, int m, int n, int
                                 x.data(), p.type, k, &beta, out.data(), p.type, m, p.compute,
                                 CUBLAS_GEMM_DEFAULT));
   };
-  for (int i = 0; i < 3; ++i) gemm();
+  const double ms = ms_per_call(ctx, 3, 20, gemm);
+  return 2.0 * m * double(n) * k / (ms * 1e-3) / 1e12;
+}
+
+}  // namespace
+
+double ms_per_call(const cuda::Context& ctx, int warmups, int repeats, const std::function<void()>& f) {
+  for (int i = 0; i < warmups; ++i) f();
   cudaEvent_t start, stop;
   GPT_CUDA_CHECK(cudaEventCreate(&start));
   GPT_CUDA_CHECK(cudaEventCreate(&stop));
-  constexpr int kRepeats = 20;
   GPT_CUDA_CHECK(cudaEventRecord(start, ctx.stream()));
-  for (int i = 0; i < kRepeats; ++i) gemm();
+  for (int i = 0; i < repeats; ++i) f();
   GPT_CUDA_CHECK(cudaEventRecord(stop, ctx.stream()));
   GPT_CUDA_CHECK(cudaEventSynchronize(stop));
   float ms = 0;
   GPT_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
   GPT_CUDA_CHECK(cudaEventDestroy(start));
   GPT_CUDA_CHECK(cudaEventDestroy(stop));
-  return 2.0 * m * double(n) * k * kRepeats / (ms * 1e-3) / 1e12;
+  return ms / repeats;
 }
-
-}  // namespace
 
 std::vector<GemmRate> measure_gemm_rates(const cuda::Context& ctx, int tokens) {
   struct Layer {

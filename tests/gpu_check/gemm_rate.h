@@ -2,6 +2,7 @@
 // FLOPs are measured against besides the datasheet peak.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,5 +20,9 @@ struct GemmRate {
 // out[tokens, OC] = x[tokens, IC] w^T as the linear layers compute it, timed with CUDA events over repeated
 // calls after warm-up, on random data.
 std::vector<GemmRate> measure_gemm_rates(const cuda::Context& ctx, int tokens);
+
+// Milliseconds per call of f on the context's stream: `warmups` calls, then `repeats` timed with CUDA events
+// (the GEMM rates above, and attention_rate.h's kernels).
+double ms_per_call(const cuda::Context& ctx, int warmups, int repeats, const std::function<void()>& f);
 
 }  // namespace gpt::gpu_check
