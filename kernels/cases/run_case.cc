@@ -22,8 +22,12 @@ namespace {
 // every dtype's reference starts where the backend does.
 class Materialized {
  public:
-  Materialized(Ops& ops, const std::vector<Arg>& args, DType dtype, int offset)
-      : ops_(ops), arena_("op case", Arena::kUnlimited, &ops.device_memory()) {
+  // With `from`, the tensors start at from's starting values instead of drawing their own (a reference
+  // starts where the backend did; its own draw would be overwritten, at the cost of a draw and a copy of
+  // every element).
+  Materialized(Ops& ops, const std::vector<Arg>& args, DType dtype, int offset,
+               const Materialized* from = nullptr)
+      : ops_(ops), arena_("op case", Arena::kUnlimited, &ops.device_memory()), from_(from) {
     for (size_t i = 0; i < args.size(); ++i) {
       const Arg& a = args[i];
       const bool tokens = a.token_below > 0;
@@ -36,8 +40,8 @@ class Materialized {
       if (!tokens) t.data = static_cast<char*>(t.data) + offset * dtype_size(own);
       t.shape = shaped.shape;
       tensors.by_name[a.name] = t;
-      starts_[a.name] = starting_values(shaped, i, own);
-      set(a.name, starts_[a.name]);
+      if (!from_) starts_[a.name] = starting_values(shaped, i, own);
+      set(a.name, start(a.name));
     }
   }
 
@@ -50,12 +54,16 @@ class Materialized {
     return a;
   }
 
-  const std::vector<double>& start(const std::string& name) const { return starts_.at(name); }
+  const std::vector<double>& start(const std::string& name) const {
+    return from_ ? from_->start(name) : starts_.at(name);
+  }
 
   void set(const std::string& name, const std::vector<double>& values) {
     const Tensor& t = tensors[name];
     std::vector<uint8_t> bytes(t.nbytes());
-    for (size_t i = 0; i < values.size(); ++i) put(t.dtype, bytes.data(), i, values[i]);
+    const int64_t n = int64_t(values.size());
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) put(t.dtype, bytes.data(), size_t(i), values[size_t(i)]);
     ops_.upload(t, bytes.data());
   }
 
@@ -64,7 +72,8 @@ class Materialized {
     std::vector<uint8_t> bytes(t.nbytes());
     ops_.download(bytes.data(), t);
     std::vector<double> values(size_t(t.numel()));
-    for (size_t i = 0; i < values.size(); ++i) values[i] = take(t.dtype, bytes.data(), i);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < t.numel(); ++i) values[size_t(i)] = take(t.dtype, bytes.data(), size_t(i));
     return values;
   }
 
@@ -74,6 +83,8 @@ class Materialized {
     for (int64_t d : a.shape) n *= d;
     std::vector<double> v(size_t(n), 0.0);
     const uint64_t key = random::derive_key(0x0b5ca5e5ull, index);
+    // Each value depends on its index alone, so the threads split the draw without changing it.
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) {
       if (a.token_below > 0) {
         // Half the ids from the 64 most frequent: repeats stress the embedding's gradient sums.
@@ -126,7 +137,8 @@ class Materialized {
 
   Ops& ops_;
   Arena arena_;
-  std::map<std::string, std::vector<double>> starts_;
+  const Materialized* from_;
+  std::map<std::string, std::vector<double>> starts_;  // empty with from_
 };
 
 Result result_for(const std::string& op, const Variant& v, const std::string& shape, double tol) {
@@ -156,8 +168,7 @@ Ops& reference_ops(const Ops& ops) {
 std::vector<std::vector<double>> reference_outputs(const OpCase& c, const Ops& ops,
                                                    Materialized& on_backend) {
   Ops& reference = reference_ops(ops);
-  Materialized ref(reference, c.args, c.reference, 0);
-  for (const Arg& a : c.args) ref.set(a.name, on_backend.start(a.name));
+  Materialized ref(reference, c.args, c.reference, 0, &on_backend);
   run_whole(c, reference, ref.tensors);
   std::vector<std::vector<double>> outputs;
   for (const std::string& name : c.outputs) outputs.push_back(ref.get(name));
@@ -199,11 +210,16 @@ const char* verdict_name(Verdict v) {
 double max_relative_error(const std::vector<double>& ref, const std::vector<double>& got) {
   if (ref.size() != got.size()) return std::numeric_limits<double>::infinity();
   double largest = 0, worst = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(ref[i]) || !std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
-    largest = std::max(largest, std::fabs(ref[i]));
-    worst = std::max(worst, std::fabs(got[i] - ref[i]));
+  bool finite = true;
+  const int64_t n = int64_t(ref.size());
+  // Maxima and a logical and: the same answer in any order, so in any number of threads.
+#pragma omp parallel for schedule(static) reduction(max : largest, worst) reduction(&& : finite)
+  for (int64_t i = 0; i < n; ++i) {
+    finite = finite && std::isfinite(ref[size_t(i)]) && std::isfinite(got[size_t(i)]);
+    largest = std::max(largest, std::fabs(ref[size_t(i)]));
+    worst = std::max(worst, std::fabs(got[size_t(i)] - ref[size_t(i)]));
   }
+  if (!finite) return std::numeric_limits<double>::infinity();
   return largest > 0 ? worst / largest : worst;
 }
 
