@@ -17,6 +17,7 @@
 #include "train/peak_flops.h"
 #include "train/units.h"
 #include "zero/engine.h"
+#include "zero/pipeline_schedule.h"
 
 namespace gpt {
 namespace {
@@ -169,8 +170,17 @@ void add_model_group(FlagParser& flags, TrainOptions& o, Values& v) {
                 "ranks of one tensor-parallel group (Megatron's t: consecutive ranks inside one node); the "
                 "world is t x data-parallel size",
                 1, 1 << 20);
-  flags.add_int("--pipeline-model-parallel-size", &v.pipeline_parallel,
-                "pipeline parallelism (only 1 is supported)", 1, 1 << 20);
+  flags.add_int("--pipeline-model-parallel-size", &o.pipeline.stages,
+                "pipeline stages (Megatron's p; the layout is checked, but only 1 trains so far)", 1,
+                1 << 20);
+  flags.add_int("--decoder-first-pipeline-num-layers", &o.pipeline.first_stage_layers,
+                "layers of the first pipeline stage (default: an even share)", 1, 1 << 20);
+  flags.add_int("--decoder-last-pipeline-num-layers", &o.pipeline.last_stage_layers,
+                "layers of the last pipeline stage, which also runs the LM head (default: an even share)", 1,
+                1 << 20);
+  flags.add_int("--num-layers-per-virtual-pipeline-stage", &o.pipeline.layers_per_virtual_stage,
+                "layers per model chunk of the interleaved schedule (default: 1F1B, one chunk per stage)", 1,
+                1 << 20);
   flags.add_switch("--sequence-parallel", &v.sequence_parallel,
                    "LayerNorm and dropout on 1/t of the sequence (needs --tensor-model-parallel-size > 1; "
                    "at 1 it is turned off with a note, as Megatron does)");
@@ -373,19 +383,38 @@ void check_layout(const TrainOptions& o) {
     throw UsageError(problem);
 }
 
-// Tensor parallelism's size against the world and the model: returns the data-parallel size.
+// Tensor and pipeline parallelism's sizes against the world and the model: returns the data-parallel size.
 int check_parallelism(const Values& v, int world_size, const TrainOptions& o) {
-  if (v.pipeline_parallel != 1) {
-    throw UsageError("--pipeline-model-parallel-size " + str(v.pipeline_parallel) +
-                     ": pipeline parallelism is not supported yet; use 1 (tensor and ZeRO data parallelism)");
-  }
-  const int t = v.tensor_parallel;
+  const int t = v.tensor_parallel, p = o.pipeline.stages;
+  if (std::string problem = first_problem(o.pipeline.problems(o.model)); !problem.empty())
+    throw UsageError(problem);
   if (world_size % t != 0) {
     throw UsageError("--tensor-model-parallel-size " + str(t) + " does not divide the world size " +
                      str(world_size) + "; choose a divisor of the number of ranks");
   }
+  if (world_size % (t * p) != 0) {
+    throw UsageError("--tensor-model-parallel-size " + str(t) + " x --pipeline-model-parallel-size " +
+                     str(p) + " = " + str(t * p) + " does not divide the world size " + str(world_size) +
+                     "; choose sizes whose product divides the number of ranks");
+  }
   check_layout(o);
-  return world_size / t;
+  return world_size / (t * p);
+}
+
+// The pipeline's micro-batches per step (the accumulation steps: global batch / (micro-batch x d)) against
+// its schedule; then p > 1 is refused, since neither the training loop nor the planner runs stages yet.
+void check_pipeline(const TrainOptions& o) {
+  const int p = o.pipeline.stages;
+  if (p == 1) return;
+  if (std::string problem =
+          pipeline_schedule_problem(p, o.pipeline.virtual_stages(o.model), o.accumulation_steps);
+      !problem.empty()) {
+    throw UsageError(problem);
+  }
+  throw UsageError("--pipeline-model-parallel-size " + str(p) +
+                   ": the split and the schedule are valid, but " +
+                   (o.plan.enabled ? "--plan" : "gpt_train's training loop") +
+                   " does not run pipeline stages yet; use 1 (tensor and ZeRO data parallelism)");
 }
 
 // The plan is for the described cluster, not for the processes running this command: returns its size.
@@ -769,6 +798,7 @@ void TrainFlags::finish(int world_size) {
   for (const std::string& w : ds.warnings) o_.notes.push_back(ds.path + ": " + w);
   const FlagOrJson pick(flags_, ds, o_.notes);
   resolve_stage_and_batch(pick, ds, v_, data_parallel, o_);
+  check_pipeline(o_);
   resolve_precision(ds, v_, o_);
   resolve_activations(flags_, ds, v_, o_);
   resolve_zero_keys(ds, o_);

@@ -8,6 +8,7 @@
 
 #include "base/flags.h"
 #include "model/config.h"
+#include "model/pipeline.h"
 #include "train/lr_schedule.h"
 #include "zero/config.h"
 
@@ -52,9 +53,13 @@ struct TrainOptions {
   // block input and all-gathers it for the recomputation (ZeRO-R's partitioned activation checkpoints). Needs
   // t > 1, full recomputation and no sequence parallelism (Megatron's rules).
 
+  // --pipeline-model-parallel-size and Megatron's uneven-split and virtual-stage flags (model/pipeline.h).
+  // The layout and its schedule are checked; the training loop and the planner run p = 1 only so far.
+  PipelineLayout pipeline;
+
   int micro_batch = 4;  // sequences per rank per micro-step
   int accumulation_steps = 1;
-  int64_t global_batch = 0;  // micro_batch x accumulation_steps x data-parallel size (world size / t)
+  int64_t global_batch = 0;  // micro_batch x accumulation_steps x data-parallel size (world size / (t p))
   int train_iters = 20;
   LrSchedule schedule;  // from --lr, --min-lr, --lr-decay-style... or the JSON scheduler
   int64_t seed = 1234;
@@ -112,8 +117,7 @@ class TrainFlags {
 
   // The flags merged with JSON keys or converted after parsing; the rest go straight into TrainOptions.
   struct Values {
-    int micro = 4, stage = 0, tensor_parallel = 1, pipeline_parallel = 1, timeout_minutes = 0,
-        tile_factor = 1;
+    int micro = 4, stage = 0, tensor_parallel = 1, timeout_minutes = 0, tile_factor = 1;
     int64_t global = 0, warmup = 0, decay_iters = 0;
     double lr = 6e-4, min_lr = 0, clip = 1.0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
     std::string decay_style = "constant", gpu_memory = "32GB", intra_bw = "150GB/s", inter_bw = "100Gb/s";
