@@ -101,7 +101,8 @@ class Ops {
   // What GEMMs over fp32 tensors may round their inputs to on the backend's matrix units, accumulating in
   // fp32 whatever is asked: fp32 (the default) multiplies exactly; fp16 or bf16 ask for tensor cores, with
   // inputs rounded to that dtype inside the GEMM (gpt_train's --fp16/--bf16 on a GPU, while the layer loop
-  // keeps its activations in fp32). A backend without such units (the CPU) multiplies exactly whatever is
+  // keeps its activations in fp32; the CUDA backend's attention then runs its half kernels on rounded
+  // copies, its outputs rounded too). A backend without such units (the CPU) multiplies exactly whatever is
   // asked, so its outputs never depend on this.
   virtual void set_matmul_inputs(DType inputs) {}
   // Waits for every op issued so far.

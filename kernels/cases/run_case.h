@@ -20,11 +20,15 @@ namespace gpt::cases {
 struct Variant {
   const char* label;
   DType dtype;
+  // What GEMMs (and CUDA attention) over fp32 tensors round their inputs to (Ops::set_matmul_inputs): the
+  // fp32 layer loop with --bf16 on a GPU. The rows then take that dtype's tolerance.
+  DType matmul_inputs = DType::kF32;
 };
 inline constexpr Variant kFp32{"fp32", DType::kF32};
 inline constexpr Variant kFp16{"fp16", DType::kF16};
 inline constexpr Variant kBf16{"bf16", DType::kBF16};
 inline constexpr Variant kFloatVariants[] = {kFp32, kFp16, kBf16};
+inline constexpr Variant kFp32Bf16Inputs{"fp32-bf16", DType::kF32, DType::kBF16};
 inline constexpr Variant kFp64{"fp64", DType::kF64};  // the gradient mode's
 double tolerance(const OpCase& c, const Variant& v);
 
