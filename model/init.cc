@@ -41,12 +41,15 @@ void init_gpt2_params(const GPTConfig& config, const ParamTable& table, uint64_t
                       int64_t end, Real* out) {
   const uint64_t key =
       random::derive_key(seed, 0x6770743269ULL);  // "gpt2i": separates init from other streams
-  // A tensor-parallel slice draws the numbers of the whole model's elements it holds, so any t starts from
-  // the weights of t = 1. Tiling never moves an element, so the untiled whole table gives every offset.
-  const ParamTable whole = table.slice.size > 1 ? make_param_table(config) : ParamTable{};
+  // A tensor-parallel slice or a pipeline stage draws the numbers of the whole model's elements it holds, so
+  // any t and p start from the weights of t = p = 1. Tiling never moves an element, so the untiled whole
+  // table gives every offset.
+  const bool part = table.slice.size > 1 || table.pipeline_stage;
+  const ParamTable whole = part ? make_param_table(config) : ParamTable{};
   for (size_t k = 0; k < table.params.size(); ++k) {
     const ParamInfo& p = table.params[k];
-    const int64_t whole_offset = table.slice.size > 1 ? whole.params[k].offset : p.offset;
+    if (p.numel == 0) continue;  // a unit another pipeline stage runs
+    const int64_t whole_offset = part ? whole.params[k].offset : p.offset;
     const InitRule rule = init_rule(config, p);
     for_each_run(p, table.slice, [&](int64_t local, int64_t whole_at, int64_t n) {
       const int64_t lo = std::max(begin, p.offset + local), hi = std::min(end, p.offset + local + n);

@@ -83,6 +83,9 @@ struct ParamTable {
   int64_t total = 0;  // elements in the flat vector
   int tile_factor = 1;
   TensorSlice slice;
+  // A pipeline stage's table (model/pipeline.h, stage_param_table): the units the stage does not run are
+  // empty, the rest packed; indices and names are the whole model's.
+  bool pipeline_stage = false;
 
   // Unit indices, in forward order.
   static constexpr int kWte = 0;

@@ -113,6 +113,41 @@ std::vector<PipelineChunk> pipeline_chunks(const GPTConfig& model, const Pipelin
   return chunks;
 }
 
+bool holds_unit(const ParamTable& whole, const std::vector<PipelineChunk>& chunks, int unit) {
+  for (const PipelineChunk& c : chunks) {
+    if (unit == ParamTable::kWte && (c.embedding || c.head)) return true;
+    if (unit == ParamTable::kWpe && c.embedding) return true;
+    if (unit == whole.final_norm_unit() && c.head) return true;
+    if (c.layers() > 0 && unit >= whole.block_unit(c.first_layer) &&
+        unit < whole.block_units(c.end_layer - 1).first + whole.block_units(c.end_layer - 1).count())
+      return true;
+  }
+  return false;
+}
+
+ParamTable stage_param_table(const ParamTable& whole, const std::vector<PipelineChunk>& chunks) {
+  ParamTable stage = whole;
+  stage.pipeline_stage = true;
+  stage.total = 0;
+  std::vector<int64_t> moved(whole.units.size());  // each unit's new offset minus its old
+  for (size_t u = 0; u < whole.units.size(); ++u) {
+    UnitInfo& unit = stage.units[u];
+    unit.offset = stage.total;
+    moved[u] = unit.offset - whole.units[u].offset;
+    if (!holds_unit(whole, chunks, int(u))) unit.numel = 0;
+    stage.total += unit.numel;
+  }
+  for (ParamInfo& p : stage.params) {
+    p.offset += moved[size_t(p.unit)];
+    if (stage.units[size_t(p.unit)].numel == 0) {
+      p.offset = stage.units[size_t(p.unit)].offset;
+      p.numel = 0;
+      p.shape = {0};
+    }
+  }
+  return stage;
+}
+
 std::vector<PipelineChunk> stage_chunks(const GPTConfig& model, const PipelineLayout& layout, int stage) {
   std::vector<PipelineChunk> mine;
   for (const PipelineChunk& c : pipeline_chunks(model, layout)) {

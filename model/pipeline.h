@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/params.h"
 
 namespace gpt {
 
@@ -44,5 +45,17 @@ std::vector<PipelineChunk> pipeline_chunks(const GPTConfig& model, const Pipelin
 
 // The chunks stage s runs, in the order it holds them.
 std::vector<PipelineChunk> stage_chunks(const GPTConfig& model, const PipelineLayout& layout, int stage);
+
+// Whether `chunks` run gather unit u of `whole` (a table of the whole model at any tile factor and slice):
+// wte on the first chunk (the embedding) and on the last (the tied head: a second copy), wpe on the first,
+// ln_f on the last, each block's units where its layer is.
+bool holds_unit(const ParamTable& whole, const std::vector<PipelineChunk>& chunks, int unit);
+
+// A stage's table: `whole` with every unit the chunks do not run emptied (numel 0, its parameters' shape
+// {0}), and the rest packed back to back in the same order. Unit and parameter indices, names and full
+// shapes stay those of the whole model, so the layer loop, initialization (by whole-model index), dropout
+// and checkpoints (by name) see the same model at any p; the ZeRO engine partitions only what the stage
+// holds.
+ParamTable stage_param_table(const ParamTable& whole, const std::vector<PipelineChunk>& chunks);
 
 }  // namespace gpt

@@ -6,6 +6,9 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
+
+#include "model/init.h"
 
 namespace gpt {
 namespace {
@@ -96,6 +99,97 @@ TEST_CASE("layouts that do not split are refused in one line naming the flag") {
                 "needs --pipeline-model-parallel-size 2");
   check_refused(model, {.stages = 2, .last_stage_layers = 4, .layers_per_virtual_stage = 2},
                 "takes an even split");
+}
+
+GPTConfig small(int n) {
+  GPTConfig c;
+  c.num_layers = n;
+  c.hidden = 64;
+  c.heads = 4;
+  c.max_positions = 32;
+  c.seq_len = 16;
+  c.vocab = 200;
+  return c;
+}
+
+// Every unit is held by exactly one stage, but wte by the first and the last; a held unit keeps its size,
+// and a stage's held units are packed in order.
+void check_stage_tables(const GPTConfig& model, const PipelineLayout& layout, const ParamTable& whole) {
+  std::vector<int> holders(whole.units.size(), 0);
+  for (int s = 0; s < layout.stages; ++s) {
+    const ParamTable stage = stage_param_table(whole, stage_chunks(model, layout, s));
+    REQUIRE(stage.units.size() == whole.units.size());
+    REQUIRE(stage.params.size() == whole.params.size());
+    int64_t next = 0;
+    for (size_t u = 0; u < whole.units.size(); ++u) {
+      CHECK(stage.units[u].name == whole.units[u].name);
+      CHECK(stage.units[u].offset == next);
+      if (stage.units[u].numel > 0) {
+        CHECK(stage.units[u].numel == whole.units[u].numel);
+        ++holders[u];
+      }
+      next += stage.units[u].numel;
+    }
+    CHECK(stage.total == next);
+    for (size_t k = 0; k < whole.params.size(); ++k) {
+      const ParamInfo &p = stage.params[k], &w = whole.params[k];
+      CHECK(p.name == w.name);
+      CHECK(p.full_shape == w.full_shape);
+      if (p.numel == 0) continue;
+      CHECK(p.numel == w.numel);
+      CHECK(p.offset - stage.units[size_t(p.unit)].offset == w.offset - whole.units[size_t(w.unit)].offset);
+    }
+  }
+  for (size_t u = 0; u < holders.size(); ++u) {
+    INFO(whole.units[u].name);
+    CHECK(holders[u] == (u == ParamTable::kWte && layout.stages > 1 ? 2 : 1));
+  }
+}
+
+TEST_CASE("stage tables hold each unit once (wte on the first and the last stage), packed in order") {
+  const GPTConfig model = small(4);
+  const std::vector<PipelineLayout> layouts = {{.stages = 1},
+                                               {.stages = 2},
+                                               {.stages = 4},
+                                               {.stages = 2, .last_stage_layers = 1},
+                                               {.stages = 2, .layers_per_virtual_stage = 1}};
+  for (const PipelineLayout& layout : layouts) {
+    INFO("p = " << layout.stages << ", V = " << layout.layers_per_virtual_stage);
+    check_stage_tables(model, layout, make_param_table(model));
+    check_stage_tables(model, layout, make_param_table(model, 2));                     // tiled
+    check_stage_tables(model, layout, make_param_table(model, 1, TensorSlice{2, 1}));  // a slice
+  }
+}
+
+// A stage starts from the whole model's weights: each held parameter's elements equal the whole model's, bit
+// for bit (the tied wte on both of its stages).
+void check_stage_init(const GPTConfig& model, const PipelineLayout& layout, int tile_factor,
+                      TensorSlice slice) {
+  const ParamTable whole = make_param_table(model, tile_factor, slice);
+  std::vector<float> all(size_t(whole.total));
+  init_gpt2_params(model, whole, 42, 0, whole.total, all.data());
+  for (int s = 0; s < layout.stages; ++s) {
+    const ParamTable stage = stage_param_table(whole, stage_chunks(model, layout, s));
+    std::vector<float> mine(size_t(stage.total), -1.0f);
+    init_gpt2_params(model, stage, 42, 0, stage.total, mine.data());
+    for (size_t k = 0; k < stage.params.size(); ++k) {
+      const ParamInfo& p = stage.params[k];
+      for (int64_t i = 0; i < p.numel; ++i) {
+        if (mine[size_t(p.offset + i)] != all[size_t(whole.params[k].offset + i)]) {
+          FAIL_CHECK(p.name << " element " << i << " of stage " << s);
+          break;
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("a stage initializes its parameters as the whole model does, at any tile factor and slice") {
+  const GPTConfig model = small(4);
+  check_stage_init(model, {.stages = 2}, 1, {});
+  check_stage_init(model, {.stages = 4}, 1, {});
+  check_stage_init(model, {.stages = 2, .first_stage_layers = 3}, 2, {});
+  check_stage_init(model, {.stages = 2}, 1, TensorSlice{2, 1});
 }
 
 }  // namespace
