@@ -2,6 +2,7 @@
 #include "model/loop.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 namespace gpt {
@@ -53,25 +54,31 @@ void append_block_forward(std::vector<int>& out, const BlockUnits& b) {
 
 }  // namespace
 
-LoopSchedule loop_schedule(int num_units, int tile_factor, const Recompute& recompute) {
+LoopSchedule loop_schedule(int num_units, int tile_factor, const Recompute& recompute,
+                           const std::optional<PipelineChunk>& chunk) {
   // wte, wpe, the blocks, ln_f (params.h)
   const int layers = (num_units - 3) / BlockUnits::of(0, tile_factor).count(), ln_f = num_units - 1;
+  const PipelineChunk c = chunk.value_or(PipelineChunk{0, 0, layers, true, true});
   LoopSchedule s;
-  s.forward = {ParamTable::kWte, ParamTable::kWpe};
-  for (int l = 0; l < layers; ++l) append_block_forward(s.forward, BlockUnits::of(l, tile_factor));
-  s.forward.push_back(ln_f);
-  s.backward = {ln_f, ParamTable::kWte};
-  s.gradients = {ln_f};
-  for (int l = layers - 1; l >= 0; --l) {
-    const Recompute::Chunk chunk = recompute.chunk(l, layers);
-    const bool last_of_chunk = !chunk.empty() && l == chunk.last;
+  if (c.embedding || c.head) s.forward.push_back(ParamTable::kWte);  // held from the embedding to the head
+  if (c.embedding) s.forward.push_back(ParamTable::kWpe);
+  for (int l = c.first_layer; l < c.end_layer; ++l)
+    append_block_forward(s.forward, BlockUnits::of(l, tile_factor));
+  if (c.head) {
+    s.forward.push_back(ln_f);
+    s.backward = {ln_f, ParamTable::kWte};
+    s.gradients = {ln_f};
+  }
+  for (int l = c.end_layer - 1; l >= c.first_layer; --l) {
+    const Recompute::Chunk kept = recompute.chunk(l, layers);
+    const bool last_of_chunk = !kept.empty() && l == kept.last;
     if (last_of_chunk) {  // the chunk's inner blocks run their forwards again first
-      for (int m = chunk.first; m < l; ++m) append_block_forward(s.backward, BlockUnits::of(m, tile_factor));
+      for (int m = kept.first; m < l; ++m) append_block_forward(s.backward, BlockUnits::of(m, tile_factor));
     }
     append_block_backward(s, BlockUnits::of(l, tile_factor), last_of_chunk);
   }
-  s.gradients.push_back(ParamTable::kWpe);
-  s.gradients.push_back(ParamTable::kWte);
+  if (c.embedding) s.gradients.push_back(ParamTable::kWpe);
+  if (c.embedding || c.head) s.gradients.push_back(ParamTable::kWte);
   return s;
 }
 
@@ -177,10 +184,12 @@ Slots plan_slots(const Recompute& recompute, int L, bool kept_away) {
 
 template <typename Real>
 LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, const Recompute& recompute, Ops& ops,
-                           Arena& arena, int tile_factor, const TensorParallel& tensor_parallel)
+                           Arena& arena, int tile_factor, const TensorParallel& tensor_parallel,
+                           const std::optional<PipelineChunk>& chunk)
     : config_(config),
       table_(make_param_table(config, tile_factor, tensor_parallel.slice())),
-      schedule_(loop_schedule(int(table_.units.size()), tile_factor, recompute)),
+      schedule_(loop_schedule(int(table_.units.size()), tile_factor, recompute, chunk)),
+      chunk_(chunk.value_or(PipelineChunk{0, 0, config.num_layers, true, true})),
       B_(micro_batch),
       T_(config.seq_len),
       recompute_(recompute),
@@ -192,6 +201,11 @@ LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, const Recom
   auto allocate = [&](std::vector<int64_t> shape, DType type) {
     return arena.allocate_tensor("activation", "activations", std::move(shape), type);
   };
+  if (chunk && recompute.is_full()) {
+    throw std::invalid_argument(
+        "full recomputation does not run in a pipeline chunk yet: its recomputed runs of layers are counted "
+        "over the whole model");
+  }
   partitioned_ = tp_.distribute_saved_activations && tp_.size() > 1;
   if ((partitioned_ || recompute.checkpoints_on_host) && (!recompute.is_full() || tp_.sequence_parallel)) {
     throw std::invalid_argument(
@@ -304,7 +318,7 @@ template <typename Real>
 Real LayerLoop<Real>::forward(WeightSource<Real>& weights, const int32_t* inputs, const int32_t* targets,
                               const Dropout& dropout, bool keep_for_backward) {
   const int L = config_.num_layers, C = config_.hidden;
-  ops_.upload(inputs_, inputs);
+  if (inputs) ops_.upload(inputs_, inputs);  // a chunk without the embedding may have none
   has_targets_ = targets != nullptr;
   if (has_targets_) ops_.upload(targets_, targets);
   // The fused head keeps no logits; a forward without targets hands them all out, so it gets them (once).
@@ -318,21 +332,26 @@ Real LayerLoop<Real>::forward(WeightSource<Real>& weights, const int32_t* inputs
   const Dropout drop = this->dropout();
   tp_.traffic = TensorTraffic::kForward;
   weights.begin_pass(Pass::kForward, schedule_.forward);
-  const Real* wte = weights.acquire(ParamTable::kWte);
-  const Real* wpe = weights.acquire(ParamTable::kWpe);
-  embed_forward(ops_, config_, wte, wpe, inputs_, residual(0), drop, tp_);
-  weights.release(ParamTable::kWpe);
+  const Real* wte = chunk_.embedding || chunk_.head ? weights.acquire(ParamTable::kWte) : nullptr;
+  if (chunk_.embedding) {
+    const Real* wpe = weights.acquire(ParamTable::kWpe);
+    embed_forward(ops_, config_, wte, wpe, inputs_, residual(0), drop, tp_);
+    weights.release(ParamTable::kWpe);
+  }
   // A block whose activations the backward recomputes (or an evaluation) computes into a shared set.
-  for (int l = 0; l < L; ++l) {
+  for (int l = chunk_.first_layer; l < chunk_.end_layer; ++l) {
     if (keep_for_backward) keep_checkpoint(l);
     forward_block(weights, l, keep_for_backward ? activations(l) : blocks_[0], drop);
   }
-  const int lnf_unit = table_.final_norm_unit();
-  const Real* lnf = weights.acquire(lnf_unit);
-  const Real loss = head_forward(ops_, config_, lnf, lnf + C, wte, residual(L),
-                                 has_targets_ ? targets_ : Tensor{}, head_, tp_);
-  weights.release(lnf_unit);
-  weights.release(ParamTable::kWte);
+  Real loss = 0;
+  if (chunk_.head) {
+    const int lnf_unit = table_.final_norm_unit();
+    const Real* lnf = weights.acquire(lnf_unit);
+    loss = head_forward(ops_, config_, lnf, lnf + C, wte, residual(L), has_targets_ ? targets_ : Tensor{},
+                        head_, tp_);
+    weights.release(lnf_unit);
+  }
+  if (wte) weights.release(ParamTable::kWte);
   return loss;
 }
 
@@ -414,8 +433,10 @@ void LayerLoop<Real>::backward(WeightSource<Real>& weights, GradientSink<Real>& 
   const Dropout drop = dropout();
   tp_.traffic = TensorTraffic::kBackward;  // the recomputation's collectives too
   weights.begin_pass(Pass::kBackward, schedule_.backward);
-  Real* dwte = backward_head(weights, gradients, loss_multiplier / static_cast<Real>(B_ * T_));
-  for (int l = L - 1; l >= 0; --l) {
+  // Without the head, dresidual_ holds the chunk output's gradient (boundary_gradient(), set by the caller).
+  Real* dwte =
+      chunk_.head ? backward_head(weights, gradients, loss_multiplier / static_cast<Real>(B_ * T_)) : nullptr;
+  for (int l = chunk_.end_layer - 1; l >= chunk_.first_layer; --l) {
     const Recompute::Chunk chunk = recompute_.chunk(l, L);
     const bool last_of_chunk = !chunk.empty() && l == chunk.last;
     // Full recomputation: a chunk's inner blocks run their forwards again from the chunk's kept input, each
@@ -427,11 +448,15 @@ void LayerLoop<Real>::backward(WeightSource<Real>& weights, GradientSink<Real>& 
     backward_block(weights, gradients, l, last_of_chunk);
   }
   // The embedding's backward needs no weights: it scatters into wte's open gradient and into wpe's.
-  // The masked gradient borrows a block temporary, free once the blocks are done.
-  embed_backward(ops_, config_, dwte, gradients.open(ParamTable::kWpe), inputs_, dresidual_, scratch_.d_ln1,
-                 drop, tp_);
-  gradients.ready(ParamTable::kWpe);
-  gradients.ready(ParamTable::kWte);
+  // The masked gradient borrows a block temporary, free once the blocks are done. Without the embedding,
+  // dresidual_ is left holding the chunk input's gradient for the previous stage.
+  if (chunk_.embedding) {
+    if (!dwte) dwte = gradients.open(ParamTable::kWte);
+    embed_backward(ops_, config_, dwte, gradients.open(ParamTable::kWpe), inputs_, dresidual_, scratch_.d_ln1,
+                   drop, tp_);
+    gradients.ready(ParamTable::kWpe);
+  }
+  if (dwte) gradients.ready(ParamTable::kWte);
 }
 
 template <typename Real>

@@ -13,11 +13,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "model/config.h"
 #include "model/layers.h"
 #include "model/params.h"
+#include "model/pipeline.h"
 #include "model/recompute.h"
 
 namespace gpt {
@@ -64,7 +66,10 @@ struct LoopSchedule {
   std::vector<int> gradients;
 };
 // For a model of num_units gather units (the table of params.h at this tile factor).
-LoopSchedule loop_schedule(int num_units, int tile_factor, const Recompute& recompute);
+// With `chunk`, a pipeline stage's part (model/pipeline.h): only its layers, wte and wpe where it has the
+// embedding, ln_f and wte where it has the head.
+LoopSchedule loop_schedule(int num_units, int tile_factor, const Recompute& recompute,
+                           const std::optional<PipelineChunk>& chunk = std::nullopt);
 
 template <typename Real>
 class LayerLoop {
@@ -74,8 +79,14 @@ class LayerLoop {
   // backward. tile_factor > 1: memory-centric tiling (params.h), the weight source hands out tiles.
   // tensor_parallel: the group this rank computes each layer with (tensor_parallel.h; its buffers are
   // allocated here); the weight source then hands out this rank's slices (make_param_table's TensorSlice).
+  // chunk: a pipeline stage's part of the model (model/pipeline.h; not with full recomputation yet): the
+  // loop runs its layers only, the embedding and the head where the chunk has them; without the embedding,
+  // its input comes in through chunk_input() and its input's gradient goes out through boundary_gradient(),
+  // and without the head, the other way round (chunk_output(), boundary_gradient()). Units keep the whole
+  // model's indices.
   LayerLoop(const GPTConfig& config, int micro_batch, const Recompute& recompute, Ops& ops, Arena& arena,
-            int tile_factor = 1, const TensorParallel& tensor_parallel = TensorParallel{});
+            int tile_factor = 1, const TensorParallel& tensor_parallel = TensorParallel{},
+            const std::optional<PipelineChunk>& chunk = std::nullopt);
 
   const ParamTable& table() const { return table_; }
 
@@ -97,6 +108,15 @@ class LayerLoop {
   // probabilities: probs is allocated by the first forward without targets, and not updated by one with.
   const HeadActivations& head() const { return head_; }
   size_t activation_bytes() const;
+
+  const PipelineChunk& chunk() const { return chunk_; }
+  // [B,T,C] (T/t with sequence parallelism): the chunk's input, which a chunk without the embedding reads in
+  // the forward (the previous stage's output), and its output after the forward.
+  Tensor chunk_input() const { return residual(chunk_.first_layer); }
+  Tensor chunk_output() const { return residual(chunk_.end_layer); }
+  // [B,T,C]: before the backward of a chunk without the head, its output's gradient (set by the caller);
+  // after the backward of one without the embedding, its input's gradient.
+  Tensor boundary_gradient() const { return dresidual_; }
 
  private:
   // Returns wte's gradient buffer, left open for the embedding.
@@ -124,6 +144,7 @@ class LayerLoop {
   GPTConfig config_;
   ParamTable table_;
   LoopSchedule schedule_;
+  PipelineChunk chunk_;  // the whole model unless constructed with a chunk
   int B_, T_;
   Recompute recompute_;
   Ops& ops_;
