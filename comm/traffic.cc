@@ -19,6 +19,8 @@ const char* phase_name(Phase phase) {
       return "tp_bwd";
     case Phase::kActGather:
       return "act_gather";
+    case Phase::kPpP2p:
+      return "pp_p2p";
     case Phase::kEval:
       return "eval";
     case Phase::kOther:

@@ -19,12 +19,13 @@ enum class Phase : uint8_t {
   kTpFwd,
   kTpBwd,
   kActGather,
+  kPpP2p,  // pipeline stages' activations and their gradients, point to point
   kEval,
   kOther
 };
-inline constexpr int kNumPhases = 8;
-// "param_gather_fwd", "param_gather_bwd", "grad_reduce", "tp_fwd", "tp_bwd", "act_gather", "eval", "other"
-// (the metrics file's names).
+inline constexpr int kNumPhases = 9;
+// "param_gather_fwd", "param_gather_bwd", "grad_reduce", "tp_fwd", "tp_bwd", "act_gather", "pp_p2p", "eval",
+// "other" (the metrics file's names).
 const char* phase_name(Phase phase);
 
 enum class Link : uint8_t { kIntraNode, kInterNode };

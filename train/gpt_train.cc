@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -161,6 +162,7 @@ class Run {
   TrainBatches batches_;
   Validation valid_;
   MemoryVerdict memory_;  // the guard runs here: after the data, before the engine allocates anything
+  const std::optional<ZeroEngine::Pipeline> pipeline_;  // this rank's stage and its channels (p > 1)
   ZeroEngine engine_;
   int64_t iteration_ = 0, skipped_total_ = 0, first_iteration_ = 0;
   std::unique_ptr<MetricsFile> metrics_;
@@ -169,6 +171,14 @@ class Run {
   std::chrono::steady_clock::time_point run_start_;
   Interval interval_;
 };
+
+// This rank's pipeline stage and its groups, at p > 1.
+std::optional<ZeroEngine::Pipeline> pipeline_stage(const TrainOptions& o, const ParallelGroups& groups) {
+  if (groups.pipeline_size() == 1) return std::nullopt;
+  return ZeroEngine::Pipeline{
+      o.pipeline,           groups.pipeline_stage(), groups.pipeline(),     groups.forward_in(),
+      groups.forward_out(), groups.backward_in(),    groups.backward_out(), groups.embedding()};
+}
 
 Run::Run(const TrainOptions& o, const ParallelGroups& groups, Ops* backend, const std::string& transport,
          comm::Communicator& host_world)
@@ -182,7 +192,9 @@ Run::Run(const TrainOptions& o, const ParallelGroups& groups, Ops* backend, cons
                data_parallel_, uint64_t(o.seed), 0.0, o.valid_data_path.empty() ? o.split_train : 1.0),
       valid_(make_validation(o, data_parallel_)),
       memory_(check_then_guard(o, host_world, groups.data_topology())),
-      engine_(o.model, o.zero, o.micro_batch, data_parallel_, uint64_t(o.seed), backend, groups.tensor()) {
+      pipeline_(pipeline_stage(o, groups)),
+      engine_(o.model, o.zero, o.micro_batch, data_parallel_, uint64_t(o.seed), backend, groups.tensor(),
+              pipeline_ ? &*pipeline_ : nullptr) {
   start_from_model_file_or_checkpoint();
   if (rank0_ && !o.metrics_file.empty())
     metrics_ = std::make_unique<MetricsFile>(o.metrics_file, iteration_ > 0);
@@ -372,7 +384,8 @@ int train(const TrainOptions& o, comm::Communicator& world) {
   if (backend) backend->set_matmul_inputs(gemm_dtype(o, backend.get()));
   const DeviceWorld device_world =
       make_device_world(world, backend.get(), o.comm_timeout, o.zero.offload.swaps_through_wire());
-  const ParallelGroups groups(device_world.nccl ? *device_world.nccl : world, o.tensor_parallel);
+  const ParallelGroups groups(device_world.nccl ? *device_world.nccl : world, o.tensor_parallel,
+                              o.pipeline.stages);
   Run run(o, groups, backend.get(), device_world.description, world);
   run.loop();
   return 0;

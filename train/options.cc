@@ -402,7 +402,7 @@ int check_parallelism(const Values& v, int world_size, const TrainOptions& o) {
 }
 
 // The pipeline's micro-batches per step (the accumulation steps: global batch / (micro-batch x d)) against
-// its schedule; then p > 1 is refused, since neither the training loop nor the planner runs stages yet.
+// its schedule, then what pipeline stages do not run with yet.
 void check_pipeline(const TrainOptions& o) {
   const int p = o.pipeline.stages;
   if (p == 1) return;
@@ -411,10 +411,20 @@ void check_pipeline(const TrainOptions& o) {
       !problem.empty()) {
     throw UsageError(problem);
   }
-  throw UsageError("--pipeline-model-parallel-size " + str(p) +
-                   ": the split and the schedule are valid, but " +
-                   (o.plan.enabled ? "--plan" : "gpt_train's training loop") +
-                   " does not run pipeline stages yet; use 1 (tensor and ZeRO data parallelism)");
+  const auto not_yet = [&](bool given, const std::string& what) {
+    if (given) {
+      throw UsageError("--pipeline-model-parallel-size " + str(p) + ": " + what +
+                       " does not run with pipeline stages yet; use --pipeline-model-parallel-size 1");
+    }
+  };
+  not_yet(o.plan.enabled, "--plan");
+  not_yet(o.pipeline.virtual_stages(o.model) > 1,
+          "the interleaved schedule (--num-layers-per-virtual-pipeline-stage)");
+  not_yet(o.zero.stage > 1, "ZeRO stage " + str(o.zero.stage) + " (stages 0 and 1 do)");
+  not_yet(o.zero.recompute.is_full(), "full recomputation (selective does)");
+  not_yet(o.device != "cpu", "--device " + o.device);
+  not_yet(!o.save.empty() || !o.load.empty(), "checkpointing (--save, --load)");
+  not_yet(!o.init_from.empty(), "--init-from");
 }
 
 // The plan is for the described cluster, not for the processes running this command: returns its size.
@@ -798,7 +808,6 @@ void TrainFlags::finish(int world_size) {
   for (const std::string& w : ds.warnings) o_.notes.push_back(ds.path + ": " + w);
   const FlagOrJson pick(flags_, ds, o_.notes);
   resolve_stage_and_batch(pick, ds, v_, data_parallel, o_);
-  check_pipeline(o_);
   resolve_precision(ds, v_, o_);
   resolve_activations(flags_, ds, v_, o_);
   resolve_zero_keys(ds, o_);
@@ -814,6 +823,7 @@ void TrainFlags::finish(int world_size) {
     throw UsageError(ds.path.empty() ? problem : ds.path + ": " + problem);
   }
   note_without_effect(ds, v_, o_);
+  check_pipeline(o_);
 }
 
 bool parse_train_options(int argc, const char* const* argv, int world_size, TrainOptions* options) {

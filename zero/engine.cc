@@ -11,6 +11,7 @@
 #include "model/init.h"
 #include "zero/memory_model.h"
 #include "zero/optimizer.h"
+#include "zero/pipeline_schedule.h"
 #include "zero/qgz.h"
 #include "zero/tensor_group.h"
 
@@ -35,17 +36,42 @@ TensorSlice slice_of(const comm::Communicator* tensor_parallel) {
   return tensor_parallel ? TensorSlice{tensor_parallel->size(), tensor_parallel->rank()} : TensorSlice{};
 }
 
+// The pipeline stage's one chunk (1F1B), or the whole model.
+std::optional<PipelineChunk> chunk_of(const GPTConfig& model, const ZeroEngine::Pipeline* pipeline) {
+  if (!pipeline) return std::nullopt;
+  if (pipeline->layout.virtual_stages(model) != 1)
+    throw std::invalid_argument("the interleaved pipeline schedule does not train yet: use 1F1B");
+  return stage_chunks(model, pipeline->layout, pipeline->stage).front();
+}
+
+// The parameters this rank holds: its tensor-parallel slice of the model, or of its pipeline stage's part.
+ParamTable engine_table(const GPTConfig& model, const ZeroConfig& config, const comm::Communicator* tp,
+                        const ZeroEngine::Pipeline* pipeline) {
+  const ParamTable whole = make_param_table(model, config.tile_factor, slice_of(tp));
+  if (!pipeline) return whole;
+  return stage_param_table(whole, {*chunk_of(model, pipeline)});
+}
+
+// A point-to-point message over a two-rank channel: a broadcast rooted at the sender.
+comm::Request send(comm::Communicator& channel, const Tensor& t) {
+  return channel.broadcast(t.data, t.nbytes(), channel.rank(), comm::Phase::kPpP2p);
+}
+void receive(comm::Communicator& channel, const Tensor& t) {
+  channel.broadcast(t.data, t.nbytes(), 1 - channel.rank(), comm::Phase::kPpP2p).wait();
+}
+
 }  // namespace
 
 ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int micro_batch,
-                       comm::Communicator& dp, uint64_t seed, Ops* ops, comm::Communicator* tensor_parallel)
+                       comm::Communicator& dp, uint64_t seed, Ops* ops, comm::Communicator* tensor_parallel,
+                       const Pipeline* pipeline)
     : model_(model),
       config_(config),
       dp_(dp),
       tp_comm_(tensor_parallel),
       dp_topology_(data_parallel_topology(dp.topology(), slice_of(tensor_parallel).size, dp.rank())),
       seed_(seed),
-      table_(make_param_table(model, config.tile_factor, slice_of(tensor_parallel))),
+      table_(engine_table(model, config, tensor_parallel, pipeline)),
       partition_(table_, dp.size(), config.stage == 0 ? 1 : dp.size()),
       ops_(ops ? *ops : cpu_ops()),
       arena_("device", Arena::kUnlimited, &ops_.device_memory()),
@@ -54,9 +80,22 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
       scaler_(config.loss_scaler, config.precision == DType::kF16 && config.loss_scaler.loss_scale == 0),
       tensor_group_(tensor_parallel ? std::make_unique<CommTensorGroup>(*tensor_parallel, context_)
                                     : nullptr),
-      loop_(model, micro_batch, config.recompute, ops_, arena_, config.tile_factor,
-            TensorParallel{tensor_group_.get(), config.sequence_parallel,
-                           config.distribute_saved_activations}) {
+      pipeline_(pipeline ? std::optional<Pipeline>(*pipeline) : std::nullopt),
+      loop_(
+          model, micro_batch, config.recompute, ops_, arena_, config.tile_factor,
+          TensorParallel{tensor_group_.get(), config.sequence_parallel, config.distribute_saved_activations},
+          chunk_of(model, pipeline)) {
+  if (pipeline_) {
+    if (config.stage > 1 || ops_.device() != Device::kCPU)
+      throw std::invalid_argument("pipeline stages train with ZeRO stages 0 and 1 on the CPU so far");
+    const int in_flight = pipeline_->layout.stages - pipeline_->stage;
+    for (int i = 1; i < in_flight; ++i) {
+      extra_loops_.push_back(std::make_unique<LayerLoop<float>>(
+          model, micro_batch, config.recompute, ops_, arena_, config.tile_factor,
+          TensorParallel{tensor_group_.get(), config.sequence_parallel, config.distribute_saved_activations},
+          chunk_of(model, pipeline)));
+    }
+  }
   // The settings' own rules (ParallelLayout's in model/params.cc, the rest in zero/config_problems.cc), in
   // the order a user fixes them; the first is thrown.
   const ParallelLayout layout{.tensor_parallel = tensor_parallel_size(),
@@ -131,9 +170,58 @@ void ZeroEngine::create_zeropp_groups() {
   }
 }
 
-double ZeroEngine::forward(const MicroBatch& mb, bool training, comm::Phase phase) {
+double ZeroEngine::forward(const MicroBatch& mb, bool training, comm::Phase phase, LayerLoop<float>* loop) {
   weights_->set_forward_phase(phase);
-  return loop_.forward(*weights_, mb.inputs, mb.targets, dropout_for(mb, training), training);
+  return (loop ? *loop : loop_)
+      .forward(*weights_, mb.inputs, mb.targets, dropout_for(mb, training), training);
+}
+
+double ZeroEngine::run_pipeline(const std::vector<MicroBatch>& micro_batches, double loss_scale,
+                                StepResult& result) {
+  using Clock = std::chrono::steady_clock;
+  const int k = int(micro_batches.size()), p = pipeline_->layout.stages, stage = pipeline_->stage;
+  std::vector<LayerLoop<float>*> slots = {&loop_};
+  for (const auto& loop : extra_loops_) slots.push_back(loop.get());
+  // A slot's last message must have left before the slot's buffers are written again.
+  std::vector<comm::Request> sending(slots.size());
+  double loss_sum = 0;
+  for (const PipelineOp& op : pipeline_schedule(p, stage, 1, k)) {
+    const size_t slot = size_t(op.micro_batch) % slots.size();
+    LayerLoop<float>& loop = *slots[slot];
+    sending[slot].wait();
+    const auto start = Clock::now();
+    if (op.kind == PipelineOp::kForward) {
+      if (pipeline_->forward_in) receive(*pipeline_->forward_in, loop.chunk_input());
+      loss_sum += forward(micro_batches[size_t(op.micro_batch)], true, comm::Phase::kParamGatherFwd, &loop);
+      if (pipeline_->forward_out) sending[slot] = send(*pipeline_->forward_out, loop.chunk_output());
+      result.forward_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    } else {
+      if (pipeline_->backward_in) receive(*pipeline_->backward_in, loop.boundary_gradient());
+      loop.backward(*weights_, *gradients_, float(loss_scale / k));
+      gradients_->end_micro_step();
+      if (pipeline_->backward_out) sending[slot] = send(*pipeline_->backward_out, loop.boundary_gradient());
+      result.backward_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    }
+  }
+  for (comm::Request& r : sending) r.wait();
+  return loss_sum;
+}
+
+void ZeroEngine::sum_tied_embedding() {
+  if (!pipeline_ || !pipeline_->embedding) return;
+  const UnitPartition& wte = partition_.unit(ParamTable::kWte);
+  const comm::OperationLabel serving("the tied wte's gradient between the first and the last stage");
+  pipeline_->embedding
+      ->all_reduce(gradients_->shard() + wte.shard_offset, DType::kF32, size_t(wte.shard), 1.0f,
+                   comm::Phase::kGradReduce)
+      .wait();
+}
+
+double ZeroEngine::tied_copy_sum_of_squares() {
+  if (!pipeline_ || !pipeline_->embedding || pipeline_->stage == 0) return 0.0;
+  if (partition_.num_shards() == 1 && dp_.rank() != 0) return 0.0;
+  const UnitPartition& wte = partition_.unit(ParamTable::kWte);
+  return ops_.sum_of_squares(context_.view(gradients_->shard() + wte.shard_offset, wte.shard, DType::kF32));
 }
 
 Dropout ZeroEngine::dropout_for(const MicroBatch& mb, bool training) const {
@@ -186,7 +274,8 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
   StepResult result;
   result.loss_scale = scaler_.scale();
   double loss_sum = 0;
-  for (const MicroBatch& mb : micro_batches) {
+  if (pipeline_) loss_sum = run_pipeline(micro_batches, result.loss_scale, result);
+  for (const MicroBatch& mb : pipeline_ ? std::vector<MicroBatch>{} : micro_batches) {
     auto start = Clock::now();
     loss_sum += forward(mb, true, comm::Phase::kParamGatherFwd);
     result.forward_ms += since(start);
@@ -197,11 +286,13 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
   }
   const auto optimizer_start = Clock::now();
   gradients_->end_step();
+  sum_tied_embedding();
 
   // One small fp32 all-reduce per step: the loss sum, the squared gradient norm and the overflow flag. A
   // tensor-parallel group computes one loss: its rank 0 counts it.
   const bool local_nonfinite = !gradients_->take_local_finite();
-  float totals[4] = {tensor_parallel_rank() == 0 ? float(loss_sum) : 0.0f, float(local_sum_of_squares()),
+  float totals[4] = {tensor_parallel_rank() == 0 ? float(loss_sum) : 0.0f,
+                     float(local_sum_of_squares() - tied_copy_sum_of_squares()),
                      local_overflow() || local_nonfinite ? 1.0f : 0.0f, stop_request ? 1.0f : 0.0f};
   const comm::OperationLabel serving("the step's agreement on loss, norm and overflow");
   sum_over_world(totals, 4, 1.0f, comm::Phase::kOther);
@@ -259,10 +350,15 @@ void ZeroEngine::sum_over_world(float* values, int n, float scale, comm::Phase p
   // One data-parallel rank and scale 1: the sum is the values themselves.
   if (dp_.size() > 1 || scale != 1.0f) dp_.all_reduce(values, DType::kF32, size_t(n), scale, phase).wait();
   if (tp_comm_) tp_comm_->all_reduce(values, DType::kF32, size_t(n), 1.0f, phase).wait();
+  if (pipeline_) pipeline_->group->all_reduce(values, DType::kF32, size_t(n), 1.0f, phase).wait();
 }
 
 double ZeroEngine::evaluate(const MicroBatch& micro_batch) {
+  // A pipeline passes the micro-batch down its stages; the last one's loss reaches every stage.
+  if (pipeline_ && pipeline_->forward_in) receive(*pipeline_->forward_in, loop_.chunk_input());
   float loss = float(forward(micro_batch, false, comm::Phase::kEval));
+  if (pipeline_ && pipeline_->forward_out) send(*pipeline_->forward_out, loop_.chunk_output()).wait();
+  if (pipeline_) pipeline_->group->all_reduce(&loss, DType::kF32, 1, 1.0f, comm::Phase::kEval).wait();
   // One data-parallel rank: the mean is the loss itself.
   if (dp_.size() > 1)
     dp_.all_reduce(&loss, DType::kF32, 1, 1.0f / float(dp_.size()), comm::Phase::kEval).wait();

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@
 #include "model/layers.h"
 #include "model/loop.h"
 #include "model/params.h"
+#include "model/pipeline.h"
 #include "tensor/arena.h"
 #include "zero/config.h"
 #include "zero/context.h"
@@ -72,11 +74,26 @@ class ZeroEngine {
         "device";  // where the formula's bytes live: "device", "cpu" or "nvme" (memory_model.h)
   };
 
+  // A pipeline stage (zero/parallel_groups.h): the layout, this rank's stage, and its groups. The engine
+  // then holds and trains only the stage's part of the model (model/pipeline.h, stage_param_table) and runs
+  // each step's micro-batches in the 1F1B order (zero/pipeline_schedule.h), keeping up to p - stage of them
+  // in flight. So far: 1F1B (no interleaving), ZeRO stages 0 and 1, no full recomputation, on the CPU.
+  struct Pipeline {
+    PipelineLayout layout;
+    int stage = 0;
+    comm::Communicator* group = nullptr;  // one rank per stage, this rank's tensor and data rank
+    comm::Communicator *forward_in = nullptr, *forward_out = nullptr, *backward_in = nullptr,
+                       *backward_out = nullptr;
+    comm::Communicator* embedding = nullptr;  // the first and the last stage (the tied wte)
+  };
+
   // dp: the data-parallel group. ops: the device seam's backend that holds and computes all model state
   // (null: the CPU's). tensor_parallel: this rank's tensor-parallel group, consecutive world ranks inside one
-  // node (null: t = 1); config.sequence_parallel splits the sequence over it too.
+  // node (null: t = 1); config.sequence_parallel splits the sequence over it too. pipeline: this rank's
+  // stage (null: p = 1).
   ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int micro_batch, comm::Communicator& dp,
-             uint64_t seed, Ops* ops = nullptr, comm::Communicator* tensor_parallel = nullptr);
+             uint64_t seed, Ops* ops = nullptr, comm::Communicator* tensor_parallel = nullptr,
+             const Pipeline* pipeline = nullptr);
   ~ZeroEngine();
 
   // One optimizer step over this rank's micro-batches (the accumulation steps), at learning rate lr.
@@ -102,7 +119,9 @@ class ZeroEngine {
   // the communicator sends and receives), each with its ledger by category.
   const Arena& device_arena() const { return arena_; }
   const Arena& wire_arena() const { return wire_arena_; }
-  size_t activation_bytes() const { return loop_.activation_bytes(); }
+  // Every activation set this rank keeps: one micro-batch's, times the micro-batches a pipeline stage keeps
+  // in flight.
+  size_t activation_bytes() const { return loop_.activation_bytes() * (1 + extra_loops_.size()); }
   std::string memory_table() const;
   int64_t applied_steps() const { return applied_steps_; }
   const LossScaler& loss_scaler() const { return scaler_; }
@@ -157,7 +176,17 @@ class ZeroEngine {
   std::vector<float> gather_master();
 
  private:
-  double forward(const MicroBatch& mb, bool training, comm::Phase phase);
+  double forward(const MicroBatch& mb, bool training, comm::Phase phase, LayerLoop<float>* loop = nullptr);
+  // A pipeline stage's part of a step: its forwards and backwards in the 1F1B order, the activations and
+  // their gradients received from and sent to the neighbouring stages. Returns the sum of the micro-batches'
+  // losses on the last stage, 0 on the others.
+  double run_pipeline(const std::vector<MicroBatch>& micro_batches, double loss_scale, StepResult& result);
+  // The first and the last stage sum their halves of the tied wte's gradient, so both apply one update.
+  void sum_tied_embedding();
+  // The last stage's wte copy is the first stage's: the gradient norm counts it there only.
+  double tied_copy_sum_of_squares();
+  // After the micro-batches: the agreement on loss, norm and overflow, then the update.
+  void finish_step(double loss_sum, int micro_batches, bool stop_request, StepResult& result);
   // Sums values over the whole world: the data-parallel group, then the tensor-parallel group.
   void sum_over_world(float* values, int n, float scale, comm::Phase phase);
   // The dropout of a training micro-batch (masks keyed by seed and window), or none for evaluation.
@@ -201,7 +230,11 @@ class ZeroEngine {
   std::vector<std::string> notes_;
   std::unique_ptr<comm::Communicator> hpz_group_, node_group_, cross_group_;
   std::unique_ptr<TensorGroup> tensor_group_;  // the layers' collectives over tp_comm_; null at t = 1
+  std::optional<Pipeline> pipeline_;
   LayerLoop<float> loop_;
+  // A pipeline stage's further activation sets (1F1B keeps p - stage micro-batches in flight); loop_ is the
+  // first.
+  std::vector<std::unique_ptr<LayerLoop<float>>> extra_loops_;
   std::unique_ptr<EngineWeights<float>> weights_;
   std::unique_ptr<EngineGradients<float>> gradients_;
   // This rank's master, m and v (in memory or on NVMe); it refreshes weights_, so it goes first.

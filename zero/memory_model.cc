@@ -40,9 +40,9 @@ std::vector<StateFormula> zero_state_formulas(const Partition& p, const ZeroConf
     // LoCo keeps an int8 error per value each hop quantizes: all W chunks of a bucket in hop 1, the N partial
     // sums in hop 2 (1/L of them).
     double bytes = 0;
-    for (const std::vector<int>& bucket : plan_buckets(
-             p, loop_schedule(int(p.units().size()), z.tile_factor, z.recompute).gradients,
-             z.reduce_bucket_size)) {
+    for (const std::vector<int>& bucket :
+         plan_buckets(p, loop_schedule(int(p.units().size()), z.tile_factor, z.recompute).gradients,
+                      z.reduce_bucket_size)) {
       int64_t chunk = 0;
       for (int u : bucket) chunk += p.unit(u).shard;
       bytes += double(qgz_intra_feedback_bytes(chunk, p.world_size(), z.gradient_block) +

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Pipeline parallelism in gpt_train (issue 34, 1F1B at ZeRO stages 0 and 1 so far): fp32, dropout on, 10
+# steps, the same global batch and data-parallel size d. p = 2 and p = 4 give p = 1's first loss bit for bit
+# and every later loss within 1e-6 relative, and the gradient norm too (only the tied wte's two halves, and
+# the norm's partial sums over each stage's parameters, are added in another order); so does an uneven split
+# with selective recomputation. t = 2 x p = 2 x d = 2 at stage 1 stays within 1e-5 of t = p = 1, d = 2. The
+# meter's pp_p2p bytes equal the closed form 2 (p - 1) m d t B T C 4: every micro-batch's activation forward
+# and its gradient back over each boundary, from every tensor-parallel rank (each sends the whole [B, T, C]).
+# Args: path of gpt_train.
+set -uo pipefail
+TRAIN=$1
+source "$(dirname "$0")/test_lib.sh"
+write_seeded_shard "$TMP/data.bin" 20000 5
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# run NAME RANKS FLAGS...: 10 steps of a 4-layer model, 32 tokens of width 64, metrics in $TMP/NAME.jsonl.
+run() {
+  local name=$1 ranks=$2
+  shift 2
+  timeout --signal=KILL 300 mpiexec -n "$ranks" "$TRAIN" --num-layers 4 --hidden-size 64 --num-attention-heads 4 \
+    --seq-length 32 --micro-batch-size 1 --vocab-size 16384 --train-iters 10 --lr 1e-3 --hidden-dropout 0.1 \
+    --attention-dropout 0.1 --seed 7 --data-path "$TMP/data.bin" --threads 1 --log-interval 10 \
+    --metrics-file "$TMP/$name.jsonl" "$@" >"$TMP/$name.log" 2>&1 ||
+    fail "$name: exit code $? ($(tail -3 "$TMP/$name.log"))"
+}
+
+# compare REFERENCE NAME TOLERANCE FIRST_EXACT P2P_BYTES: losses and gradient norms within TOLERANCE relative,
+# the first loss bit for bit when FIRST_EXACT is 1, and the pp_p2p bytes of every step (all ranks) equal to
+# P2P_BYTES.
+compare() {
+  python3 - "$TMP/$1.jsonl" "$TMP/$2.jsonl" "$3" "$4" "$5" <<'PY' || fail "$2 differs from $1"
+import json, sys
+def steps(path):
+    return [json.loads(l) for l in open(path) if '"loss"' in l and '"grad_norm"' in l]
+a, b = steps(sys.argv[1]), steps(sys.argv[2])
+tolerance, first_exact, p2p = float(sys.argv[3]), sys.argv[4] == "1", int(sys.argv[5])
+if len(a) != 10 or len(b) != 10:
+    sys.exit(f"steps: {len(a)} and {len(b)}")
+worst = {k: max(abs(x[k] - y[k]) / abs(x[k]) for x, y in zip(a, b)) for k in ("loss", "grad_norm")}
+metered = {sum(r["bytes_by_phase"]["pp_p2p"].values()) for r in b}
+print(f"{sys.argv[2].rsplit('/', 1)[1]}: worst relative difference: loss {worst['loss']:.2e}, gradient norm "
+      f"{worst['grad_norm']:.2e}; first loss {'identical' if a[0]['loss'] == b[0]['loss'] else 'differs'}; "
+      f"pp_p2p {sorted(metered)} bytes a step, closed form {p2p}")
+ok = max(worst.values()) <= tolerance and (not first_exact or a[0]["loss"] == b[0]["loss"]) and metered == {p2p}
+sys.exit(0 if ok else 1)
+PY
+}
+
+activation=$((1 * 32 * 64 * 4))  # B T C fp32 bytes
+run p1 1 --global-batch-size 4
+run p2 2 --global-batch-size 4 --pipeline-model-parallel-size 2 && compare p1 p2 1e-6 1 $((2 * 1 * 4 * activation))
+run p4 4 --global-batch-size 4 --pipeline-model-parallel-size 4 && compare p1 p4 1e-6 1 $((2 * 3 * 4 * activation))
+run p1_sel 1 --global-batch-size 4 --recompute-activations
+run p2_uneven_sel 2 --global-batch-size 4 --pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 1 \
+  --recompute-activations && compare p1_sel p2_uneven_sel 1e-6 1 $((2 * 1 * 4 * activation))
+run d2 2 --global-batch-size 8 --zero-stage 1
+run p2d2 4 --global-batch-size 8 --zero-stage 1 --pipeline-model-parallel-size 2 &&
+  compare d2 p2d2 1e-6 1 $((2 * 1 * 4 * 2 * activation))
+run t2p2d2 8 --global-batch-size 8 --zero-stage 1 --pipeline-model-parallel-size 2 --tensor-model-parallel-size 2 &&
+  compare d2 t2p2d2 1e-5 0 $((2 * 1 * 4 * 2 * 2 * activation))
+if ((failures)); then
+  echo "$failures check(s) failed" >&2
+  exit 1
+fi
