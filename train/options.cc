@@ -420,7 +420,7 @@ void check_pipeline(const TrainOptions& o) {
   not_yet(o.plan.enabled, "--plan");
   not_yet(o.pipeline.virtual_stages(o.model) > 1,
           "the interleaved schedule (--num-layers-per-virtual-pipeline-stage)");
-  not_yet(o.zero.stage > 1, "ZeRO stage " + str(o.zero.stage) + " (stages 0 and 1 do)");
+
   not_yet(o.zero.recompute.is_full(), "full recomputation (selective does)");
   not_yet(o.device != "cpu", "--device " + o.device);
   not_yet(!o.save.empty() || !o.load.empty(), "checkpointing (--save, --load)");

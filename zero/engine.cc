@@ -69,7 +69,8 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
       config_(config),
       dp_(dp),
       tp_comm_(tensor_parallel),
-      dp_topology_(data_parallel_topology(dp.topology(), slice_of(tensor_parallel).size, dp.rank())),
+      dp_topology_(data_parallel_topology(dp.topology(), slice_of(tensor_parallel).size, dp.rank(),
+                                          pipeline ? pipeline->layout.stages : 1)),
       seed_(seed),
       table_(engine_table(model, config, tensor_parallel, pipeline)),
       partition_(table_, dp.size(), config.stage == 0 ? 1 : dp.size()),
@@ -86,8 +87,7 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
           TensorParallel{tensor_group_.get(), config.sequence_parallel, config.distribute_saved_activations},
           chunk_of(model, pipeline)) {
   if (pipeline_) {
-    if (config.stage > 1 || ops_.device() != Device::kCPU)
-      throw std::invalid_argument("pipeline stages train with ZeRO stages 0 and 1 on the CPU so far");
+    if (ops_.device() != Device::kCPU) throw std::invalid_argument("pipeline stages train on the CPU so far");
     const int in_flight = pipeline_->layout.stages - pipeline_->stage;
     for (int i = 1; i < in_flight; ++i) {
       extra_loops_.push_back(std::make_unique<LayerLoop<float>>(
@@ -135,12 +135,27 @@ Tensor ZeroEngine::state_tensor(float* data) const {
 
 ZeroEngine::~ZeroEngine() = default;
 
-comm::Topology ZeroEngine::data_parallel_topology(const comm::Topology& world, int t, int dp_rank) {
+comm::Topology ZeroEngine::data_parallel_topology(const comm::Topology& world, int t, int dp_rank, int p) {
   if (std::string problem = tensor_parallel_node_problem(t, world.ranks_per_node, "--ranks-per-node");
       !problem.empty()) {
     throw comm::TopologyError(problem);
   }
-  return comm::make_topology(world.world_size / t, dp_rank, world.ranks_per_node / t, world.simulated);
+  const int stage_ranks = world.world_size / p, per_node = world.ranks_per_node, d = stage_ranks / t;
+  if (p > 1 && stage_ranks < per_node) {  // several stages on a node: the group is on one
+    if (per_node % stage_ranks != 0) {
+      throw comm::TopologyError(
+          "a pipeline stage's " + std::to_string(stage_ranks) + " ranks (t x d) do not divide the " +
+          std::to_string(per_node) +
+          " ranks per node; choose --ranks-per-node as a multiple of t x d, or a divisor");
+    }
+    return comm::make_topology(d, dp_rank, d, world.simulated);
+  }
+  if (stage_ranks % per_node != 0) {
+    throw comm::TopologyError("a pipeline stage's " + std::to_string(stage_ranks) +
+                              " ranks (t x d) are no whole number of nodes of " + std::to_string(per_node) +
+                              " ranks; choose --ranks-per-node dividing t x d");
+  }
+  return comm::make_topology(d, dp_rank, per_node / t, world.simulated);
 }
 
 void ZeroEngine::create_zeropp_groups() {

@@ -77,7 +77,8 @@ class ZeroEngine {
   // A pipeline stage (zero/parallel_groups.h): the layout, this rank's stage, and its groups. The engine
   // then holds and trains only the stage's part of the model (model/pipeline.h, stage_param_table) and runs
   // each step's micro-batches in the 1F1B order (zero/pipeline_schedule.h), keeping up to p - stage of them
-  // in flight. So far: 1F1B (no interleaving), ZeRO stages 0 and 1, no full recomputation, on the CPU.
+  // in flight, at any ZeRO stage (ZeRO++ too) over the stage's data-parallel group. So far: 1F1B (no
+  // interleaving), no full recomputation, on the CPU.
   struct Pipeline {
     PipelineLayout layout;
     int stage = 0;
@@ -137,7 +138,9 @@ class ZeroEngine {
   // The data-parallel group's topology in a world whose tensor-parallel groups are t consecutive ranks: its
   // rank `dp_rank` of world.world_size / t, with ranks_per_node / t members per node. Throws TopologyError
   // when t does not divide the ranks per node (our rule: a tensor-parallel group stays inside one node).
-  static comm::Topology data_parallel_topology(const comm::Topology& world, int t, int dp_rank);
+  // With p pipeline stages (t x d consecutive ranks each) the group is one stage's: over whole nodes, or all
+  // on one node when a node holds several stages; another layout throws TopologyError too.
+  static comm::Topology data_parallel_topology(const comm::Topology& world, int t, int dp_rank, int p = 1);
 
   // A test hook that sees (and may change) each unit's local gradient on this rank before it is reduced:
   // at stages 2 and 3 the unit's gradient of one micro-step, at stages 0 and 1 the accumulating full

@@ -2,41 +2,18 @@
 // parallel_groups.h.
 #include "zero/parallel_groups.h"
 
-#include <string>
 #include <vector>
 
 #include "zero/engine.h"
 
 namespace gpt {
-namespace {
-
-// The data-parallel group's topology at rank `dp_rank` of a stage of t x d ranks: the rule of t = 1 stages
-// (ZeroEngine::data_parallel_topology) over the stage's own ranks when it fills whole nodes; one node when
-// the stage fits inside one.
-comm::Topology stage_data_topology(const comm::Topology& world, int t, int d, int dp_rank) {
-  const int stage_ranks = t * d, per_node = world.ranks_per_node;
-  if (stage_ranks == world.world_size) return ZeroEngine::data_parallel_topology(world, t, dp_rank);
-  if (stage_ranks <= per_node && per_node % stage_ranks == 0) {
-    return comm::make_topology(d, dp_rank, d, world.simulated);
-  }
-  if (stage_ranks % per_node != 0) {
-    throw comm::TopologyError("a pipeline stage's " + std::to_string(stage_ranks) +
-                              " ranks (t x d) neither fill whole nodes of " + std::to_string(per_node) +
-                              " ranks nor fit inside one; choose --ranks-per-node dividing t x d, or a "
-                              "multiple of it that divides the world");
-  }
-  const comm::Topology stage{stage_ranks, world.world_rank % stage_ranks, per_node, world.simulated};
-  return ZeroEngine::data_parallel_topology(stage, t, dp_rank);
-}
-
-}  // namespace
 
 ParallelGroups::ParallelGroups(comm::Communicator& world, int t, int p)
     : world_(world),
       p_(p),
       stage_(world.rank() / (world.size() / p)),
-      data_topology_(stage_data_topology(world.topology(), t, world.size() / (t * p),
-                                         world.rank() % (world.size() / p) / t)) {
+      data_topology_(
+          ZeroEngine::data_parallel_topology(world.topology(), t, world.rank() % (world.size() / p) / t, p)) {
   const int d = world.size() / (t * p), stage_first = stage_ * t * d;
   if (t > 1) {
     std::vector<int> tensor_members;
