@@ -113,6 +113,12 @@ std::vector<PipelineChunk> pipeline_chunks(const GPTConfig& model, const Pipelin
   return chunks;
 }
 
+double chunk_flops_per_token(const GPTConfig& model, const PipelineChunk& chunk) {
+  const double C = model.hidden, T = model.seq_len;
+  const double layer = 6.0 * (12.0 * C * C + 13.0 * C) + 12.0 * C * T;
+  return chunk.layers() * layer + (chunk.head ? 6.0 * (double(model.padded_vocab()) * C + 2.0 * C) : 0.0);
+}
+
 bool holds_unit(const ParamTable& whole, const std::vector<PipelineChunk>& chunks, int unit) {
   for (const PipelineChunk& c : chunks) {
     if (unit == ParamTable::kWte && (c.embedding || c.head)) return true;

@@ -51,6 +51,12 @@ std::vector<PipelineChunk> stage_chunks(const GPTConfig& model, const PipelineLa
 // ln_f on the last, each block's units where its layer is.
 bool holds_unit(const ParamTable& whole, const std::vector<PipelineChunk>& chunks, int unit);
 
+// Training FLOPs per token of a chunk, counted as GPTConfig::model_flops_per_token counts the whole model
+// (6 N + 12 L C T): its layers' 6 (12 C^2 + 13 C) + 12 C T each, the head's 6 (Vp C + 2 C) (the tied wte
+// as the output projection, and ln_f); the embedding's lookup is no matrix work. The chunks' sum is the
+// model's.
+double chunk_flops_per_token(const GPTConfig& model, const PipelineChunk& chunk);
+
 // A stage's table: `whole` with every unit the chunks do not run emptied (numel 0, its parameters' shape
 // {0}), and the rest packed back to back in the same order. Unit and parameter indices, names and full
 // shapes stay those of the whole model, so the layer loop, initialization (by whole-model index), dropout

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 
 #include "kernels/cpu/threads.h"
+#include "model/pipeline.h"
 #include "tensor/arena.h"
 #include "zero/qgz.h"
 #include "zero/tensor_parallel_traffic.h"
@@ -21,6 +23,31 @@ std::string peaks_text(const std::vector<double>& peaks) {
 }
 
 // The model, the world and its parallelism, the batch arithmetic, the optimizer and the memory savers.
+// The pipeline's split: each stage's layers and share of the FLOPs, and the speedup over one stage that the
+// split and the 1F1B bubble allow (FLOP balance x m / (m + p - 1)).
+void print_pipeline(const TrainOptions& o, const ParallelGroups& groups) {
+  const int p = groups.pipeline_size(), m = o.accumulation_steps;
+  const double total = o.model.model_flops_per_token();
+  double busiest = 0;
+  std::printf(
+      "  pipeline parallelism p = %d (1F1B, %d micro-batches per step, ranks ordered tensor, data, "
+      "pipeline):",
+      p, m);
+  for (int s = 0; s < p; ++s) {
+    double flops = 0;
+    std::string what;
+    for (const PipelineChunk& c : stage_chunks(o.model, o.pipeline, s)) {
+      flops += chunk_flops_per_token(o.model, c);
+      what += (c.embedding ? "embedding + " : "") + std::string("layers ") + std::to_string(c.first_layer) +
+              "-" + std::to_string(c.end_layer - 1) + (c.head ? " + head" : "");
+    }
+    busiest = std::max(busiest, flops);
+    std::printf("%s stage %d %s (%.0f%%)", s == 0 ? "" : ";", s, what.c_str(), 100.0 * flops / total);
+  }
+  std::printf("; ideal speedup %.2fx (FLOP balance %.2f x m/(m+p-1) %.3f)\n",
+              total / busiest * m / (m + p - 1), total / busiest, double(m) / (m + p - 1));
+}
+
 void print_setup(const TrainOptions& o, const ParallelGroups& groups, const ZeroEngine& engine,
                  const BannerFacts& facts) {
   const comm::Communicator& world = groups.world();
@@ -32,6 +59,7 @@ void print_setup(const TrainOptions& o, const ParallelGroups& groups, const Zero
               world.size(), world.topology().describe().c_str(), o.zero.stage,
               precision_name(o.zero.precision), o.zero.overlap_comm ? "on" : "off",
               static_cast<long long>(o.zero.reduce_bucket_size));
+  if (groups.pipeline_size() > 1) print_pipeline(o, groups);
   if (groups.tensor_size() > 1) {
     std::printf(
         "  tensor parallelism t = %d (consecutive ranks) x data parallelism d = %d; sequence parallelism "

@@ -293,6 +293,8 @@ StepMetrics Run::measure(const ZeroEngine::StepResult& r, double lr, double ms) 
   s.mfu = o_.model.model_flops_per_token() * s.tokens_per_s / world_.size() / peak_.flops_per_s;
   s.device = o_.device;
   s.peak_rss_bytes = peak_rss_bytes();  // rank 0's (the metrics file is rank 0's)
+  s.stage_busy_ms = r.stage_busy_ms;
+  s.stage_pipeline_ms = r.stage_pipeline_ms;
   return s;
 }
 

@@ -82,6 +82,10 @@ std::string to_json(const StepMetrics& m) {
                                        {"inter", m.traffic.at(phase, comm::Link::kInterNode)}};
     waits[comm::phase_name(phase)] = m.traffic.wait_ms[p];
   }
+  if (!m.stage_busy_ms.empty()) {
+    j["stage_busy_ms"] = m.stage_busy_ms;
+    j["stage_pipeline_ms"] = m.stage_pipeline_ms;
+  }
   j["bytes_by_phase"] = phases;
   j["comm_wait_ms"] = waits;
   return j.dump();

@@ -48,6 +48,8 @@ struct StepMetrics {
   std::vector<double> peak_rss_bytes_per_rank;
   double predicted_peak_bytes = 0;
   comm::TrafficCounts traffic;
+  // Pipeline stages' compute time and micro-batch time this step (ZeroEngine::StepResult).
+  std::vector<double> stage_busy_ms, stage_pipeline_ms;
 };
 
 // Appends one JSON object per line; each line is flushed as written, so a crash loses at most the line in

@@ -200,25 +200,37 @@ double ZeroEngine::run_pipeline(const std::vector<MicroBatch>& micro_batches, do
   // A slot's last message must have left before the slot's buffers are written again.
   std::vector<comm::Request> sending(slots.size());
   double loss_sum = 0;
+  const auto begin = Clock::now();
   for (const PipelineOp& op : pipeline_schedule(p, stage, 1, k)) {
     const size_t slot = size_t(op.micro_batch) % slots.size();
     LayerLoop<float>& loop = *slots[slot];
     sending[slot].wait();
-    const auto start = Clock::now();
+    // Each op's time counts from its input's arrival: waiting for a neighbour is the bubble, not compute.
     if (op.kind == PipelineOp::kForward) {
       if (pipeline_->forward_in) receive(*pipeline_->forward_in, loop.chunk_input());
+      const auto start = Clock::now();
       loss_sum += forward(micro_batches[size_t(op.micro_batch)], true, comm::Phase::kParamGatherFwd, &loop);
-      if (pipeline_->forward_out) sending[slot] = send(*pipeline_->forward_out, loop.chunk_output());
       result.forward_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      if (pipeline_->forward_out) sending[slot] = send(*pipeline_->forward_out, loop.chunk_output());
     } else {
       if (pipeline_->backward_in) receive(*pipeline_->backward_in, loop.boundary_gradient());
+      const auto start = Clock::now();
       loop.backward(*weights_, *gradients_, float(loss_scale / k));
       gradients_->end_micro_step();
-      if (pipeline_->backward_out) sending[slot] = send(*pipeline_->backward_out, loop.boundary_gradient());
       result.backward_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      if (pipeline_->backward_out) sending[slot] = send(*pipeline_->backward_out, loop.boundary_gradient());
     }
   }
   for (comm::Request& r : sending) r.wait();
+  // Every stage's compute and pipeline time, for the bubble (StepResult).
+  const double mine[2] = {result.forward_ms + result.backward_ms,
+                          std::chrono::duration<double, std::milli>(Clock::now() - begin).count()};
+  std::vector<double> all(size_t(2 * p));
+  pipeline_->group->all_gather(mine, all.data(), sizeof mine, comm::Phase::kOther).wait();
+  for (int s = 0; s < p; ++s) {
+    result.stage_busy_ms.push_back(all[size_t(2 * s)]);
+    result.stage_pipeline_ms.push_back(all[size_t(2 * s + 1)]);
+  }
   return loss_sum;
 }
 

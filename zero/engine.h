@@ -64,6 +64,10 @@ class ZeroEngine {
     bool skipped = false;   // an overflow on some rank: weights unchanged
     bool stop = false;      // some rank asked to stop (a signal): every rank sees it at the same step
     double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;  // this rank's time in each part
+    // A pipeline's stages, in stage order (empty at p = 1): each one's compute time this step (forward and
+    // backward, waits for messages excluded) and the time its micro-batches took, first op to last message.
+    // A stage's bubble is the share of the second the first leaves.
+    std::vector<double> stage_busy_ms, stage_pipeline_ms;
   };
   struct MemoryLine {
     std::string state;    // "compute weights", "master", ...

@@ -62,6 +62,17 @@ TEST_CASE("even, uneven and interleaved splits cover every layer once, in order"
   }
 }
 
+TEST_CASE("the chunks' FLOPs per token add up to the model's") {
+  const GPTConfig model = layers(12);
+  for (const PipelineLayout& l : {PipelineLayout{.stages = 1}, PipelineLayout{.stages = 4},
+                                  PipelineLayout{.stages = 2, .last_stage_layers = 3},
+                                  PipelineLayout{.stages = 2, .layers_per_virtual_stage = 2}}) {
+    double sum = 0;
+    for (const PipelineChunk& c : pipeline_chunks(model, l)) sum += chunk_flops_per_token(model, c);
+    CHECK(sum == doctest::Approx(model.model_flops_per_token()).epsilon(1e-12));
+  }
+}
+
 TEST_CASE("an interleaved stage holds every p-th chunk") {
   const GPTConfig model = layers(12);
   const PipelineLayout layout{.stages = 2, .layers_per_virtual_stage = 2};
