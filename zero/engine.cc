@@ -471,7 +471,7 @@ std::vector<ZeroEngine::MemoryLine> ZeroEngine::memory() const {
   for (const StateFormula& f : zero_state_formulas(partition_, config_, dp_.topology().num_nodes()))
     lines.push_back({f.state, usage(f.state), f.formula, f.bytes, f.tier});
   lines.push_back({"buffers", usage("buffers"), "", 0});
-  lines.push_back({"activations", loop_.activation_bytes(), "", 0});
+  lines.push_back({"activations", activation_bytes(), "", 0});
   return lines;
 }
 
