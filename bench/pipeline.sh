@@ -4,10 +4,10 @@
 # of 4 + 4 layers is within 7% of balanced), fp32, dropout 0.1, micro-batch 1, one thread per rank: p = 1 on one
 # rank, p = 2 (1F1B) on two, so each stage has its own core, over m = 2, 4, 8, 16 micro-batches per step
 # (the global batch). Per m: the median step of each, the speedup, and the planner's ideal for the split
-# (gpt_train's banner: FLOP balance x m / (m + p - 1)); each stage's bubble, measured from its own compute
-# time against the time its micro-batches took (gpt_train's metrics: stage_busy_ms, stage_pipeline_ms), beside
-# the formula (p - 1) / (m + p - 1), which holds for balanced stages: the busiest stage's is the one to judge,
-# the other's adds the imbalance. One JSON line per m in --out (default bench/results/pipeline.jsonl), a
+# (gpt_train's banner: FLOP balance x (1 - (p - 1) / (m + p - 1))); each stage's bubble, measured from its
+# own compute time against the time its micro-batches took (gpt_train's metrics: stage_busy_ms,
+# stage_pipeline_ms), beside the formula (p - 1) / (m + p - 1), which holds for balanced stages: the busiest
+# stage's is the one to judge, the other's adds the imbalance. One JSON line per m in --out (default bench/results/pipeline.jsonl), a
 # summary, and a plot beside it (.png).
 #   bench/pipeline.sh [--steps 10] [--out FILE] [--layers 8] [--split "FLAGS"]
 # --steps: steps per run, the first two not timed. --split: Megatron's split flags for p = 2 (for example

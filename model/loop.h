@@ -110,6 +110,7 @@ class LayerLoop {
   size_t activation_bytes() const;
 
   const PipelineChunk& chunk() const { return chunk_; }
+  int micro_batch() const { return B_; }
   // [B,T,C] (T/t with sequence parallelism): the chunk's input, which a chunk without the embedding reads in
   // the forward (the previous stage's output), and its output after the forward.
   Tensor chunk_input() const { return residual(chunk_.first_layer); }

@@ -24,28 +24,31 @@ std::string peaks_text(const std::vector<double>& peaks) {
 
 // The model, the world and its parallelism, the batch arithmetic, the optimizer and the memory savers.
 // The pipeline's split: each stage's layers and share of the FLOPs, and the speedup over one stage that the
-// split and the 1F1B bubble allow (FLOP balance x m / (m + p - 1)).
+// split and the bubble allow: FLOP balance x (1 - bubble), the bubble (p - 1) / (v m + p - 1) of 1F1B (v = 1)
+// or the interleaved schedule.
 void print_pipeline(const TrainOptions& o, const ParallelGroups& groups) {
-  const int p = groups.pipeline_size(), m = o.accumulation_steps;
+  const int p = groups.pipeline_size(), m = o.accumulation_steps, v = o.pipeline.virtual_stages(o.model);
   const double total = o.model.model_flops_per_token();
   double busiest = 0;
   std::printf(
-      "  pipeline parallelism p = %d (1F1B, %d micro-batches per step, ranks ordered tensor, data, "
+      "  pipeline parallelism p = %d (%s, %d micro-batches per step, ranks ordered tensor, data, "
       "pipeline):",
-      p, m);
+      p, v == 1 ? "1F1B" : ("interleaved, " + std::to_string(v) + " chunks a stage").c_str(), m);
   for (int s = 0; s < p; ++s) {
     double flops = 0;
     std::string what;
     for (const PipelineChunk& c : stage_chunks(o.model, o.pipeline, s)) {
       flops += chunk_flops_per_token(o.model, c);
-      what += (c.embedding ? "embedding + " : "") + std::string("layers ") + std::to_string(c.first_layer) +
-              "-" + std::to_string(c.end_layer - 1) + (c.head ? " + head" : "");
+      what += std::string(what.empty() ? "" : ", ") + (c.embedding ? "embedding + " : "") + "layers " +
+              std::to_string(c.first_layer) + "-" + std::to_string(c.end_layer - 1) +
+              (c.head ? " + head" : "");
     }
     busiest = std::max(busiest, flops);
     std::printf("%s stage %d %s (%.0f%%)", s == 0 ? "" : ";", s, what.c_str(), 100.0 * flops / total);
   }
-  std::printf("; ideal speedup %.2fx (FLOP balance %.2f x m/(m+p-1) %.3f)\n",
-              total / busiest * m / (m + p - 1), total / busiest, double(m) / (m + p - 1));
+  const double busy_share = 1.0 - double(p - 1) / (double(v) * m + p - 1);
+  std::printf("; ideal speedup %.2fx (FLOP balance %.2f x (1 - bubble) %.3f)\n", total / busiest * busy_share,
+              total / busiest, busy_share);
 }
 
 void print_setup(const TrainOptions& o, const ParallelGroups& groups, const ZeroEngine& engine,

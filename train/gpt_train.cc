@@ -175,9 +175,12 @@ class Run {
 // This rank's pipeline stage and its groups, at p > 1.
 std::optional<ZeroEngine::Pipeline> pipeline_stage(const TrainOptions& o, const ParallelGroups& groups) {
   if (groups.pipeline_size() == 1) return std::nullopt;
-  return ZeroEngine::Pipeline{
-      o.pipeline,           groups.pipeline_stage(), groups.pipeline(),     groups.forward_in(),
-      groups.forward_out(), groups.backward_in(),    groups.backward_out(), groups.embedding()};
+  ZeroEngine::Pipeline stage{o.pipeline, groups.pipeline_stage(), groups.pipeline(), {}, groups.embedding()};
+  for (int c = 0; c < groups.chunks(); ++c) {
+    stage.chunks.push_back(
+        {groups.forward_in(c), groups.forward_out(c), groups.backward_in(c), groups.backward_out(c)});
+  }
+  return stage;
 }
 
 Run::Run(const TrainOptions& o, const ParallelGroups& groups, Ops* backend, const std::string& transport,
@@ -387,7 +390,7 @@ int train(const TrainOptions& o, comm::Communicator& world) {
   const DeviceWorld device_world =
       make_device_world(world, backend.get(), o.comm_timeout, o.zero.offload.swaps_through_wire());
   const ParallelGroups groups(device_world.nccl ? *device_world.nccl : world, o.tensor_parallel,
-                              o.pipeline.stages);
+                              o.pipeline.stages, o.pipeline.virtual_stages(o.model));
   Run run(o, groups, backend.get(), device_world.description, world);
   run.loop();
   return 0;

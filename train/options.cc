@@ -418,8 +418,9 @@ void check_pipeline(const TrainOptions& o) {
     }
   };
   not_yet(o.plan.enabled, "--plan");
-  not_yet(o.pipeline.virtual_stages(o.model) > 1,
-          "the interleaved schedule (--num-layers-per-virtual-pipeline-stage)");
+  not_yet(o.pipeline.virtual_stages(o.model) > 1 && o.zero.stage > 1,
+          "the interleaved schedule (--num-layers-per-virtual-pipeline-stage) at ZeRO stage " +
+              str(o.zero.stage) + " (stages 0 and 1 run it)");
 
   not_yet(o.zero.recompute.is_full(), "full recomputation (selective does)");
   not_yet(o.device != "cpu", "--device " + o.device);

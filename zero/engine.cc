@@ -36,12 +36,11 @@ TensorSlice slice_of(const comm::Communicator* tensor_parallel) {
   return tensor_parallel ? TensorSlice{tensor_parallel->size(), tensor_parallel->rank()} : TensorSlice{};
 }
 
-// The pipeline stage's one chunk (1F1B), or the whole model.
-std::optional<PipelineChunk> chunk_of(const GPTConfig& model, const ZeroEngine::Pipeline* pipeline) {
+// The pipeline stage's chunk c (chunk 0 is loop_'s), or the whole model.
+std::optional<PipelineChunk> chunk_of(const GPTConfig& model, const ZeroEngine::Pipeline* pipeline,
+                                      int chunk = 0) {
   if (!pipeline) return std::nullopt;
-  if (pipeline->layout.virtual_stages(model) != 1)
-    throw std::invalid_argument("the interleaved pipeline schedule does not train yet: use 1F1B");
-  return stage_chunks(model, pipeline->layout, pipeline->stage).front();
+  return stage_chunks(model, pipeline->layout, pipeline->stage)[size_t(chunk)];
 }
 
 // The parameters this rank holds: its tensor-parallel slice of the model, or of its pipeline stage's part.
@@ -49,7 +48,22 @@ ParamTable engine_table(const GPTConfig& model, const ZeroConfig& config, const 
                         const ZeroEngine::Pipeline* pipeline) {
   const ParamTable whole = make_param_table(model, config.tile_factor, slice_of(tp));
   if (!pipeline) return whole;
-  return stage_param_table(whole, {*chunk_of(model, pipeline)});
+  return stage_param_table(whole, stage_chunks(model, pipeline->layout, pipeline->stage));
+}
+
+// The order in which a stage's gradients become final: its chunks' orders, the last chunk's first (the loop's
+// order for the whole model).
+std::vector<int> gradient_order(const LayerLoop<float>& loop, const GPTConfig& model,
+                                const ZeroConfig& config, const ZeroEngine::Pipeline* pipeline) {
+  if (!pipeline) return loop.schedule().gradients;
+  std::vector<int> order;
+  const std::vector<PipelineChunk> chunks = stage_chunks(model, pipeline->layout, pipeline->stage);
+  for (size_t c = chunks.size(); c-- > 0;) {
+    const LoopSchedule s =
+        loop_schedule(int(loop.table().units.size()), config.tile_factor, config.recompute, chunks[c]);
+    order.insert(order.end(), s.gradients.begin(), s.gradients.end());
+  }
+  return order;
 }
 
 // A point-to-point message over a two-rank channel: a broadcast rooted at the sender.
@@ -88,13 +102,12 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
           chunk_of(model, pipeline)) {
   if (pipeline_) {
     if (ops_.device() != Device::kCPU) throw std::invalid_argument("pipeline stages train on the CPU so far");
-    const int in_flight = pipeline_->layout.stages - pipeline_->stage;
-    for (int i = 1; i < in_flight; ++i) {
-      extra_loops_.push_back(std::make_unique<LayerLoop<float>>(
-          model, micro_batch, config.recompute, ops_, arena_, config.tile_factor,
-          TensorParallel{tensor_group_.get(), config.sequence_parallel, config.distribute_saved_activations},
-          chunk_of(model, pipeline)));
-    }
+    if (pipeline_->layout.virtual_stages(model) > 1 && config.stage > 1)
+      throw std::invalid_argument("the interleaved pipeline schedule trains at ZeRO stages 0 and 1 so far");
+    slots_.resize(pipeline_->chunks.size());
+    slots_[0].push_back(&loop_);
+    // 1F1B's p - stage sets now, so the first step's memory is the stage's; interleaving's at the first step.
+    if (slots_.size() == 1) ensure_slots(pipeline_->layout.stages);
   }
   // The settings' own rules (ParallelLayout's in model/params.cc, the rest in zero/config_problems.cc), in
   // the order a user fixes them; the first is thrown.
@@ -116,7 +129,8 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
                                         offload_.get(), hierarchical ? node_group_.get() : nullptr,
                                         hierarchical ? cross_group_.get() : nullptr});
   optimizer_state_ = make_optimizer_state({config_, partition_, context_, *weights_, offload_.get()});
-  gradients_ = make_gradient_sink<float>({config_, partition_, unit_names_, loop_.schedule().gradients, dp_,
+  gradient_order_ = gradient_order(loop_, model, config, pipeline);
+  gradients_ = make_gradient_sink<float>({config_, partition_, unit_names_, gradient_order_, dp_,
                                           qgz ? node_group_.get() : nullptr,
                                           qgz ? cross_group_.get() : nullptr, context_});
   // A dry run (kernels/dry) only counts memory: there are no values to initialize.
@@ -191,37 +205,56 @@ double ZeroEngine::forward(const MicroBatch& mb, bool training, comm::Phase phas
       .forward(*weights_, mb.inputs, mb.targets, dropout_for(mb, training), training);
 }
 
+void ZeroEngine::ensure_slots(int k) {
+  const int p = pipeline_->layout.stages, v = int(slots_.size());
+  const std::vector<PipelineOp> schedule = pipeline_schedule(p, pipeline_->stage, v, k);
+  for (int c = 0; c < v; ++c) {
+    while (int(slots_[size_t(c)].size()) < max_in_flight(schedule, c)) {
+      extra_loops_.push_back(std::make_unique<LayerLoop<float>>(
+          model_, loop_.micro_batch(), config_.recompute, ops_, arena_, config_.tile_factor,
+          TensorParallel{tensor_group_.get(), config_.sequence_parallel,
+                         config_.distribute_saved_activations},
+          chunk_of(model_, &*pipeline_, c)));
+      slots_[size_t(c)].push_back(extra_loops_.back().get());
+    }
+  }
+}
+
 double ZeroEngine::run_pipeline(const std::vector<MicroBatch>& micro_batches, double loss_scale,
                                 StepResult& result) {
   using Clock = std::chrono::steady_clock;
-  const int k = int(micro_batches.size()), p = pipeline_->layout.stages, stage = pipeline_->stage;
-  std::vector<LayerLoop<float>*> slots = {&loop_};
-  for (const auto& loop : extra_loops_) slots.push_back(loop.get());
-  // A slot's last message must have left before the slot's buffers are written again.
-  std::vector<comm::Request> sending(slots.size());
+  const int k = int(micro_batches.size()), p = pipeline_->layout.stages, v = int(slots_.size());
+  ensure_slots(k);
+  // A set's last message must have left before the set's buffers are written again.
+  std::vector<std::vector<comm::Request>> sending(slots_.size());
+  for (size_t c = 0; c < slots_.size(); ++c) sending[c].resize(slots_[c].size());
   double loss_sum = 0;
   const auto begin = Clock::now();
-  for (const PipelineOp& op : pipeline_schedule(p, stage, 1, k)) {
-    const size_t slot = size_t(op.micro_batch) % slots.size();
-    LayerLoop<float>& loop = *slots[slot];
-    sending[slot].wait();
+  for (const PipelineOp& op : pipeline_schedule(p, pipeline_->stage, v, k)) {
+    const Pipeline::Links& links = pipeline_->chunks[size_t(op.chunk)];
+    const size_t slot = size_t(op.micro_batch) % slots_[size_t(op.chunk)].size();
+    LayerLoop<float>& loop = *slots_[size_t(op.chunk)][slot];
+    comm::Request& sent = sending[size_t(op.chunk)][slot];
+    sent.wait();
     // Each op's time counts from its input's arrival: waiting for a neighbour is the bubble, not compute.
-    if (op.kind == PipelineOp::kForward) {
-      if (pipeline_->forward_in) receive(*pipeline_->forward_in, loop.chunk_input());
-      const auto start = Clock::now();
+    const bool forward_op = op.kind == PipelineOp::kForward;
+    if (comm::Communicator* in = forward_op ? links.forward_in : links.backward_in)
+      receive(*in, forward_op ? loop.chunk_input() : loop.boundary_gradient());
+    const auto start = Clock::now();
+    if (forward_op) {
       loss_sum += forward(micro_batches[size_t(op.micro_batch)], true, comm::Phase::kParamGatherFwd, &loop);
-      result.forward_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-      if (pipeline_->forward_out) sending[slot] = send(*pipeline_->forward_out, loop.chunk_output());
     } else {
-      if (pipeline_->backward_in) receive(*pipeline_->backward_in, loop.boundary_gradient());
-      const auto start = Clock::now();
       loop.backward(*weights_, *gradients_, float(loss_scale / k));
       gradients_->end_micro_step();
-      result.backward_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-      if (pipeline_->backward_out) sending[slot] = send(*pipeline_->backward_out, loop.boundary_gradient());
     }
+    (forward_op ? result.forward_ms : result.backward_ms) +=
+        std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    if (comm::Communicator* out = forward_op ? links.forward_out : links.backward_out)
+      sent = send(*out, forward_op ? loop.chunk_output() : loop.boundary_gradient());
   }
-  for (comm::Request& r : sending) r.wait();
+  for (auto& chunk : sending) {
+    for (comm::Request& r : chunk) r.wait();
+  }
   // Every stage's compute and pipeline time, for the bubble (StepResult).
   const double mine[2] = {result.forward_ms + result.backward_ms,
                           std::chrono::duration<double, std::milli>(Clock::now() - begin).count()};
@@ -381,11 +414,20 @@ void ZeroEngine::sum_over_world(float* values, int n, float scale, comm::Phase p
 }
 
 double ZeroEngine::evaluate(const MicroBatch& micro_batch) {
-  // A pipeline passes the micro-batch down its stages; the last one's loss reaches every stage.
-  if (pipeline_ && pipeline_->forward_in) receive(*pipeline_->forward_in, loop_.chunk_input());
-  float loss = float(forward(micro_batch, false, comm::Phase::kEval));
-  if (pipeline_ && pipeline_->forward_out) send(*pipeline_->forward_out, loop_.chunk_output()).wait();
-  if (pipeline_) pipeline_->group->all_reduce(&loss, DType::kF32, 1, 1.0f, comm::Phase::kEval).wait();
+  float loss = 0;
+  if (!pipeline_) {
+    loss = float(forward(micro_batch, false, comm::Phase::kEval));
+  } else {  // the micro-batch down the chunks in model order; the last one's loss reaches every stage
+    ensure_slots(pipeline_->layout.stages);  // an interleaved stage's later chunks before its first step
+    for (size_t c = 0; c < slots_.size(); ++c) {
+      const Pipeline::Links& links = pipeline_->chunks[c];
+      LayerLoop<float>& loop = *slots_[c][0];
+      if (links.forward_in) receive(*links.forward_in, loop.chunk_input());
+      loss += float(forward(micro_batch, false, comm::Phase::kEval, &loop));
+      if (links.forward_out) send(*links.forward_out, loop.chunk_output()).wait();
+    }
+    pipeline_->group->all_reduce(&loss, DType::kF32, 1, 1.0f, comm::Phase::kEval).wait();
+  }
   // One data-parallel rank: the mean is the loss itself.
   if (dp_.size() > 1)
     dp_.all_reduce(&loss, DType::kF32, 1, 1.0f / float(dp_.size()), comm::Phase::kEval).wait();

@@ -79,16 +79,20 @@ class ZeroEngine {
   };
 
   // A pipeline stage (zero/parallel_groups.h): the layout, this rank's stage, and its groups. The engine
-  // then holds and trains only the stage's part of the model (model/pipeline.h, stage_param_table) and runs
-  // each step's micro-batches in the 1F1B order (zero/pipeline_schedule.h), keeping up to p - stage of them
-  // in flight, at any ZeRO stage (ZeRO++ too) over the stage's data-parallel group. So far: 1F1B (no
-  // interleaving), no full recomputation, on the CPU.
+  // then holds and trains only the stage's chunks of the model (model/pipeline.h, stage_param_table) and runs
+  // each step's micro-batches in the 1F1B or the interleaved order (zero/pipeline_schedule.h), keeping an
+  // activation set for each micro-batch in flight through each chunk, over the stage's data-parallel group:
+  // 1F1B at any ZeRO stage (ZeRO++ too), interleaved at stages 0 and 1 (a bucket of stages 2 and 3 could span
+  // two chunks, whose backwards run for different micro-batches). Not with full recomputation, on the CPU.
   struct Pipeline {
     PipelineLayout layout;
     int stage = 0;
     comm::Communicator* group = nullptr;  // one rank per stage, this rank's tensor and data rank
-    comm::Communicator *forward_in = nullptr, *forward_out = nullptr, *backward_in = nullptr,
-                       *backward_out = nullptr;
+    struct Links {  // a chunk's channels (ParallelGroups), null where it has no neighbour on that side
+      comm::Communicator *forward_in = nullptr, *forward_out = nullptr, *backward_in = nullptr,
+                         *backward_out = nullptr;
+    };
+    std::vector<Links> chunks;                // one per chunk of this stage, in order
     comm::Communicator* embedding = nullptr;  // the first and the last stage (the tied wte)
   };
 
@@ -127,6 +131,7 @@ class ZeroEngine {
   // Every activation set this rank keeps: one micro-batch's, times the micro-batches a pipeline stage keeps
   // in flight.
   size_t activation_bytes() const { return loop_.activation_bytes() * (1 + extra_loops_.size()); }
+  // (Every chunk's loop keeps the same tensors: a chunk allocates the whole model's residual slots.)
   std::string memory_table() const;
   int64_t applied_steps() const { return applied_steps_; }
   const LossScaler& loss_scaler() const { return scaler_; }
@@ -242,7 +247,12 @@ class ZeroEngine {
   // A pipeline stage's further activation sets (1F1B keeps p - stage micro-batches in flight); loop_ is the
   // first.
   std::vector<std::unique_ptr<LayerLoop<float>>> extra_loops_;
+  // A pipeline stage's activation sets by chunk: slots_[c][i] (slots_[0][0] is loop_).
+  std::vector<std::vector<LayerLoop<float>*>> slots_;
+  // Enough activation sets in every chunk for the schedule of k micro-batches.
+  void ensure_slots(int k);
   std::unique_ptr<EngineWeights<float>> weights_;
+  std::vector<int> gradient_order_;  // the order the loop (or the stage's chunks) finalize gradients in
   std::unique_ptr<EngineGradients<float>> gradients_;
   // This rank's master, m and v (in memory or on NVMe); it refreshes weights_, so it goes first.
   std::unique_ptr<OptimizerState> optimizer_state_;

@@ -8,7 +8,7 @@
 
 namespace gpt {
 
-ParallelGroups::ParallelGroups(comm::Communicator& world, int t, int p)
+ParallelGroups::ParallelGroups(comm::Communicator& world, int t, int p, int v)
     : world_(world),
       p_(p),
       stage_(world.rank() / (world.size() / p)),
@@ -27,21 +27,24 @@ ParallelGroups::ParallelGroups(comm::Communicator& world, int t, int p)
       data_members.push_back(world.world_rank_of(stage_first + world.rank() % t + j * t));
     data_ = world.subgroup(data_members);
   }
-  if (p > 1) create_pipeline_groups(t, d);
+  chunks_.resize(size_t(v));
+  if (p > 1) create_pipeline_groups(t, d, v);
 }
 
 // In boundary order, so that each pair's two ranks create their channels in the same order.
-void ParallelGroups::create_pipeline_groups(int t, int d) {
+void ParallelGroups::create_pipeline_groups(int t, int d, int v) {
   const int in_stage = world_.rank() % (t * d);  // the same tensor and data rank on every stage
   auto rank_of_stage = [&](int s) { return world_.world_rank_of(s * t * d + in_stage); };
   std::vector<int> members;
   for (int s = 0; s < p_; ++s) members.push_back(rank_of_stage(s));
   pipeline_ = world_.subgroup(members);
-  for (int s = 0; s + 1 < p_; ++s) {
-    if (stage_ != s && stage_ != s + 1) continue;
-    const std::vector<int> pair = {rank_of_stage(s), rank_of_stage(s + 1)};
-    (stage_ == s ? forward_out_ : forward_in_) = world_.subgroup(pair);
-    (stage_ == s ? backward_in_ : backward_out_) = world_.subgroup(pair);
+  for (int g = 0; g + 1 < p_ * v; ++g) {  // the boundary after model chunk g
+    const int from = g % p_, to = (g + 1) % p_;
+    if (stage_ != from && stage_ != to) continue;
+    const std::vector<int> pair = {rank_of_stage(from), rank_of_stage(to)};
+    Channels& mine = chunks_[size_t(stage_ == from ? g / p_ : (g + 1) / p_)];
+    (stage_ == from ? mine.forward_out : mine.forward_in) = world_.subgroup(pair);
+    (stage_ == from ? mine.backward_in : mine.backward_out) = world_.subgroup(pair);
   }
   if (stage_ == 0 || stage_ == p_ - 1)
     embedding_ = world_.subgroup({rank_of_stage(0), rank_of_stage(p_ - 1)});

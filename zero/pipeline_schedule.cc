@@ -73,10 +73,11 @@ std::vector<PipelineOp> pipeline_schedule(int stages, int stage, int virtual_sta
                              : interleaved(stages, stage, virtual_stages, micro_batches);
 }
 
-int max_in_flight(const std::vector<PipelineOp>& schedule) {
+int max_in_flight(const std::vector<PipelineOp>& schedule, int chunk) {
   std::map<int, int> open;  // per chunk
   int most = 0;
   for (const PipelineOp& op : schedule) {
+    if (chunk >= 0 && op.chunk != chunk) continue;
     int& n = open[op.chunk];
     n += op.kind == PipelineOp::kForward ? 1 : -1;
     most = std::max(most, n);

@@ -32,8 +32,9 @@ std::string pipeline_schedule_problem(int stages, int virtual_stages, int micro_
 std::vector<PipelineOp> pipeline_schedule(int stages, int stage, int virtual_stages, int micro_batches);
 
 // The most micro-batches whose forward through a chunk of this stage has run and whose backward through it
-// has not, over the schedule: the activation sets the stage keeps at once.
-int max_in_flight(const std::vector<PipelineOp>& schedule);
+// has not, over the schedule: the activation sets the stage keeps at once for that chunk (chunk -1: the most
+// for any one chunk).
+int max_in_flight(const std::vector<PipelineOp>& schedule, int chunk = -1);
 
 // The pipeline's timeline when every chunk's forward takes forward_s and its backward backward_s, and a
 // message between stages takes no time: each op starts when its stage is free and its input is there (the
