@@ -334,15 +334,18 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
   StepResult result;
   result.loss_scale = scaler_.scale();
   double loss_sum = 0;
-  if (pipeline_) loss_sum = run_pipeline(micro_batches, result.loss_scale, result);
-  for (const MicroBatch& mb : pipeline_ ? std::vector<MicroBatch>{} : micro_batches) {
-    auto start = Clock::now();
-    loss_sum += forward(mb, true, comm::Phase::kParamGatherFwd);
-    result.forward_ms += since(start);
-    start = Clock::now();
-    loop_.backward(*weights_, *gradients_, float(result.loss_scale / k));
-    gradients_->end_micro_step();
-    result.backward_ms += since(start);
+  if (pipeline_) {
+    loss_sum = run_pipeline(micro_batches, result.loss_scale, result);
+  } else {
+    for (const MicroBatch& mb : micro_batches) {
+      auto start = Clock::now();
+      loss_sum += forward(mb, true, comm::Phase::kParamGatherFwd);
+      result.forward_ms += since(start);
+      start = Clock::now();
+      loop_.backward(*weights_, *gradients_, float(result.loss_scale / k));
+      gradients_->end_micro_step();
+      result.backward_ms += since(start);
+    }
   }
   const auto optimizer_start = Clock::now();
   gradients_->end_step();

@@ -197,8 +197,6 @@ class ZeroEngine {
   void sum_tied_embedding();
   // The last stage's wte copy is the first stage's: the gradient norm counts it there only.
   double tied_copy_sum_of_squares();
-  // After the micro-batches: the agreement on loss, norm and overflow, then the update.
-  void finish_step(double loss_sum, int micro_batches, bool stop_request, StepResult& result);
   // Sums values over the whole world: the data-parallel group, then the tensor-parallel group.
   void sum_over_world(float* values, int n, float scale, comm::Phase phase);
   // The dropout of a training micro-batch (masks keyed by seed and window), or none for evaluation.
