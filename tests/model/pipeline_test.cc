@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/init.h"
+#include "tests/model/flat_model.h"
 
 namespace gpt {
 namespace {
@@ -112,17 +113,6 @@ TEST_CASE("layouts that do not split are refused in one line naming the flag") {
                 "takes an even split");
 }
 
-GPTConfig small(int n) {
-  GPTConfig c;
-  c.num_layers = n;
-  c.hidden = 64;
-  c.heads = 4;
-  c.max_positions = 32;
-  c.seq_len = 16;
-  c.vocab = 200;
-  return c;
-}
-
 // Every unit is held by exactly one stage, but wte by the first and the last; a held unit keeps its size,
 // and a stage's held units are packed in order.
 void check_stage_tables(const GPTConfig& model, const PipelineLayout& layout, const ParamTable& whole) {
@@ -158,7 +148,7 @@ void check_stage_tables(const GPTConfig& model, const PipelineLayout& layout, co
 }
 
 TEST_CASE("stage tables hold each unit once (wte on the first and the last stage), packed in order") {
-  const GPTConfig model = small(4);
+  const GPTConfig model = test::small_parallel_model(4);
   const std::vector<PipelineLayout> layouts = {{.stages = 1},
                                                {.stages = 2},
                                                {.stages = 4},
@@ -196,7 +186,7 @@ void check_stage_init(const GPTConfig& model, const PipelineLayout& layout, int 
 }
 
 TEST_CASE("a stage initializes its parameters as the whole model does, at any tile factor and slice") {
-  const GPTConfig model = small(4);
+  const GPTConfig model = test::small_parallel_model(4);
   check_stage_init(model, {.stages = 2}, 1, {});
   check_stage_init(model, {.stages = 4}, 1, {});
   check_stage_init(model, {.stages = 2, .first_stage_layers = 3}, 2, {});
