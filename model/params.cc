@@ -215,4 +215,28 @@ ParamTable make_param_table(const GPTConfig& config, int tile_factor, TensorSlic
   return table;
 }
 
+std::vector<float> part_of_whole_model(const ParamTable& part, const ParamTable& whole,
+                                       const float* whole_values) {
+  std::vector<float> values(size_t(part.total), 0.0f);
+  for (size_t k = 0; k < part.params.size(); ++k) {
+    const ParamInfo& p = part.params[k];
+    if (p.numel == 0) continue;
+    for_each_run(p, part.slice, [&](int64_t local, int64_t at, int64_t n) {
+      std::copy_n(whole_values + whole.params[k].offset + at, n, values.begin() + p.offset + local);
+    });
+  }
+  return values;
+}
+
+void place_in_whole_model(const ParamTable& part, const float* part_values, const ParamTable& whole,
+                          float* whole_values) {
+  for (size_t k = 0; k < part.params.size(); ++k) {
+    const ParamInfo& p = part.params[k];
+    if (p.numel == 0) continue;
+    for_each_run(p, part.slice, [&](int64_t local, int64_t at, int64_t n) {
+      std::copy_n(part_values + p.offset + local, n, whole_values + whole.params[k].offset + at);
+    });
+  }
+}
+
 }  // namespace gpt

@@ -136,6 +136,17 @@ struct ParallelLayout {
 // relative to the parameter's start), in local order. A replicated parameter is one run.
 template <typename F>
 void for_each_run(const ParamInfo& p, const TensorSlice& s, F&& f);
+
+// A rank's part of the whole model and back, parameter by parameter (every table lists the same parameters
+// in the same order, whatever its slice, tile factor or pipeline stage): `part` is a rank's table (a
+// tensor-parallel slice, a pipeline stage's table, or both), `whole` make_param_table(model) of the same
+// model. part_of_whole_model cuts the rank's values (in part's layout) out of the whole model's;
+// place_in_whole_model puts a part's values back where they sit in the whole model. Parameters the part does
+// not hold (a pipeline stage's emptied ones) are skipped.
+std::vector<float> part_of_whole_model(const ParamTable& part, const ParamTable& whole,
+                                       const float* whole_values);
+void place_in_whole_model(const ParamTable& part, const float* part_values, const ParamTable& whole,
+                          float* whole_values);
 // Why `tile_factor` cannot tile this model's blocks (empty when it can): tiles of output rows must be whole
 // multiples of 16, so the CPU's GEMM cuts them where the untiled layer's cuts fall.
 std::string tile_factor_problem(const GPTConfig& config, int tile_factor);

@@ -162,4 +162,11 @@ std::vector<PipelineChunk> stage_chunks(const GPTConfig& model, const PipelineLa
   return mine;
 }
 
+ParamTable rank_param_table(const GPTConfig& model, int tile_factor, TensorSlice slice,
+                            const PipelineLayout& layout, int stage) {
+  const ParamTable whole = make_param_table(model, tile_factor, slice);
+  if (layout.stages == 1) return whole;
+  return stage_param_table(whole, stage_chunks(model, layout, stage));
+}
+
 }  // namespace gpt

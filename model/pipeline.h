@@ -37,6 +37,7 @@ struct PipelineChunk {
   int first_layer = 0, end_layer = 0;
   bool embedding = false, head = false;
   int layers() const { return end_layer - first_layer; }
+  bool operator==(const PipelineChunk&) const = default;
 };
 
 // The model's p x v chunks in pipeline order (chunk c runs on stage c % p, as its (c / p)-th chunk). The
@@ -63,5 +64,11 @@ double chunk_flops_per_token(const GPTConfig& model, const PipelineChunk& chunk)
 // and checkpoints (by name) see the same model at any p; the ZeRO engine partitions only what the stage
 // holds.
 ParamTable stage_param_table(const ParamTable& whole, const std::vector<PipelineChunk>& chunks);
+
+// The parameters one rank holds: tensor-parallel slice `slice` of the model at tile factor N, and of that,
+// at p > 1, stage `stage`'s chunks (stage_param_table). The engine holds this table; a checkpoint's shard
+// files cut it.
+ParamTable rank_param_table(const GPTConfig& model, int tile_factor, TensorSlice slice,
+                            const PipelineLayout& layout, int stage);
 
 }  // namespace gpt

@@ -424,8 +424,6 @@ void check_pipeline(const TrainOptions& o) {
 
   not_yet(o.zero.recompute.is_full(), "full recomputation (selective does)");
   not_yet(o.device != "cpu", "--device " + o.device);
-  not_yet(!o.save.empty() || !o.load.empty(), "checkpointing (--save, --load)");
-  not_yet(!o.init_from.empty(), "--init-from");
 }
 
 // The plan is for the described cluster, not for the processes running this command: returns its size.

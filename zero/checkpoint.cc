@@ -122,16 +122,15 @@ std::string check_shard(const fs::path& path, const CheckpointManifest::ShardFil
 
 namespace {
 
-// The master weights of tensor-parallel slice `tensor_rank` in the slice's model layout, from its shard
-// files.
-std::vector<float> read_slice_weights(const fs::path& path, const CheckpointManifest& manifest,
-                                      int tensor_rank) {
-  const ParamTable table = make_param_table(manifest.model, manifest.tile_factor,
-                                            TensorSlice{manifest.tensor_parallel, tensor_rank});
+// The master weights of pipeline stage `stage`'s tensor-parallel slice `tensor_rank` in its saved_table's
+// layout, from its shard files.
+std::vector<float> read_part_weights(const fs::path& path, const CheckpointManifest& manifest, int stage,
+                                     int tensor_rank) {
+  const ParamTable table = manifest.saved_table(stage, tensor_rank);
   const Partition saved(table, manifest.data_parallel(), manifest.num_shards());  // as the manifest checked
-  std::vector<float> params(table.total, 0.0f), shard(manifest.shard_total);
+  std::vector<float> params(table.total, 0.0f), shard(manifest.stages[size_t(stage)].shard_total);
   for (int p = 0; p < manifest.num_shards(); ++p) {
-    const CheckpointManifest::ShardFile& file = manifest.file(tensor_rank, p);
+    const CheckpointManifest::ShardFile& file = manifest.file(stage, tensor_rank, p);
     if (std::string problem = check_shard(path, file); !problem.empty()) throw CheckpointError(problem);
     std::ifstream in(path / file.name, std::ios::binary);
     // The file's first third is the fp32 master shard: the weights.
@@ -152,22 +151,14 @@ CheckpointWeights read_checkpoint_weights(const std::string& dir) {
   const auto [path, manifest] = read_manifest(dir);
   CheckpointWeights out;
   out.model = manifest.model;
-  const int t = manifest.tensor_parallel;
-  if (t == 1) {
-    out.params = read_slice_weights(path, manifest, 0);
-    return out;
-  }
-  // Each slice's parameters go back to their places in the whole model.
+  // Each stage's slices go back to their places in the whole model (the tied wte, held by the first and the
+  // last stage, is the same in both).
   const ParamTable whole = make_param_table(out.model);
   out.params.assign(whole.total, 0.0f);
-  for (int r = 0; r < t; ++r) {
-    const std::vector<float> slice = read_slice_weights(path, manifest, r);
-    const ParamTable table = make_param_table(out.model, 1, TensorSlice{t, r});
-    for (size_t k = 0; k < table.params.size(); ++k) {
-      const ParamInfo& p = table.params[k];
-      for_each_run(p, table.slice, [&](int64_t local, int64_t at, int64_t n) {
-        std::copy_n(slice.begin() + p.offset + local, n, out.params.begin() + whole.params[k].offset + at);
-      });
+  for (int s = 0; s < manifest.pipeline.stages; ++s) {
+    for (int r = 0; r < manifest.tensor_parallel; ++r) {
+      const std::vector<float> part = read_part_weights(path, manifest, s, r);
+      place_in_whole_model(manifest.saved_table(s, r), part.data(), whole, out.params.data());
     }
   }
   return out;
@@ -179,7 +170,6 @@ namespace {
 CheckpointManifest make_manifest(const ZeroEngine& engine, int world_size, const TrainingPosition& position,
                                  const std::vector<std::string>& digests,
                                  const std::vector<std::string>& feedback_digests) {
-  const Partition& partition = engine.partition();
   CheckpointManifest manifest;
   manifest.position = position;
   manifest.applied_steps = engine.applied_steps();
@@ -187,21 +177,32 @@ CheckpointManifest make_manifest(const ZeroEngine& engine, int world_size, const
   manifest.model = engine.model();
   manifest.world_size = world_size;
   manifest.tensor_parallel = engine.tensor_parallel_size();
+  manifest.pipeline = engine.pipeline_layout();
   manifest.stage = engine.config().stage;
   manifest.precision = precision_name(engine.config().precision);
   manifest.tile_factor = engine.config().tile_factor;
-  for (size_t u = 0; u < partition.units().size(); ++u) {
-    const UnitPartition& p = partition.unit(int(u));
-    manifest.units.push_back({engine.table().units[u].name, p.numel, p.shard, p.shard_offset});
-  }
-  manifest.shard_total = partition.shard_total();
-  // Slice-major; the shard of data-parallel rank p in slice r was written by world rank p t + r.
-  const int t = manifest.tensor_parallel, shards = partition.num_shards();
-  for (int r = 0; r < t; ++r) {
-    for (int p = 0; p < shards; ++p) {
-      manifest.files.push_back({shard_file_name(p, shards, r, t),
-                                3 * partition.shard_total() * int64_t(sizeof(float)), digests[p * t + r]});
+  // Every stage's partition, as each stage's engine made its own (this one's is engine.partition()).
+  const int t = manifest.tensor_parallel, p = manifest.pipeline.stages,
+            shards = engine.partition().num_shards();
+  const int d = world_size / (t * p);
+  for (int s = 0; s < p; ++s) {
+    const ParamTable table = manifest.saved_table(s);
+    const Partition partition(table, d, shards);
+    CheckpointManifest::Stage stage{{}, partition.shard_total()};
+    for (size_t u = 0; u < partition.units().size(); ++u) {
+      const UnitPartition& unit = partition.unit(int(u));
+      stage.units.push_back({table.units[u].name, unit.numel, unit.shard, unit.shard_offset});
     }
+    // Stage-major, then slice-major; shard q of slice r of stage s was written by world rank (s d + q) t + r
+    // (Megatron's order: tensor, data, pipeline).
+    for (int r = 0; r < t; ++r) {
+      for (int q = 0; q < shards; ++q) {
+        manifest.files.push_back({shard_file_name(q, shards, r, t, s, p),
+                                  3 * stage.shard_total * int64_t(sizeof(float)),
+                                  digests[(s * d + q) * t + r]});
+      }
+    }
+    manifest.stages.push_back(std::move(stage));
   }
   for (int r = 0; r < int(feedback_digests.size()); ++r) {
     manifest.feedback_files.push_back(
@@ -287,7 +288,8 @@ std::string write_own_shard(ZeroEngine& engine, comm::Communicator& world, const
   if (engine.data_parallel_rank() >= shards) return "ok";
   const std::string file =
       (tmp_path / shard_file_name(engine.shard_index(), shards, engine.tensor_parallel_rank(),
-                                  engine.tensor_parallel_size()))
+                                  engine.tensor_parallel_size(), engine.pipeline_stage(),
+                                  engine.pipeline_layout().stages))
           .string();
   return write_outcome(
       file, [&](const std::string& path) { write_state_file(engine, path); }, world);
@@ -406,11 +408,13 @@ void agree_shards_intact(comm::Communicator& world, const fs::path& path,
 
 // Reads this rank's ranges of every unit (master, and Adam's moments unless weights_only) that fall in flat
 // shard elements [begin, begin + n) from the old shards that hold them, into the chunk's arrays. Elements
-// are matched through the model layout, which no partition changes: model element y sits in the saved unit
-// u that covers it, at x = y - (u's model offset), in old shard x / old_shard at its shard_offset +
+// are matched through the model layout, which no partition changes: when the run that saved had the same
+// tensor-parallel size and gave this rank's pipeline stage the same chunks, model element y sits in the saved
+// unit u that covers it, at x = y - (u's model offset), in old shard x / old_shard at its shard_offset +
 // x % old_shard. So the world size and the tile factor may differ from the run that saved. So may the
-// tensor-parallel size: then each parameter's runs in this rank's slice are found, through their indices in
-// the whole model (params.h, for_each_run), in the saved slices that hold them.
+// tensor-parallel size and the pipeline's split: then each parameter's runs in this rank's part are found,
+// through their indices in the whole model (params.h, for_each_run), in the saved stage and slices that hold
+// them.
 class OwnedRangeReader {
  public:
   OwnedRangeReader(const fs::path& path, const CheckpointManifest& manifest, const ZeroEngine& engine,
@@ -422,14 +426,21 @@ class OwnedRangeReader {
         me_(engine.shard_index()),
         weights_only_(weights_only),
         fds_(manifest.files.size(), -1) {
-    int64_t offset = 0;
-    for (const CheckpointManifest::Unit& u : manifest.units) {
-      saved_offsets_.push_back(offset);
-      offset += u.numel;
+    for (const CheckpointManifest::Stage& stage : manifest.stages) {
+      std::vector<int64_t>& offsets = saved_offsets_.emplace_back();
+      int64_t offset = 0;
+      for (const CheckpointManifest::Unit& u : stage.units) {
+        offsets.push_back(offset);
+        offset += u.numel;
+      }
     }
-    if (manifest.tensor_parallel != table_.slice.size) {
-      saved_table_ =
-          make_param_table(manifest.model, manifest.tile_factor, TensorSlice{manifest.tensor_parallel, 0});
+    const int stage = engine.pipeline_stage();
+    if (manifest.tensor_parallel == table_.slice.size &&
+        stage_chunks(manifest.model, manifest.pipeline, std::min(stage, manifest.pipeline.stages - 1)) ==
+            stage_chunks(engine.model(), engine.pipeline_layout(), stage)) {
+      same_layout_stage_ = stage;
+    } else {
+      for (int s = 0; s < manifest.pipeline.stages; ++s) saved_tables_.push_back(manifest.saved_table(s));
     }
   }
   ~OwnedRangeReader() {
@@ -454,50 +465,57 @@ class OwnedRangeReader {
   }
 
  private:
-  // This slice's model elements [y, end) into targets at `at`.
+  // This rank's model elements [y, end) into targets at `at`.
   void read_model_range(int64_t y, int64_t end, float* targets[3], int64_t at) {
-    if (saved_table_.params.empty()) {  // the same slice was saved: the same layout
-      for (int64_t x = y; x < end;) x += read_run(table_.slice.rank, x, end, targets, at + (x - y));
+    if (same_layout_stage_ >= 0) {  // the same part was saved: the same layout
+      for (int64_t x = y; x < end;)
+        x += read_run(same_layout_stage_, table_.slice.rank, x, end, targets, at + (x - y));
       return;
     }
     for (size_t k = 0; k < table_.params.size(); ++k) {
       const ParamInfo& p = table_.params[k];
-      if (p.offset >= end || p.offset + p.numel <= y) continue;
+      if (p.numel == 0 || p.offset >= end || p.offset + p.numel <= y) continue;  // 0: another stage's
       for_each_run(p, table_.slice, [&](int64_t local, int64_t whole, int64_t length) {
         const int64_t a = std::max(y, p.offset + local), b = std::min(end, p.offset + local + length);
         if (a < b) read_whole(k, whole + (a - p.offset - local), b - a, targets, at + (a - y));
       });
     }
   }
-  // Elements [w, w + n) of parameter k in the whole parameter, from the saved slices that hold them.
+  // Elements [w, w + n) of parameter k in the whole parameter, from the saved slices of the first saved
+  // stage that holds it (the tied wte's two copies are the same).
   void read_whole(size_t k, int64_t w, int64_t n, float* targets[3], int64_t at) {
-    const ParamInfo& saved = saved_table_.params[k];  // every saved slice has the same offsets
+    int s = 0;
+    while (saved_tables_[size_t(s)].params[k].numel == 0) ++s;    // some stage holds every parameter
+    const ParamInfo& saved = saved_tables_[size_t(s)].params[k];  // every saved slice has the same offsets
     for (int r = 0; r < manifest_.tensor_parallel; ++r) {
       for_each_run(saved, TensorSlice{manifest_.tensor_parallel, r},
                    [&](int64_t local, int64_t whole, int64_t length) {
                      const int64_t a = std::max(w, whole), b = std::min(w + n, whole + length);
                      const int64_t y = saved.offset + local + (a - whole), end = y + (b - a);
-                     for (int64_t x = y; x < end;) x += read_run(r, x, end, targets, at + (a - w) + (x - y));
+                     for (int64_t x = y; x < end;)
+                       x += read_run(s, r, x, end, targets, at + (a - w) + (x - y));
                    });
     }
   }
-  // Reads model elements [y, end) of saved slice r as far as one old shard of one saved unit holds them;
-  // returns how many.
-  int64_t read_run(int r, int64_t y, int64_t end, float* targets[3], int64_t at) {
-    const size_t u =
-        size_t(std::upper_bound(saved_offsets_.begin(), saved_offsets_.end(), y) - saved_offsets_.begin()) -
-        1;
-    const CheckpointManifest::Unit& saved = manifest_.units[u];
-    const int64_t x = y - saved_offsets_[u];
+  // Reads model elements [y, end) of saved stage s's slice r as far as one old shard of one saved unit holds
+  // them; returns how many.
+  int64_t read_run(int s, int r, int64_t y, int64_t end, float* targets[3], int64_t at) {
+    const std::vector<int64_t>& offsets = saved_offsets_[size_t(s)];
+    // The last unit starting at or before y: a stage's emptied units start where the next held one does.
+    const size_t u = size_t(std::upper_bound(offsets.begin(), offsets.end(), y) - offsets.begin()) - 1;
+    const CheckpointManifest::Stage& stage = manifest_.stages[size_t(s)];
+    const CheckpointManifest::Unit& saved = stage.units[u];
+    const int64_t x = y - offsets[u];
     const int p = int(x / saved.shard);
     const int64_t run = std::min({end - y, int64_t(p + 1) * saved.shard - x, saved.numel - x});
-    const int fd = open_shard(r * manifest_.num_shards() + p);
+    const int file = manifest_.file_index(s, r, p);
+    const int fd = open_shard(file);
     for (int array = 0; array < (weights_only_ ? 1 : 3); ++array) {
-      const off_t offset = off_t((array * manifest_.shard_total + saved.shard_offset + x % saved.shard) *
-                                 int64_t(sizeof(float)));
+      const off_t offset =
+          off_t((array * stage.shard_total + saved.shard_offset + x % saved.shard) * int64_t(sizeof(float)));
       const size_t bytes = size_t(run) * sizeof(float);
       if (::pread(fd, targets[array] + at, bytes, offset) != ssize_t(bytes)) {
-        throw CheckpointError(manifest_.files[r * manifest_.num_shards() + p].name + ": short read");
+        throw CheckpointError(manifest_.files[size_t(file)].name + ": short read");
       }
     }
     return run;
@@ -516,9 +534,10 @@ class OwnedRangeReader {
   const Partition& partition_;
   int me_;
   bool weights_only_;
-  std::vector<int> fds_;                // by index in manifest_.files
-  std::vector<int64_t> saved_offsets_;  // each saved unit's start in the saved slice's model layout
-  ParamTable saved_table_;              // a saved slice's table, when the tensor-parallel size differs
+  std::vector<int> fds_;                             // by index in manifest_.files
+  std::vector<std::vector<int64_t>> saved_offsets_;  // each saved stage's units' starts in its layout
+  int same_layout_stage_ = -1;  // the saved stage whose layout is this rank's (-1: none; read by parameter)
+  std::vector<ParamTable> saved_tables_;  // each saved stage's table (slice 0), when reading by parameter
 };
 
 // Every rank learns the first non-empty problem of any rank and throws it, so all ranks stop together.

@@ -155,61 +155,113 @@ void read_feedback_files(const FieldReader& r, const json& root, CheckpointManif
   }
 }
 
-// The files, then the units: both must be exactly what the saving run's partition made.
+// The pipeline's split, when the run that saved had stages ("pipeline"; absent: one stage).
+void read_pipeline(const FieldReader& r, const json& root, CheckpointManifest& m) {
+  if (!root.contains("pipeline")) return;
+  const json& pipeline = r.object(root, "", "pipeline");
+  PipelineLayout& layout = m.pipeline;
+  layout.stages = int(r.integer(pipeline, "pipeline.", "stages", 2, m.model.num_layers));
+  layout.first_stage_layers = int(r.integer(pipeline, "pipeline.", "first_stage_layers", 0, 1 << 16));
+  layout.last_stage_layers = int(r.integer(pipeline, "pipeline.", "last_stage_layers", 0, 1 << 16));
+  layout.layers_per_virtual_stage =
+      int(r.integer(pipeline, "pipeline.", "layers_per_virtual_stage", 0, 1 << 16));
+  if (std::string problem = first_problem(layout.problems(m.model)); !problem.empty())
+    r.fail("pipeline: " + problem);
+}
+
+// One stage's units, exactly as `partition` of `table` has them.
+std::vector<CheckpointManifest::Unit> read_units(const FieldReader& r, const json& parent,
+                                                 const std::string& where, const ParamTable& table,
+                                                 const Partition& partition) {
+  const json& units = r.array(parent, where, "units");
+  if (units.size() != table.units.size()) {
+    r.fail(where + "units has " + std::to_string(units.size()) + " entries; the model has " +
+           std::to_string(table.units.size()) + " gather units");
+  }
+  std::vector<CheckpointManifest::Unit> out;
+  for (size_t u = 0; u < units.size(); ++u) {
+    const std::string at = where + "units[" + std::to_string(u) + "].";
+    if (!units[u].is_object()) r.fail(at + " is not an object");
+    const UnitPartition& expected = partition.unit(int(u));
+    CheckpointManifest::Unit unit;
+    unit.name = r.string(units[u], at, "name");
+    if (unit.name != table.units[u].name) r.fail(at + "name is not " + table.units[u].name);
+    unit.numel = r.integer(units[u], at, "numel", expected.numel, expected.numel);
+    unit.shard = r.integer(units[u], at, "shard", expected.shard, expected.shard);
+    unit.shard_offset = r.integer(units[u], at, "shard_offset", expected.shard_offset, expected.shard_offset);
+    out.push_back(unit);
+  }
+  return out;
+}
+
+// Each stage's partition: "units" and "shard_total" at p = 1, each entry of "stages" at p > 1.
+void read_stages(const FieldReader& r, const json& root, CheckpointManifest& m, int shards) {
+  const int p = m.pipeline.stages;
+  const json* stages = p > 1 ? &r.array(root, "", "stages") : nullptr;
+  if (stages && stages->size() != size_t(p)) {
+    r.fail("stages has " + std::to_string(stages->size()) + " entries for " + std::to_string(p) +
+           " pipeline stages");
+  }
+  for (int s = 0; s < p; ++s) {
+    const json& parent = stages ? (*stages)[size_t(s)] : root;
+    const std::string where = stages ? "stages[" + std::to_string(s) + "]." : "";
+    if (!parent.is_object()) r.fail(where + " is not an object");
+    const ParamTable table = m.saved_table(s);
+    const Partition partition(table, m.data_parallel(), shards);
+    CheckpointManifest::Stage stage;
+    stage.shard_total =
+        r.integer(parent, where, "shard_total", partition.shard_total(), partition.shard_total());
+    stage.units = read_units(r, parent, where, table, partition);
+    m.stages.push_back(std::move(stage));
+  }
+}
+
+// The sizes, each stage's units, then the files: all must be exactly what the saving run's partition made.
 void read_partition(const FieldReader& r, const json& root, CheckpointManifest& m) {
   m.world_size = int(r.integer(root, "", "world_size", 1, 1 << 20));
   if (root.contains("tensor_parallel"))  // absent: t = 1 (and in checkpoints from before it existed)
     m.tensor_parallel = int(r.integer(root, "", "tensor_parallel", 2, m.world_size));
-  const int t = m.tensor_parallel;
-  if (m.world_size % t != 0) r.fail("tensor_parallel " + std::to_string(t) + " does not divide world_size");
+  read_pipeline(r, root, m);
+  const int t = m.tensor_parallel, p = m.pipeline.stages;
+  if (m.world_size % (t * p) != 0) {
+    r.fail("tensor_parallel " + std::to_string(t) + " x pipeline stages " + std::to_string(p) +
+           " does not divide world_size");
+  }
   const ParallelLayout layout{.tensor_parallel = t, .tile_factor = m.tile_factor};
   if (std::string problem = first_problem(layout.problems(m.model)); !problem.empty()) r.fail(problem);
   const int expected_shards = m.stage == 0 ? 1 : m.data_parallel();
   const int shards = int(r.integer(root, "", "num_shards", expected_shards, expected_shards));
-  const json& units = r.array(root, "", "units");
-  const ParamTable table = make_param_table(m.model, m.tile_factor, TensorSlice{t, 0});
-  if (units.size() != table.units.size()) {
-    r.fail("units has " + std::to_string(units.size()) + " entries; the model has " +
-           std::to_string(table.units.size()) + " gather units");
-  }
-  const Partition partition(table, m.data_parallel(), shards);
-  m.shard_total = r.integer(root, "", "shard_total", partition.shard_total(), partition.shard_total());
-  for (size_t u = 0; u < units.size(); ++u) {
-    const std::string where = "units[" + std::to_string(u) + "].";
-    if (!units[u].is_object()) r.fail(where + " is not an object");
-    const UnitPartition& expected = partition.unit(int(u));
-    CheckpointManifest::Unit unit;
-    unit.name = r.string(units[u], where, "name");
-    if (unit.name != table.units[u].name) r.fail(where + "name is not " + table.units[u].name);
-    unit.numel = r.integer(units[u], where, "numel", expected.numel, expected.numel);
-    unit.shard = r.integer(units[u], where, "shard", expected.shard, expected.shard);
-    unit.shard_offset =
-        r.integer(units[u], where, "shard_offset", expected.shard_offset, expected.shard_offset);
-    m.units.push_back(unit);
-  }
+  read_stages(r, root, m, shards);
   const json& files = r.array(root, "", "files");
-  if (files.size() != size_t(shards) * t) {
+  if (files.size() != size_t(shards) * t * p) {
     r.fail("files has " + std::to_string(files.size()) + " entries for " + std::to_string(shards) +
-           " shards of " + std::to_string(t) + " tensor-parallel slice(s)");
+           " shards of " + std::to_string(t) + " tensor-parallel slice(s) of " + std::to_string(p) +
+           " pipeline stage(s)");
   }
-  const int64_t bytes = 3 * m.shard_total * int64_t(sizeof(float));
-  for (int i = 0; i < shards * t; ++i) {
+  for (int i = 0; i < shards * t * p; ++i) {
+    const int stage = i / (shards * t), slice = i / shards % t;
+    const int64_t bytes = 3 * m.stages[size_t(stage)].shard_total * int64_t(sizeof(float));
     m.files.push_back(read_file_entry(r, files[i], "files[" + std::to_string(i) + "].",
-                                      shard_file_name(i % shards, shards, i / shards, t), bytes, bytes));
+                                      shard_file_name(i % shards, shards, slice, t, stage, p), bytes, bytes));
   }
 }
 
 }  // namespace
 
-std::string shard_file_name(int shard, int shards, int tensor_rank, int tensor_size) {
-  char name[80];
-  if (tensor_size == 1) {
-    std::snprintf(name, sizeof name, "shard_%05d_of_%05d.bin", shard, shards);
-  } else {
-    std::snprintf(name, sizeof name, "shard_%05d_of_%05d_tp_%02d_of_%02d.bin", shard, shards, tensor_rank,
-                  tensor_size);
+std::string shard_file_name(int shard, int shards, int tensor_rank, int tensor_size, int stage, int stages) {
+  char part[32];
+  std::string name = "shard_";
+  std::snprintf(part, sizeof part, "%05d_of_%05d", shard, shards);
+  name += part;
+  if (tensor_size > 1) {
+    std::snprintf(part, sizeof part, "_tp_%02d_of_%02d", tensor_rank, tensor_size);
+    name += part;
   }
-  return name;
+  if (stages > 1) {
+    std::snprintf(part, sizeof part, "_pp_%02d_of_%02d", stage, stages);
+    name += part;
+  }
+  return name + ".bin";
 }
 
 std::string feedback_file_name(int rank, int ranks) {
@@ -238,16 +290,30 @@ std::string manifest_text(const CheckpointManifest& m) {
   root["model"] = model_json(m.model);
   root["world_size"] = m.world_size;
   if (m.tensor_parallel > 1) root["tensor_parallel"] = m.tensor_parallel;
+  if (m.pipeline.stages > 1) {
+    root["pipeline"] = {{"stages", m.pipeline.stages},
+                        {"first_stage_layers", m.pipeline.first_stage_layers},
+                        {"last_stage_layers", m.pipeline.last_stage_layers},
+                        {"layers_per_virtual_stage", m.pipeline.layers_per_virtual_stage}};
+  }
   root["zero"] = {{"stage", m.stage}, {"precision", m.precision}};
   if (m.tile_factor > 1) root["zero"]["tile_factor"] = m.tile_factor;
   root["num_shards"] = m.num_shards();
-  root["shard_total"] = m.shard_total;
-  json units = json::array();
-  for (const CheckpointManifest::Unit& u : m.units) {
-    units.push_back(
-        {{"name", u.name}, {"numel", u.numel}, {"shard", u.shard}, {"shard_offset", u.shard_offset}});
+  const auto stage_json = [](const CheckpointManifest::Stage& stage) {
+    json units = json::array();
+    for (const CheckpointManifest::Unit& u : stage.units) {
+      units.push_back(
+          {{"name", u.name}, {"numel", u.numel}, {"shard", u.shard}, {"shard_offset", u.shard_offset}});
+    }
+    return json{{"shard_total", stage.shard_total}, {"units", units}};
+  };
+  if (m.pipeline.stages == 1) {
+    root.update(stage_json(m.stages.at(0)));
+  } else {
+    json stages = json::array();
+    for (const CheckpointManifest::Stage& stage : m.stages) stages.push_back(stage_json(stage));
+    root["stages"] = stages;
   }
-  root["units"] = units;
   auto file_list = [](const std::vector<CheckpointManifest::ShardFile>& list) {
     json files = json::array();
     for (const CheckpointManifest::ShardFile& f : list)

@@ -13,6 +13,7 @@
 
 #include "base/user_error.h"
 #include "model/config.h"
+#include "model/pipeline.h"
 #include "zero/loss_scaler.h"
 
 namespace gpt {
@@ -36,33 +37,47 @@ struct CheckpointManifest {
   int64_t applied_steps = 0;  // optimizer steps applied (iterations minus fp16 overflow skips)
   LossScaler::State scaler{};
   GPTConfig model;          // seq_len = max_positions
-  int world_size = 0;       // all ranks: tensor_parallel x the data-parallel size
+  int world_size = 0;       // all ranks: tensor_parallel x pipeline stages x the data-parallel size
   int tensor_parallel = 1;  // t ("tensor_parallel", written when above 1): each rank saved its slice
+  // The pipeline's split ("pipeline", written when it has more than one stage): each stage saved its part.
+  PipelineLayout pipeline;
   int stage = 0;
   std::string precision;  // precision_name(): "fp32", "fp16", "bf16", "fp64"
   int tile_factor = 1;    // memory-centric tiling's ("zero.tile_factor", written when above 1)
 
-  // Partition(make_param_table(model, tile_factor, TensorSlice{t, any rank}), world_size / t, num_shards) of
-  // the run that saved, unit by unit (every tensor-parallel slice has the same units).
+  // Each pipeline stage's Partition(saved_table(stage), data_parallel(), num_shards()) of the run that saved,
+  // unit by unit (every tensor-parallel slice has the same units); one stage at p = 1 ("units" and
+  // "shard_total"; at p > 1, "stages": [{"shard_total", "units"}, ..]).
   struct Unit {
     std::string name;
     int64_t numel = 0, shard = 0, shard_offset = 0;
   };
-  std::vector<Unit> units;
-  int64_t shard_total = 0;  // elements of each of master, m and v in one shard file
+  struct Stage {
+    std::vector<Unit> units;  // the whole model's units; those the stage does not hold have numel 0
+    int64_t shard_total = 0;  // elements of each of master, m and v in one of the stage's shard files
+  };
+  std::vector<Stage> stages;
 
-  // One file per shard of each tensor-parallel slice (slice-major): master[shard_total] m[shard_total]
-  // v[shard_total] in fp32, the slice's model layout cut as the partition says.
+  // One file per shard of each tensor-parallel slice of each pipeline stage (stage-major, then slice-major):
+  // master[shard_total] m[shard_total] v[shard_total] in fp32, the saved_table's layout cut as the
+  // partition says.
   struct ShardFile {
     std::string name;  // a plain file name inside the checkpoint directory
     int64_t bytes = 0;
     std::string sha256;  // 64 lowercase hex digits
   };
   std::vector<ShardFile> files;
-  int num_shards() const { return static_cast<int>(files.size()) / tensor_parallel; }
-  int data_parallel() const { return world_size / tensor_parallel; }
-  const ShardFile& file(int tensor_rank, int shard) const {
-    return files[tensor_rank * num_shards() + shard];
+  int num_shards() const { return static_cast<int>(files.size()) / (tensor_parallel * pipeline.stages); }
+  int data_parallel() const { return world_size / (tensor_parallel * pipeline.stages); }
+  int file_index(int stage, int tensor_rank, int shard) const {
+    return (stage * tensor_parallel + tensor_rank) * num_shards() + shard;
+  }
+  const ShardFile& file(int stage, int tensor_rank, int shard) const {
+    return files[size_t(file_index(stage, tensor_rank, shard))];
+  }
+  // The parameters pipeline stage `stage`'s slice `tensor_rank` saved (rank_param_table of the run).
+  ParamTable saved_table(int stage, int tensor_rank = 0) const {
+    return rank_param_table(model, tile_factor, TensorSlice{tensor_parallel, tensor_rank}, pipeline, stage);
   }
   // With LoCo (qgZ's error feedback): one file per rank of its kept errors, as the engine's feedback_state()
   // (int8 blocks, opaque here); empty when the run that saved had none.
@@ -71,8 +86,11 @@ struct CheckpointManifest {
 };
 
 // The name of shard file `shard` of `shards` in a checkpoint directory: "shard_00003_of_00008.bin"; with
-// tensor parallelism, of slice `tensor_rank` of `tensor_size`: "shard_00003_of_00008_tp_01_of_02.bin".
-std::string shard_file_name(int shard, int shards, int tensor_rank = 0, int tensor_size = 1);
+// tensor parallelism, of slice `tensor_rank` of `tensor_size`: "shard_00003_of_00008_tp_01_of_02.bin"; with
+// pipeline stages, of stage `stage` of `stages`: "shard_00003_of_00008_pp_01_of_04.bin" (after the slice's
+// part when both).
+std::string shard_file_name(int shard, int shards, int tensor_rank = 0, int tensor_size = 1, int stage = 0,
+                            int stages = 1);
 
 // The name of rank r's file of LoCo's kept errors: "loco_errors_00003_of_00008.bin".
 std::string feedback_file_name(int rank, int ranks);

@@ -46,9 +46,8 @@ std::optional<PipelineChunk> chunk_of(const GPTConfig& model, const ZeroEngine::
 // The parameters this rank holds: its tensor-parallel slice of the model, or of its pipeline stage's part.
 ParamTable engine_table(const GPTConfig& model, const ZeroConfig& config, const comm::Communicator* tp,
                         const ZeroEngine::Pipeline* pipeline) {
-  const ParamTable whole = make_param_table(model, config.tile_factor, slice_of(tp));
-  if (!pipeline) return whole;
-  return stage_param_table(whole, stage_chunks(model, pipeline->layout, pipeline->stage));
+  return rank_param_table(model, config.tile_factor, slice_of(tp),
+                          pipeline ? pipeline->layout : PipelineLayout{}, pipeline ? pipeline->stage : 0);
 }
 
 // The order in which a stage's gradients become final: its chunks' orders, the last chunk's first (the loop's
@@ -463,7 +462,9 @@ void ZeroEngine::write_state(const StateChunk& fill) {
   optimizer_state_->refresh_weights();
 }
 
-void ZeroEngine::load_model_weights(const float* model_layout) {
+void ZeroEngine::load_model_weights(const float* whole_model) {
+  const std::vector<float> mine = part_of_whole_model(table_, make_param_table(model_), whole_model);
+  const float* model_layout = mine.data();
   write_state([&](int64_t begin, int64_t n, float* master, float*, float*) {  // Adam's moments stay zero
     for_each_owned_range(begin, n, [&](int64_t model_begin, int64_t model_end, int64_t at) {
       std::copy(model_layout + model_begin, model_layout + model_end, master + at);

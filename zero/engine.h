@@ -119,6 +119,9 @@ class ZeroEngine {
   int tensor_parallel_rank() const { return tp_comm_ ? tp_comm_->rank() : 0; }
   int data_parallel_rank() const { return dp_.rank(); }
   const ParamTable& table() const { return table_; }
+  // The pipeline's split and this rank's stage (a one-stage layout and stage 0 at p = 1).
+  PipelineLayout pipeline_layout() const { return pipeline_ ? pipeline_->layout : PipelineLayout{}; }
+  int pipeline_stage() const { return pipeline_ ? pipeline_->stage : 0; }
   const GPTConfig& model() const { return model_; }
   const ZeroConfig& config() const { return config_; }
   const EventLog& events() const { return events_; }
@@ -167,9 +170,10 @@ class ZeroEngine {
   void write_state(const StateChunk& fill);
   int shard_index() const { return partition_.num_shards() == 1 ? 0 : dp_.rank(); }
   void set_training_state(int64_t applied_steps, const LossScaler::State& scaler);
-  // Replaces the weights with a full model (model layout, e.g. from an llm.c file) and zeroes Adam's moments
-  // and the step count: each rank copies the ranges it owns.
-  void load_model_weights(const float* model_layout);
+  // Replaces the weights with the whole model's (make_param_table(model())'s layout, e.g. from an llm.c file)
+  // and zeroes Adam's moments and the step count: each rank cuts its tensor-parallel slice and pipeline stage
+  // out of it and copies the ranges it owns.
+  void load_model_weights(const float* whole_model);
   // Calls copy(model_begin, model_end, at) for each model-layout range this rank owns within flat shard
   // elements [begin, begin+n): its values sit at index `at` of the chunk.
   void for_each_owned_range(

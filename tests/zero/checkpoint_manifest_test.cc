@@ -15,8 +15,9 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// A manifest as a 4-rank ZeRO-3 run of a tiny model would save it.
-CheckpointManifest tiny_manifest() {
+// A manifest as a 4-rank ZeRO-3 run of a tiny model would save it; with `stages` pipeline stages, as a run of
+// 4 x stages ranks (4 data-parallel ranks in each stage).
+CheckpointManifest tiny_manifest(int stages = 1) {
   CheckpointManifest m;
   m.position = {40, 1, 8, 1234};
   m.applied_steps = 39;
@@ -26,26 +27,32 @@ CheckpointManifest tiny_manifest() {
   m.model.heads = 2;
   m.model.max_positions = m.model.seq_len = 8;
   m.model.vocab = 64;
-  m.world_size = 4;
+  m.world_size = 4 * stages;
+  m.pipeline.stages = stages;
   m.stage = 3;
   m.precision = "fp16";
-  const ParamTable table = make_param_table(m.model);
-  const Partition partition(table, 4, 4);
-  for (size_t u = 0; u < table.units.size(); ++u) {
-    const UnitPartition& p = partition.unit(int(u));
-    m.units.push_back({table.units[u].name, p.numel, p.shard, p.shard_offset});
-  }
-  m.shard_total = partition.shard_total();
-  for (int r = 0; r < 4; ++r) {
-    m.files.push_back({shard_file_name(r, 4), 3 * m.shard_total * 4, std::string(64, 'a' + r)});
+  for (int s = 0; s < stages; ++s) {
+    const ParamTable table = m.saved_table(s);
+    const Partition partition(table, 4, 4);
+    CheckpointManifest::Stage stage{{}, partition.shard_total()};
+    for (size_t u = 0; u < table.units.size(); ++u) {
+      const UnitPartition& p = partition.unit(int(u));
+      stage.units.push_back({table.units[u].name, p.numel, p.shard, p.shard_offset});
+    }
+    for (int r = 0; r < 4; ++r) {
+      m.files.push_back(
+          {shard_file_name(r, 4, 0, 1, s, stages), 3 * stage.shard_total * 4, std::string(64, 'a' + r)});
+    }
+    m.stages.push_back(stage);
   }
   return m;
 }
 
-// The error parse_manifest gives for the manifest after `edit`; "" when it accepts it.
+// The error parse_manifest gives for the manifest (of `stages` pipeline stages) after `edit`; "" when it
+// accepts it.
 template <typename Edit>
-std::string error_after(Edit edit) {
-  json j = json::parse(manifest_text(tiny_manifest()));
+std::string error_after(Edit edit, int stages = 1) {
+  json j = json::parse(manifest_text(tiny_manifest(stages)));
   edit(j);
   try {
     parse_manifest(j.dump(), "ckpt/manifest.json");
@@ -94,6 +101,34 @@ TEST_CASE("damaged manifests are refused with the field named") {
   CHECK(error_after([](json& j) { j["files"][3]["bytes"] = 12; }).find("files[3].bytes") !=
         std::string::npos);
   CHECK(error_after([](json& j) { j["files"].erase(3); }).find("files has 3 entries") != std::string::npos);
+}
+
+TEST_CASE("a pipelined run's manifest lists each stage's partition and files") {
+  const std::string text = manifest_text(tiny_manifest(2));
+  const CheckpointManifest back = parse_manifest(text, "m");
+  CHECK(manifest_text(back) == text);
+  CHECK(back.pipeline.stages == 2);
+  CHECK(back.num_shards() == 4);
+  CHECK(back.data_parallel() == 4);
+  REQUIRE(back.stages.size() == 2);
+  // wte on both stages (the tied head), wpe and h.0 on the first, h.1 and ln_f on the last.
+  const auto numel = [&](int s, int u) { return back.stages[size_t(s)].units[size_t(u)].numel; };
+  CHECK((numel(0, 0) > 0 && numel(1, 0) == numel(0, 0)));
+  CHECK((numel(0, 1) > 0 && numel(1, 1) == 0 && numel(0, 2) > 0 && numel(1, 2) == 0));
+  CHECK((numel(0, 3) == 0 && numel(1, 3) > 0 && numel(0, 4) == 0 && numel(1, 4) > 0));
+  CHECK(back.file(1, 0, 3).name == "shard_00003_of_00004_pp_01_of_02.bin");
+  CHECK(shard_file_name(3, 8, 1, 2, 1, 4) == "shard_00003_of_00008_tp_01_of_02_pp_01_of_04.bin");
+  CHECK(error_after([](json&) {}, 2) == "");
+  CHECK(error_after([](json& j) { j["stages"].erase(1); }, 2).find("stages has 1 entries") !=
+        std::string::npos);
+  CHECK(error_after([](json& j) { j["stages"][1]["units"][1]["numel"] = 5; }, 2)
+            .find("stages[1].units[1].numel") != std::string::npos);
+  CHECK(error_after([](json& j) { j["pipeline"]["stages"] = 3; }, 2).find("pipeline.stages") !=
+        std::string::npos);
+  CHECK(error_after([](json& j) { j["world_size"] = 9; }, 2).find("does not divide world_size") !=
+        std::string::npos);
+  CHECK(error_after([](json& j) { j["files"][4]["name"] = "shard_00000_of_00004.bin"; }, 2)
+            .find("files[4].name") != std::string::npos);
 }
 
 TEST_CASE("text that is not a manifest is refused in one line") {
