@@ -70,7 +70,7 @@ LoopSchedule loop_schedule(int num_units, int tile_factor, const Recompute& reco
     s.gradients = {ln_f};
   }
   for (int l = c.end_layer - 1; l >= c.first_layer; --l) {
-    const Recompute::Chunk kept = recompute.chunk(l, layers);
+    const Recompute::Chunk kept = recompute.chunk_within(l, c.first_layer, c.layers());
     const bool last_of_chunk = !kept.empty() && l == kept.last;
     if (last_of_chunk) {  // the chunk's inner blocks run their forwards again first
       for (int m = kept.first; m < l; ++m) append_block_forward(s.backward, BlockUnits::of(m, tile_factor));
@@ -196,23 +196,20 @@ LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, const Recom
       ops_(ops),
       arena_(arena),
       tp_(tensor_parallel) {
-  const int64_t L = config.num_layers, B = B_, T = tp_.local_positions(T_), C = config.hidden;
+  const int64_t B = B_, T = tp_.local_positions(T_), C = config.hidden;
   const DType dtype = dtype_of<Real>();
   auto allocate = [&](std::vector<int64_t> shape, DType type) {
     return arena.allocate_tensor("activation", "activations", std::move(shape), type);
   };
-  if (chunk && recompute.is_full()) {
-    throw std::invalid_argument(
-        "full recomputation does not run in a pipeline chunk yet: its recomputed runs of layers are counted "
-        "over the whole model");
-  }
   partitioned_ = tp_.distribute_saved_activations && tp_.size() > 1;
   if ((partitioned_ || recompute.checkpoints_on_host) && (!recompute.is_full() || tp_.sequence_parallel)) {
     throw std::invalid_argument(
         "partitioned or host-memory activation checkpoints need full recomputation and no sequence "
         "parallelism");
   }
-  const Slots slots = plan_slots(recompute, int(L), partitioned_ || recompute.checkpoints_on_host);
+  // The chunk's layers only, counted from its first: a pipeline stage keeps no other layer's inputs, and
+  // full recomputation's chunks of blocks are counted in each stage, as Megatron counts them.
+  const Slots slots = plan_slots(recompute, chunk_.layers(), partitioned_ || recompute.checkpoints_on_host);
   residual_slot_ = slots.residual;
   block_slot_ = slots.block;
   partition_slot_ = slots.partition;
@@ -251,7 +248,7 @@ template <typename Real>
 Tensor LayerLoop<Real>::residual(int layer) const {
   const int T = tp_.local_positions(T_);
   const size_t BTC = size_t(B_) * T * config_.hidden;
-  return Tensor{static_cast<Real*>(residual_.data) + size_t(residual_slot_[layer]) * BTC,
+  return Tensor{static_cast<Real*>(residual_.data) + size_t(residual_slot_[layer - chunk_.first_layer]) * BTC,
                 {B_, T, config_.hidden},
                 residual_.dtype,
                 residual_.device};
@@ -278,7 +275,7 @@ Real* LayerLoop<Real>::host_part(int slot, int64_t n) {
 
 template <typename Real>
 void LayerLoop<Real>::keep_checkpoint(int layer) {
-  const int slot = partition_slot_[layer];
+  const int slot = partition_slot_[layer - chunk_.first_layer];
   if (slot < 0) return;
   const Tensor mine = own_part(layer);
   if (host_checkpoints_.empty()) {
@@ -290,7 +287,7 @@ void LayerLoop<Real>::keep_checkpoint(int layer) {
 
 template <typename Real>
 void LayerLoop<Real>::restore_checkpoint(int layer) {
-  const int slot = partition_slot_[layer];
+  const int slot = partition_slot_[layer - chunk_.first_layer];
   if (slot < 0) return;
   const Tensor mine = own_part(layer);
   const bool on_host = !host_checkpoints_.empty();
@@ -429,7 +426,6 @@ void LayerLoop<Real>::backward_tiled_block(WeightSource<Real>& weights, Gradient
 template <typename Real>
 void LayerLoop<Real>::backward(WeightSource<Real>& weights, GradientSink<Real>& gradients,
                                Real loss_multiplier) {
-  const int L = config_.num_layers;
   const Dropout drop = dropout();
   tp_.traffic = TensorTraffic::kBackward;  // the recomputation's collectives too
   weights.begin_pass(Pass::kBackward, schedule_.backward);
@@ -437,7 +433,7 @@ void LayerLoop<Real>::backward(WeightSource<Real>& weights, GradientSink<Real>& 
   Real* dwte =
       chunk_.head ? backward_head(weights, gradients, loss_multiplier / static_cast<Real>(B_ * T_)) : nullptr;
   for (int l = chunk_.end_layer - 1; l >= chunk_.first_layer; --l) {
-    const Recompute::Chunk chunk = recompute_.chunk(l, L);
+    const Recompute::Chunk chunk = recompute_.chunk_within(l, chunk_.first_layer, chunk_.layers());
     const bool last_of_chunk = !chunk.empty() && l == chunk.last;
     // Full recomputation: a chunk's inner blocks run their forwards again from the chunk's kept input, each
     // into its own activation set and the next one's input; the last block recomputes with its backward.

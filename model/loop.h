@@ -79,7 +79,8 @@ class LayerLoop {
   // backward. tile_factor > 1: memory-centric tiling (params.h), the weight source hands out tiles.
   // tensor_parallel: the group this rank computes each layer with (tensor_parallel.h; its buffers are
   // allocated here); the weight source then hands out this rank's slices (make_param_table's TensorSlice).
-  // chunk: a pipeline stage's part of the model (model/pipeline.h; not with full recomputation yet): the
+  // chunk: a pipeline stage's part of the model (model/pipeline.h; with full recomputation, the chunks of
+  // blocks recomputed together are counted from the chunk's first layer, as Megatron counts them): the
   // loop runs its layers only, the embedding and the head where the chunk has them; without the embedding,
   // its input comes in through chunk_input() and its input's gradient goes out through boundary_gradient(),
   // and without the head, the other way round (chunk_output(), boundary_gradient()). Units keep the whole
@@ -139,7 +140,7 @@ class LayerLoop {
   void keep_checkpoint(int layer);
   void restore_checkpoint(int layer);
   // Where block `layer` keeps its activations for the backward (a recomputed chunk's blocks share theirs).
-  BlockActivations& activations(int layer) { return blocks_[block_slot_[layer]]; }
+  BlockActivations& activations(int layer) { return blocks_[block_slot_[layer - chunk_.first_layer]]; }
   Dropout dropout() const;
 
   GPTConfig config_;
@@ -151,21 +152,22 @@ class LayerLoop {
   Ops& ops_;
   Arena& arena_;  // the fused head's probs, allocated by the first forward without targets
   TensorParallel tp_;
-  // Block inputs (and the final output) in slots of [B,T,C]: residual_slot_[l] for l in 0..L. With full
-  // recomputation the inner inputs of a chunk are not kept: the chunks share slots for them.
+  // Block inputs (and the final output) in slots of [B,T,C]: residual_slot_[l - first] for l in first..end
+  // of the pipeline chunk (0..L for the whole model). With full recomputation the inner inputs of a chunk
+  // of blocks are not kept: the chunks share slots for them.
   Tensor residual_;
   std::vector<int> residual_slot_;
   // Checkpoints kept away: the kept parts [chunks, n] on the device (partitions_) or in host memory
   // (host_checkpoints_, with one device part for the way back when partitioned), n = B*T*C or B*T*C/t;
-  // partition_slot_[l] for a chunk's first block (-1 for the others). The chunks' whole inputs take two
-  // residual slots in turn.
+  // partition_slot_[l - first] for a chunk's first block (-1 for the others). The chunks' whole inputs take
+  // two residual slots in turn.
   Tensor partitions_;
   std::vector<Real> host_checkpoints_;
   std::vector<int> partition_slot_;
   bool partitioned_ = false;
-  // Activation sets: block_slot_[l] for l in 0..L-1. Every kept block has its own; the blocks of a
-  // recomputed chunk share one set per position in the chunk. Selective recomputation: all sets share the
-  // first's attention probabilities.
+  // Activation sets: block_slot_[l - first] for l in first..end-1. Every kept block has its own; the blocks
+  // of a recomputed chunk share one set per position in the chunk. Selective recomputation: all sets share
+  // the first's attention probabilities.
   std::vector<BlockActivations> blocks_;
   std::vector<int> block_slot_;
   BlockScratch scratch_;

@@ -54,6 +54,13 @@ struct Recompute {
     const int first = layer / num_layers * num_layers;
     return {first, std::min(first + num_layers, layers) - 1};
   }
+  // The chunk of block `layer` when the chunks are counted over the layers [first, first + layers) (a
+  // pipeline chunk's own, as Megatron counts them in each stage): chunk(layer - first, layers), moved there.
+  Chunk chunk_within(int layer, int first, int layers) const {
+    Chunk c = chunk(layer - first, layers);
+    if (!c.empty()) c.first += first, c.last += first;
+    return c;
+  }
   // Blocks recomputed together at most (the block activation sets the backward needs for a chunk).
   int longest_chunk(int layers) const {
     if (!is_full()) return 0;

@@ -422,7 +422,6 @@ void check_pipeline(const TrainOptions& o) {
           "the interleaved schedule (--num-layers-per-virtual-pipeline-stage) at ZeRO stage " +
               str(o.zero.stage) + " (stages 0 and 1 run it)");
 
-  not_yet(o.zero.recompute.is_full(), "full recomputation (selective does)");
   not_yet(o.device != "cpu", "--device " + o.device);
 }
 

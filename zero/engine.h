@@ -83,7 +83,7 @@ class ZeroEngine {
   // each step's micro-batches in the 1F1B or the interleaved order (zero/pipeline_schedule.h), keeping an
   // activation set for each micro-batch in flight through each chunk, over the stage's data-parallel group:
   // 1F1B at any ZeRO stage (ZeRO++ too), interleaved at stages 0 and 1 (a bucket of stages 2 and 3 could span
-  // two chunks, whose backwards run for different micro-batches). Not with full recomputation, on the CPU.
+  // two chunks, whose backwards run for different micro-batches). On the CPU.
   struct Pipeline {
     PipelineLayout layout;
     int stage = 0;
@@ -133,8 +133,11 @@ class ZeroEngine {
   const Arena& wire_arena() const { return wire_arena_; }
   // Every activation set this rank keeps: one micro-batch's, times the micro-batches a pipeline stage keeps
   // in flight.
-  size_t activation_bytes() const { return loop_.activation_bytes() * (1 + extra_loops_.size()); }
-  // (Every chunk's loop keeps the same tensors: a chunk allocates the whole model's residual slots.)
+  size_t activation_bytes() const {
+    size_t total = loop_.activation_bytes();  // chunks of different sizes keep different sets
+    for (const auto& loop : extra_loops_) total += loop->activation_bytes();
+    return total;
+  }
   std::string memory_table() const;
   int64_t applied_steps() const { return applied_steps_; }
   const LossScaler& loss_scaler() const { return scaler_; }

@@ -3,7 +3,8 @@
 // activations and their gradients handed across each boundary as the point-to-point messages will. Two
 // accumulated micro-steps with dropout on give the whole model's losses and every gradient bit for bit,
 // except the tied wte's, whose two halves (the embedding's on the first stage, the head's on the last) are
-// summed in another order: within 1e-6. Even, uneven and interleaved splits, selective recomputation, tiling.
+// summed in another order: within 1e-6. Even, uneven and interleaved splits, selective and full
+// recomputation, tiling; and a chunk allocates residual slots for its own layers only.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -114,6 +115,24 @@ TEST_CASE("pipeline chunks in one process train as the whole model: losses and g
 TEST_CASE("pipeline chunks with selective recomputation and with tiling") {
   check_layout({.stages = 2}, Recompute::selective(), 1);
   check_layout({.stages = 2, .last_stage_layers = 1}, Recompute{}, 2);
+}
+
+TEST_CASE("pipeline chunks with full recomputation, its chunks of blocks counted in each stage") {
+  check_layout({.stages = 2}, Recompute::full(), 1);
+  check_layout({.stages = 2, .first_stage_layers = 3}, Recompute::full(RecomputeMethod::kUniform, 2), 1);
+  check_layout({.stages = 2}, Recompute::full(RecomputeMethod::kBlock, 1), 2);
+  check_layout({.stages = 2, .layers_per_virtual_stage = 1}, Recompute::full(), 1);
+}
+
+TEST_CASE("a pipeline chunk keeps the residual slots of its own layers only") {
+  const GPTConfig config = test::small_parallel_model(4);
+  Arena whole_arena, chunk_arena;
+  const LayerLoop<float> whole(config, 2, Recompute{}, cpu_ops(), whole_arena);
+  const LayerLoop<float> half(config, 2, Recompute{}, cpu_ops(), chunk_arena, 1, TensorParallel{},
+                              PipelineChunk{1, 2, 4, false, true});
+  const size_t slot = size_t(2) * config.seq_len * config.hidden * sizeof(float);  // one [B, T, C]
+  // Layers 2 and 3 keep 3 inputs and outputs of 5, and 2 block activation sets of 4; no embedding.
+  CHECK(half.activation_bytes() < whole.activation_bytes() - 2 * slot);
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Pipeline parallelism in gpt_train (issue 34): fp32, dropout on, 10 steps, the same global batch and
 # data-parallel size d. p = 2 and p = 4 give p = 1's first loss bit for bit and every later loss within 1e-6
-# relative, and the gradient norm too, with 1F1B and interleaved (p = 2, 2 chunks a stage) alike: only the tied
-# wte's two halves, and the norm's partial sums over each stage's parameters, are added in another order. So
-# does an uneven split with selective recomputation, and ZeRO stages 1-3 at p = 2 x d = 2. t = 2 x p = 2 x
+# relative, and the gradient norm too, with 1F1B and interleaved (p = 2, 2 chunks a stage) alike, and with
+# full recomputation: only the tied wte's two halves, and the norm's partial sums over each stage's
+# parameters, are added in another order. So does an uneven split with selective recomputation, and ZeRO stages 1-3 at p = 2 x d = 2. t = 2 x p = 2 x
 # d = 2 at stage 1 stays within 1e-5 of t = p = 1, d = 2, and with ZeRO++ within 5e-3 of ZeRO-3 (and above
 # 0). The meter's pp_p2p bytes equal the closed form 2 (p v - 1) m d t B T C 4: every micro-batch's
 # activation forward and its gradient back over each of the p v - 1 chunk boundaries, from every
@@ -59,6 +59,10 @@ run p4 4 --global-batch-size 4 --pipeline-model-parallel-size 4 && compare p1 p4
 run p1_sel 1 --global-batch-size 4 --recompute-activations
 run p2_uneven_sel 2 --global-batch-size 4 --pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 1 \
   --recompute-activations && compare p1_sel p2_uneven_sel 1e-6 exact $((2 * 1 * 4 * activation))
+# Full recomputation, its chunks of 2 blocks counted in each stage (Megatron's), here the same blocks.
+run p1_full 1 --global-batch-size 4 --recompute-granularity full --recompute-method uniform --recompute-num-layers 2
+run p2_full 2 --global-batch-size 4 --pipeline-model-parallel-size 2 --recompute-granularity full \
+  --recompute-method uniform --recompute-num-layers 2 && compare p1_full p2_full 1e-6 exact $((2 * 1 * 4 * activation))
 # The interleaved schedule: 2 chunks of 1 layer on each of 2 stages, 3 boundaries.
 run p2_interleaved 2 --global-batch-size 4 --pipeline-model-parallel-size 2 \
   --num-layers-per-virtual-pipeline-stage 1 && compare p1 p2_interleaved 1e-6 exact $((2 * 3 * 4 * activation))
