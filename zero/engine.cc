@@ -238,7 +238,7 @@ double ZeroEngine::run_pipeline(const std::vector<MicroBatch>& micro_batches, do
     // Each op's time counts from its input's arrival: waiting for a neighbour is the bubble, not compute.
     const bool forward_op = op.kind == PipelineOp::kForward;
     if (comm::Communicator* in = forward_op ? links.forward_in : links.backward_in)
-      receive(*in, forward_op ? loop.chunk_input() : loop.boundary_gradient());
+      receive_boundary(*in, forward_op ? loop.chunk_input() : loop.boundary_gradient());
     const auto start = Clock::now();
     if (forward_op) {
       loss_sum += forward(micro_batches[size_t(op.micro_batch)], true, comm::Phase::kParamGatherFwd, &loop);
@@ -249,7 +249,7 @@ double ZeroEngine::run_pipeline(const std::vector<MicroBatch>& micro_batches, do
     (forward_op ? result.forward_ms : result.backward_ms) +=
         std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     if (comm::Communicator* out = forward_op ? links.forward_out : links.backward_out)
-      sent = send(*out, forward_op ? loop.chunk_output() : loop.boundary_gradient());
+      sent = send(*out, boundary_part(forward_op ? loop.chunk_output() : loop.boundary_gradient()));
   }
   for (auto& chunk : sending) {
     for (comm::Request& r : chunk) r.wait();
@@ -264,6 +264,27 @@ double ZeroEngine::run_pipeline(const std::vector<MicroBatch>& micro_batches, do
     result.stage_pipeline_ms.push_back(all[size_t(2 * s + 1)]);
   }
   return loss_sum;
+}
+
+bool ZeroEngine::scatter_gathers() const {
+  return pipeline_ && tensor_parallel_size() > 1 && !config_.sequence_parallel;
+}
+
+Tensor ZeroEngine::boundary_part(const Tensor& whole) const {
+  if (!scatter_gathers()) return whole;
+  const int64_t n = whole.numel() / tensor_parallel_size();  // C, and so B T C, divides by t
+  const size_t bytes = whole.nbytes() / size_t(whole.numel()) * size_t(n);
+  return Tensor{static_cast<char*>(whole.data) + size_t(tensor_parallel_rank()) * bytes,
+                {n},
+                whole.dtype,
+                whole.device};
+}
+
+void ZeroEngine::receive_boundary(comm::Communicator& channel, const Tensor& whole) {
+  const Tensor part = boundary_part(whole);
+  receive(channel, part);
+  if (scatter_gathers())  // in place: this rank's part already sits at its offset of the whole
+    tp_comm_->all_gather(part.data, whole.data, part.nbytes(), comm::Phase::kPpP2p).wait();
 }
 
 void ZeroEngine::sum_tied_embedding() {
@@ -424,9 +445,9 @@ double ZeroEngine::evaluate(const MicroBatch& micro_batch) {
     for (size_t c = 0; c < slots_.size(); ++c) {
       const Pipeline::Links& links = pipeline_->chunks[c];
       LayerLoop<float>& loop = *slots_[c][0];
-      if (links.forward_in) receive(*links.forward_in, loop.chunk_input());
+      if (links.forward_in) receive_boundary(*links.forward_in, loop.chunk_input());
       loss += float(forward(micro_batch, false, comm::Phase::kEval, &loop));
-      if (links.forward_out) send(*links.forward_out, loop.chunk_output()).wait();
+      if (links.forward_out) send(*links.forward_out, boundary_part(loop.chunk_output())).wait();
     }
     pipeline_->group->all_reduce(&loss, DType::kF32, 1, 1.0f, comm::Phase::kEval).wait();
   }

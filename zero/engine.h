@@ -200,6 +200,15 @@ class ZeroEngine {
   // their gradients received from and sent to the neighbouring stages. Returns the sum of the micro-batches'
   // losses on the last stage, 0 on the others.
   double run_pipeline(const std::vector<MicroBatch>& micro_batches, double loss_scale, StepResult& result);
+  // Megatron's scatter-gather between stages, at t > 1 without sequence parallelism (where every
+  // tensor-parallel rank holds the whole boundary tensor; with it each holds its own sequence part, all it
+  // sends): each rank sends only its 1/t of a boundary tensor, and the receiving stage's ranks all-gather
+  // the parts inside their tensor group, inside the node, so each byte crosses between stages once.
+  bool scatter_gathers() const;
+  // The part of a boundary tensor this rank sends and receives: all of it, or its 1/t when scatter_gathers.
+  Tensor boundary_part(const Tensor& whole) const;
+  // Receives a boundary tensor from the neighbouring stage over `channel` (and all-gathers its parts).
+  void receive_boundary(comm::Communicator& channel, const Tensor& whole);
   // The first and the last stage sum their halves of the tied wte's gradient, so both apply one update.
   void sum_tied_embedding();
   // The last stage's wte copy is the first stage's: the gradient norm counts it there only.

@@ -6,8 +6,11 @@
 # parameters, are added in another order. So does an uneven split with selective recomputation, and ZeRO stages 1-3 at p = 2 x d = 2. t = 2 x p = 2 x
 # d = 2 at stage 1 stays within 1e-5 of t = p = 1, d = 2, and with ZeRO++ within 5e-3 of ZeRO-3 (and above
 # 0). The meter's pp_p2p bytes equal the closed form 2 (p v - 1) m d t B T C 4: every micro-batch's
-# activation forward and its gradient back over each of the p v - 1 chunk boundaries, from every
-# tensor-parallel rank (each sends the whole [B, T, C]).
+# activation forward and its gradient back over each of the p v - 1 chunk boundaries. At t > 1 that is
+# Megatron's scatter-gather: each tensor-parallel rank sends 1/t of the [B, T, C] between the stages
+# (2 (p v - 1) m d B T C 4, inter-node when the stages sit on different nodes) and the receiving tensor group
+# all-gathers it inside its node ((t - 1) times that); with --sequence-parallel each rank sends its own T/t
+# part and nothing is gathered.
 # Args: path of gpt_train.
 set -uo pipefail
 TRAIN=$1
@@ -85,6 +88,17 @@ echo '{"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2, "zero_qua
 run t2p2d2_zeropp 8 --global-batch-size 8 --pipeline-model-parallel-size 2 --tensor-model-parallel-size 2 \
   --ranks-per-node 4 --deepspeed_config "$TMP/zeropp.json" &&
   compare d2_s3 t2p2d2_zeropp 5e-3 lossy $((2 * 1 * 4 * 2 * 2 * activation))
+# Only 1/t of each boundary tensor crossed between the nodes (scatter-gather); the rest was gathered inside.
+python3 - "$TMP/t2p2d2_zeropp.jsonl" $((2 * 1 * 4 * 2 * activation)) <<'PY' || fail "t2p2d2_zeropp: pp_p2p by link"
+import json, sys
+links = {tuple(sorted(json.loads(l)["bytes_by_phase"]["pp_p2p"].items())) for l in open(sys.argv[1]) if '"loss"' in l}
+expected = int(sys.argv[2])
+print(f"t2p2d2_zeropp: pp_p2p by link {sorted(links)}, closed form inter {expected}, intra {expected}")
+sys.exit(0 if links == {(("inter", expected), ("intra", expected))} else 1)
+PY
+# With sequence parallelism each tensor-parallel rank sends its own sequence part: the same bytes, no gather.
+run t2p2d2_sp 8 --global-batch-size 8 --zero-stage 1 --pipeline-model-parallel-size 2 --tensor-model-parallel-size 2 \
+  --sequence-parallel && compare d2 t2p2d2_sp 1e-5 any $((2 * 1 * 4 * 2 * activation))
 if ((failures)); then
   echo "$failures check(s) failed" >&2
   exit 1
