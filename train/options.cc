@@ -417,12 +417,9 @@ void check_pipeline(const TrainOptions& o) {
                        " does not run with pipeline stages yet; use --pipeline-model-parallel-size 1");
     }
   };
-  not_yet(o.plan.enabled, "--plan");
   not_yet(o.pipeline.virtual_stages(o.model) > 1 && o.zero.stage > 1,
           "the interleaved schedule (--num-layers-per-virtual-pipeline-stage) at ZeRO stage " +
               str(o.zero.stage) + " (stages 0 and 1 run it)");
-
-  not_yet(o.device != "cpu", "--device " + o.device);
 }
 
 // The plan is for the described cluster, not for the processes running this command: returns its size.

@@ -65,14 +65,6 @@ std::vector<int> gradient_order(const LayerLoop<float>& loop, const GPTConfig& m
   return order;
 }
 
-// A point-to-point message over a two-rank channel: a broadcast rooted at the sender.
-comm::Request send(comm::Communicator& channel, const Tensor& t) {
-  return channel.broadcast(t.data, t.nbytes(), channel.rank(), comm::Phase::kPpP2p);
-}
-void receive(comm::Communicator& channel, const Tensor& t) {
-  channel.broadcast(t.data, t.nbytes(), 1 - channel.rank(), comm::Phase::kPpP2p).wait();
-}
-
 }  // namespace
 
 ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int micro_batch,
@@ -100,7 +92,6 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
           TensorParallel{tensor_group_.get(), config.sequence_parallel, config.distribute_saved_activations},
           chunk_of(model, pipeline)) {
   if (pipeline_) {
-    if (ops_.device() != Device::kCPU) throw std::invalid_argument("pipeline stages train on the CPU so far");
     if (pipeline_->layout.virtual_stages(model) > 1 && config.stage > 1)
       throw std::invalid_argument("the interleaved pipeline schedule trains at ZeRO stages 0 and 1 so far");
     slots_.resize(pipeline_->chunks.size());
@@ -249,7 +240,7 @@ double ZeroEngine::run_pipeline(const std::vector<MicroBatch>& micro_batches, do
     (forward_op ? result.forward_ms : result.backward_ms) +=
         std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     if (comm::Communicator* out = forward_op ? links.forward_out : links.backward_out)
-      sent = send(*out, boundary_part(forward_op ? loop.chunk_output() : loop.boundary_gradient()));
+      sent = send_boundary(*out, forward_op ? loop.chunk_output() : loop.boundary_gradient());
   }
   for (auto& chunk : sending) {
     for (comm::Request& r : chunk) r.wait();
@@ -280,17 +271,29 @@ Tensor ZeroEngine::boundary_part(const Tensor& whole) const {
                 whole.device};
 }
 
+// A point-to-point message over a two-rank channel is a broadcast rooted at the sender. On a GPU the
+// sender's kernels must have written it, and the receiver's must be done with the buffer's last use, before
+// the communicator touches the buffer (before_communication).
+comm::Request ZeroEngine::send_boundary(comm::Communicator& channel, const Tensor& whole) {
+  const Tensor part = boundary_part(whole);
+  context_.before_communication(channel);
+  return channel.broadcast(part.data, part.nbytes(), channel.rank(), comm::Phase::kPpP2p);
+}
+
 void ZeroEngine::receive_boundary(comm::Communicator& channel, const Tensor& whole) {
   const Tensor part = boundary_part(whole);
-  receive(channel, part);
-  if (scatter_gathers())  // in place: this rank's part already sits at its offset of the whole
-    tp_comm_->all_gather(part.data, whole.data, part.nbytes(), comm::Phase::kPpP2p).wait();
+  context_.before_communication(channel);
+  channel.broadcast(part.data, part.nbytes(), 1 - channel.rank(), comm::Phase::kPpP2p).wait();
+  if (!scatter_gathers()) return;
+  context_.before_communication(*tp_comm_);  // in place: this rank's part already sits at its offset
+  tp_comm_->all_gather(part.data, whole.data, part.nbytes(), comm::Phase::kPpP2p).wait();
 }
 
 void ZeroEngine::sum_tied_embedding() {
   if (!pipeline_ || !pipeline_->embedding) return;
   const UnitPartition& wte = partition_.unit(ParamTable::kWte);
   const comm::OperationLabel serving("the tied wte's gradient between the first and the last stage");
+  context_.before_communication(*pipeline_->embedding);
   pipeline_->embedding
       ->all_reduce(gradients_->shard() + wte.shard_offset, DType::kF32, size_t(wte.shard), 1.0f,
                    comm::Phase::kGradReduce)
@@ -447,7 +450,7 @@ double ZeroEngine::evaluate(const MicroBatch& micro_batch) {
       LayerLoop<float>& loop = *slots_[c][0];
       if (links.forward_in) receive_boundary(*links.forward_in, loop.chunk_input());
       loss += float(forward(micro_batch, false, comm::Phase::kEval, &loop));
-      if (links.forward_out) send(*links.forward_out, boundary_part(loop.chunk_output())).wait();
+      if (links.forward_out) send_boundary(*links.forward_out, loop.chunk_output()).wait();
     }
     pipeline_->group->all_reduce(&loss, DType::kF32, 1, 1.0f, comm::Phase::kEval).wait();
   }

@@ -66,7 +66,8 @@ class ZeroEngine {
     double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;  // this rank's time in each part
     // A pipeline's stages, in stage order (empty at p = 1): each one's compute time this step (forward and
     // backward, waits for messages excluded) and the time its micro-batches took, first op to last message.
-    // A stage's bubble is the share of the second the first leaves.
+    // A stage's bubble is the share of the second the first leaves. (Host clocks: on a GPU they time the
+    // queueing of the kernels, with the waits for the communicator between them.)
     std::vector<double> stage_busy_ms, stage_pipeline_ms;
   };
   struct MemoryLine {
@@ -83,7 +84,8 @@ class ZeroEngine {
   // each step's micro-batches in the 1F1B or the interleaved order (zero/pipeline_schedule.h), keeping an
   // activation set for each micro-batch in flight through each chunk, over the stage's data-parallel group:
   // 1F1B at any ZeRO stage (ZeRO++ too), interleaved at stages 0 and 1 (a bucket of stages 2 and 3 could span
-  // two chunks, whose backwards run for different micro-batches). On the CPU.
+  // two chunks, whose backwards run for different micro-batches). On the CPU, and on a GPU over
+  // NCCL (written against the CPU's tests; not yet run on a GPU).
   struct Pipeline {
     PipelineLayout layout;
     int stage = 0;
@@ -207,7 +209,9 @@ class ZeroEngine {
   bool scatter_gathers() const;
   // The part of a boundary tensor this rank sends and receives: all of it, or its 1/t when scatter_gathers.
   Tensor boundary_part(const Tensor& whole) const;
-  // Receives a boundary tensor from the neighbouring stage over `channel` (and all-gathers its parts).
+  // Sends this rank's part of a boundary tensor to the neighbouring stage over `channel`; receives one from
+  // it (and all-gathers the parts).
+  comm::Request send_boundary(comm::Communicator& channel, const Tensor& whole);
   void receive_boundary(comm::Communicator& channel, const Tensor& whole);
   // The first and the last stage sum their halves of the tied wte's gradient, so both apply one update.
   void sum_tied_embedding();
