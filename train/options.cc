@@ -402,7 +402,7 @@ int check_parallelism(const Values& v, int world_size, const TrainOptions& o) {
 }
 
 // The pipeline's micro-batches per step (the accumulation steps: global batch / (micro-batch x d)) against
-// its schedule, then what pipeline stages do not run with yet.
+// its schedule.
 void check_pipeline(const TrainOptions& o) {
   const int p = o.pipeline.stages;
   if (p == 1) return;
@@ -411,15 +411,6 @@ void check_pipeline(const TrainOptions& o) {
       !problem.empty()) {
     throw UsageError(problem);
   }
-  const auto not_yet = [&](bool given, const std::string& what) {
-    if (given) {
-      throw UsageError("--pipeline-model-parallel-size " + str(p) + ": " + what +
-                       " does not run with pipeline stages yet; use --pipeline-model-parallel-size 1");
-    }
-  };
-  not_yet(o.pipeline.virtual_stages(o.model) > 1 && o.zero.stage > 1,
-          "the interleaved schedule (--num-layers-per-virtual-pipeline-stage) at ZeRO stage " +
-              str(o.zero.stage) + " (stages 0 and 1 run it)");
 }
 
 // The plan is for the described cluster, not for the processes running this command: returns its size.

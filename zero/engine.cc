@@ -50,17 +50,18 @@ ParamTable engine_table(const GPTConfig& model, const ZeroConfig& config, const 
                           pipeline ? pipeline->layout : PipelineLayout{}, pipeline ? pipeline->stage : 0);
 }
 
-// The order in which a stage's gradients become final: its chunks' orders, the last chunk's first (the loop's
-// order for the whole model).
-std::vector<int> gradient_order(const LayerLoop<float>& loop, const GPTConfig& model,
-                                const ZeroConfig& config, const ZeroEngine::Pipeline* pipeline) {
-  if (!pipeline) return loop.schedule().gradients;
-  std::vector<int> order;
+// The order in which a stage's gradients become final, in segments a micro-step hands over whole: the loop's
+// order for the whole model; a stage's chunks' orders, the last chunk's first (an interleaved stage runs each
+// chunk's backward as its own micro-step).
+std::vector<std::vector<int>> gradient_order(const LayerLoop<float>& loop, const GPTConfig& model,
+                                             const ZeroConfig& config, const ZeroEngine::Pipeline* pipeline) {
+  if (!pipeline) return {loop.schedule().gradients};
+  std::vector<std::vector<int>> order;
   const std::vector<PipelineChunk> chunks = stage_chunks(model, pipeline->layout, pipeline->stage);
   for (size_t c = chunks.size(); c-- > 0;) {
-    const LoopSchedule s =
-        loop_schedule(int(loop.table().units.size()), config.tile_factor, config.recompute, chunks[c]);
-    order.insert(order.end(), s.gradients.begin(), s.gradients.end());
+    order.push_back(
+        loop_schedule(int(loop.table().units.size()), config.tile_factor, config.recompute, chunks[c])
+            .gradients);
   }
   return order;
 }
@@ -92,8 +93,6 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
           TensorParallel{tensor_group_.get(), config.sequence_parallel, config.distribute_saved_activations},
           chunk_of(model, pipeline)) {
   if (pipeline_) {
-    if (pipeline_->layout.virtual_stages(model) > 1 && config.stage > 1)
-      throw std::invalid_argument("the interleaved pipeline schedule trains at ZeRO stages 0 and 1 so far");
     slots_.resize(pipeline_->chunks.size());
     slots_[0].push_back(&loop_);
     // 1F1B's p - stage sets now, so the first step's memory is the stage's; interleaving's at the first step.

@@ -83,9 +83,9 @@ class ZeroEngine {
   // then holds and trains only the stage's chunks of the model (model/pipeline.h, stage_param_table) and runs
   // each step's micro-batches in the 1F1B or the interleaved order (zero/pipeline_schedule.h), keeping an
   // activation set for each micro-batch in flight through each chunk, over the stage's data-parallel group:
-  // 1F1B at any ZeRO stage (ZeRO++ too), interleaved at stages 0 and 1 (a bucket of stages 2 and 3 could span
-  // two chunks, whose backwards run for different micro-batches). On the CPU, and on a GPU over
-  // NCCL (written against the CPU's tests; not yet run on a GPU).
+  // either at any ZeRO stage (ZeRO++ too; interleaved, each chunk's backward is a micro-step of the
+  // reducer's, whose buckets never span two chunks). On the CPU, and on a GPU over NCCL (written against the
+  // CPU's tests; not yet run on a GPU).
   struct Pipeline {
     PipelineLayout layout;
     int stage = 0;
@@ -270,7 +270,8 @@ class ZeroEngine {
   // Enough activation sets in every chunk for the schedule of k micro-batches.
   void ensure_slots(int k);
   std::unique_ptr<EngineWeights<float>> weights_;
-  std::vector<int> gradient_order_;  // the order the loop (or the stage's chunks) finalize gradients in
+  // The order the loop finalizes gradients in; in a pipeline stage, each of its chunks' (the last first).
+  std::vector<std::vector<int>> gradient_order_;
   std::unique_ptr<EngineGradients<float>> gradients_;
   // This rank's master, m and v (in memory or on NVMe); it refreshes weights_, so it goes first.
   std::unique_ptr<OptimizerState> optimizer_state_;

@@ -69,7 +69,9 @@ struct GradientSinkParts {
   const ZeroConfig& config;
   const Partition& partition;
   const std::vector<std::string>& unit_names;
-  const std::vector<int>& gradient_order;  // the order in which the loop's gradients become final
+  // The order in which the loop's gradients become final, in segments that one micro-step hands over whole
+  // (GradientReducer): one, or an interleaved pipeline stage's chunks.
+  const std::vector<std::vector<int>>& gradient_order;
   comm::Communicator& dp;
   comm::Communicator* qgz_node;   // qgZ on two or more nodes: this rank's node group, else null
   comm::Communicator* qgz_cross;  // and the group of ranks with its local index

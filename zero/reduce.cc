@@ -25,6 +25,17 @@ std::vector<std::vector<int>> plan_buckets(const Partition& partition, const std
   return buckets;
 }
 
+std::vector<std::vector<int>> plan_buckets(const Partition& partition,
+                                           const std::vector<std::vector<int>>& backward_segments,
+                                           int64_t bucket_size) {
+  std::vector<std::vector<int>> buckets;
+  for (const std::vector<int>& segment : backward_segments) {
+    std::vector<std::vector<int>> mine = plan_buckets(partition, segment, bucket_size);
+    buckets.insert(buckets.end(), mine.begin(), mine.end());
+  }
+  return buckets;
+}
+
 namespace {
 
 // The ring: the bucket travels in the wire dtype, pre-divided by W, and one reduce-scatter sums it.
@@ -127,9 +138,9 @@ class QgzReduction final : public BucketReduction {
 }  // namespace
 
 GradientReducer::GradientReducer(const Partition& partition, const std::vector<std::string>& unit_names,
-                                 const std::vector<int>& backward_order, comm::Communicator& dp,
-                                 DType precision, int64_t bucket_size, bool overlap, void* grad_shard,
-                                 const EngineContext& context, const QgzGroups* qgz)
+                                 const std::vector<std::vector<int>>& backward_segments,
+                                 comm::Communicator& dp, DType precision, int64_t bucket_size, bool overlap,
+                                 void* grad_shard, const EngineContext& context, const QgzGroups* qgz)
     : partition_(partition),
       names_(unit_names),
       accumulation_(loop_dtype(precision)),
@@ -138,9 +149,13 @@ GradientReducer::GradientReducer(const Partition& partition, const std::vector<s
       context_(context),
       ops_(context.ops),
       events_(context.events),
-      buckets_(plan_buckets(partition, backward_order, bucket_size)),
+      buckets_(plan_buckets(partition, backward_segments, bucket_size)),
       bucket_of_unit_(partition.units().size(), -1),
-      backward_order_(backward_order) {
+      segments_(backward_segments),
+      segment_of_unit_(partition.units().size(), -1) {
+  for (size_t s = 0; s < segments_.size(); ++s) {
+    for (int unit : segments_[s]) segment_of_unit_[size_t(unit)] = int(s);
+  }
   for (size_t b = 0; b < buckets_.size(); ++b) {
     int64_t shard_elements = 0;
     for (int unit : buckets_[b]) {
@@ -169,7 +184,9 @@ GradientReducer::~GradientReducer() {
 }
 
 void GradientReducer::add(int unit, const void* grad) {
-  if (next_ >= backward_order_.size() || backward_order_[next_] != unit) {
+  if (segment_ < 0 && next_ == 0) segment_ = segment_of_unit_[size_t(unit)];  // the micro-step's segment
+  if (segment_ < 0 || next_ >= segments_[size_t(segment_)].size() ||
+      segments_[size_t(segment_)][next_] != unit) {
     throw std::logic_error("GradientReducer: unit " + names_[unit] + " arrived out of backward order");
   }
   ++next_;
@@ -246,9 +263,10 @@ void GradientReducer::finish() {
   // Every cross-node hop in flight before waiting for the first.
   for (Pending& p : pending_) reduction_->advance(p.bucket, *p.flight);
   while (!pending_.empty()) complete_oldest();
-  if (next_ != backward_order_.size()) {
+  if (segment_ < 0 || next_ != segments_[size_t(segment_)].size()) {
     throw std::logic_error("GradientReducer: finish() before every unit's gradient was added");
   }
+  segment_ = -1;
   next_ = 0;
 }
 

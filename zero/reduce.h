@@ -36,6 +36,11 @@ namespace gpt {
 // Splits units (in backward order) into buckets by the rule above.
 std::vector<std::vector<int>> plan_buckets(const Partition& partition, const std::vector<int>& backward_order,
                                            int64_t bucket_size);
+// The same for an order in segments (an interleaved pipeline stage's chunks, see GradientReducer): each
+// segment's buckets by the rule, so that no bucket spans two segments.
+std::vector<std::vector<int>> plan_buckets(const Partition& partition,
+                                           const std::vector<std::vector<int>>& backward_segments,
+                                           int64_t bucket_size);
 
 // How one bucket's rank-major gradients become this rank's mean shard: the ring reduce-scatter, or qgZ's
 // quantized hierarchical all-to-all (with LoCo's kept errors, which live here). Chosen once, when the reducer
@@ -75,21 +80,24 @@ struct QgzGroups {
 class GradientReducer {
  public:
   // precision is the wire dtype; the gradients and grad_shard are in its accumulation dtype (fp32, or fp64
-  // for an fp64 wire). qgz: reduce by qgZ (fp32 gradients only) instead of the ring.
+  // for an fp64 wire). qgz: reduce by qgZ (fp32 gradients only) instead of the ring. backward_segments: the
+  // order in which the units' gradients become final, in segments, each of which one micro-step hands over
+  // whole: one segment (the layer loop's backward order), or an interleaved pipeline stage's chunks, whose
+  // backwards run in separate micro-steps (for different micro-batches) in the schedule's order.
   GradientReducer(const Partition& partition, const std::vector<std::string>& unit_names,
-                  const std::vector<int>& backward_order, comm::Communicator& dp, DType precision,
-                  int64_t bucket_size, bool overlap, void* grad_shard, const EngineContext& context,
-                  const QgzGroups* qgz = nullptr);
+                  const std::vector<std::vector<int>>& backward_segments, comm::Communicator& dp,
+                  DType precision, int64_t bucket_size, bool overlap, void* grad_shard,
+                  const EngineContext& context, const QgzGroups* qgz = nullptr);
   static constexpr const char* kFeedbackCategory = LocoFeedback::kCategory;
   ~GradientReducer();
 
   const std::vector<std::vector<int>>& buckets() const { return buckets_; }
 
   // Hands over unit's gradient (numel values on the device, model layout); units must come in backward
-  // order. The gradient buffer may be reused as soon as this returns.
+  // order, one segment in a micro-step. The gradient buffer may be reused as soon as this returns.
   void add(int unit, const void* grad);
-  // Waits for every reduction of this micro-step. Each finished reduction is added into grad_shard (on the
-  // device, the rank's flat shard layout, given at construction).
+  // Waits for every reduction of this micro-step, which handed over one whole segment. Each finished
+  // reduction is added into grad_shard (on the device, the rank's flat shard layout, given at construction).
   void finish();
   // Whether every local gradient quantized by qgZ since the last call was finite (then resets).
   bool take_local_finite() { return reduction_->take_local_finite(); }
@@ -117,8 +125,10 @@ class GradientReducer {
   std::vector<std::vector<int>> buckets_;
   std::vector<int> bucket_of_unit_;
   std::vector<int64_t> bucket_shard_elements_;  // sum of the shards of its units
-  std::vector<int> backward_order_;
-  size_t next_ = 0;              // index into backward_order_ of the next unit expected
+  std::vector<std::vector<int>> segments_;
+  std::vector<int> segment_of_unit_;
+  int segment_ = -1;             // the segment this micro-step hands over (-1 before its first unit)
+  size_t next_ = 0;              // index into segments_[segment_] of the next unit expected
   size_t units_in_current_ = 0;  // units already packed into the open bucket
   void* current_send_ = nullptr;
   std::deque<Pending> pending_;

@@ -34,7 +34,6 @@ CASES=(
   "data path matches nothing|$TMP/none_*.bin|--data-path $TMP/none_*.bin"
   "hpZ does not divide ranks per node|zero_hpz_partition_size 4 does not divide the 2 ranks per node|--deepspeed_config $TMP/hpz.json --ranks-per-node 2"
   "unknown flag|unknown flag --num-layer; did you mean --num-layers?|--num-layer 2"
-  "interleaving at ZeRO-2 not yet|--pipeline-model-parallel-size 2: the interleaved schedule (--num-layers-per-virtual-pipeline-stage) at ZeRO stage 2 (stages 0 and 1 run it) does not run|--pipeline-model-parallel-size 2 --num-layers 4 --num-layers-per-virtual-pipeline-stage 1 --micro-batch-size 1 --global-batch-size 4 --zero-stage 2"
   "fewer micro-batches than stages|1 micro-batches per step are fewer than the 2 pipeline stages|--pipeline-model-parallel-size 2"
   "layers do not split into stages|--num-layers 3 does not split into 2 pipeline stages|--pipeline-model-parallel-size 2 --num-layers 3"
   "uneven split does not add up|--num-layers 4 does not split into 2 pipeline stages (4 - 3 (first stage) - 3 (last stage) layers over 0 stages|--pipeline-model-parallel-size 2 --num-layers 4 --decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 3"

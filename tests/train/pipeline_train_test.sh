@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Pipeline parallelism in gpt_train (issue 34): fp32, dropout on, 10 steps, the same global batch and
 # data-parallel size d. p = 2 and p = 4 give p = 1's first loss bit for bit and every later loss within 1e-6
-# relative, and the gradient norm too, with 1F1B and interleaved (p = 2, 2 chunks a stage) alike, and with
-# full recomputation: only the tied wte's two halves, and the norm's partial sums over each stage's
+# relative, and the gradient norm too, with 1F1B and interleaved (p = 2, 2 chunks a stage; at ZeRO stages 0-3)
+# alike, and with full recomputation: only the tied wte's two halves, and the norm's partial sums over each stage's
 # parameters, are added in another order. So does an uneven split with selective recomputation, and ZeRO stages 1-3 at p = 2 x d = 2. t = 2 x p = 2 x
 # d = 2 at stage 1 stays within 1e-5 of t = p = 1, d = 2, and with ZeRO++ within 5e-3 of ZeRO-3 (and above
 # 0). The meter's pp_p2p bytes equal the closed form 2 (p v - 1) m d t B T C 4: every micro-batch's
@@ -82,6 +82,10 @@ for stage in 2 3; do
   run d2_s$stage 2 --global-batch-size 8 --zero-stage $stage
   run p2d2_s$stage 4 --global-batch-size 8 --zero-stage $stage --pipeline-model-parallel-size 2 &&
     compare d2_s$stage p2d2_s$stage 1e-6 exact $((2 * 1 * 4 * 2 * activation))
+  # Interleaved: each chunk's backward reduces its own buckets as a micro-step of its own.
+  run p2d2_s${stage}_interleaved 4 --global-batch-size 8 --zero-stage $stage --pipeline-model-parallel-size 2 \
+    --num-layers-per-virtual-pipeline-stage 1 &&
+    compare d2_s$stage p2d2_s${stage}_interleaved 1e-6 exact $((2 * 3 * 4 * 2 * activation))
 done
 echo '{"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2, "zero_quantized_weights": true,
  "zero_quantized_gradients": true}}' >"$TMP/zeropp.json"

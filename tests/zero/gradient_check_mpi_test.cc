@@ -57,8 +57,9 @@ class ShardedModel {
     for (const UnitInfo& u : table_.units) names_.push_back(u.name);
     master_ = static_cast<double*>(device_.allocate("master", "master", shard_bytes()));
     weights_ = make_weight_source<double>({zero, partition_, names_, dp_, nullptr, context_});
-    gradients_ = make_gradient_sink<double>(
-        {zero, partition_, names_, loop_.schedule().gradients, dp_, nullptr, nullptr, context_});
+    const std::vector<std::vector<int>> order{loop_.schedule().gradients};  // one segment
+    gradients_ =
+        make_gradient_sink<double>({zero, partition_, names_, order, dp_, nullptr, nullptr, context_});
   }
 
   // Every rank passes the same full model (model layout) and keeps the ranges it owns.

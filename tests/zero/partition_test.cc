@@ -62,4 +62,8 @@ TEST_CASE("a bucket closes before a unit that would overflow it; a larger unit i
   CHECK(buckets == std::vector<std::vector<int>>{{6, 5, 4}, {3, 2, 1}, {0}});
   buckets = gpt::plan_buckets(partition, backward, 1000);
   CHECK(buckets == std::vector<std::vector<int>>{{6}, {5}, {4}, {3}, {2}, {1}, {0}});
+  // In segments (an interleaved pipeline stage's chunks), no bucket spans two: ln_f + h.3 close at the
+  // segment's end although h.2 would fit.
+  buckets = gpt::plan_buckets(partition, std::vector<std::vector<int>>{{6, 5}, {4, 3, 2, 1, 0}}, 7000);
+  CHECK(buckets == std::vector<std::vector<int>>{{6, 5}, {4, 3}, {2, 1, 0}});
 }
