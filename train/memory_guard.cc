@@ -49,12 +49,22 @@ double checkpoint_copy_bytes(const TrainOptions& o, int world) {
 // What an alternative configuration would need, or infinity when the engine would refuse it: its buffers are
 // counted by a dry run of the engine (zero/dry_run.h), which cannot count what cannot be built, and the guard
 // never suggests it.
-double alternative_need(const TrainOptions& o, int nodes, int ranks_per_node, double baseline) {
+// At p > 1, for a rank of `stage`; a world whose stages do not fit its nodes is refused like a setting
+// (comm::TopologyError).
+double alternative_need(const TrainOptions& o, int nodes, int ranks_per_node, double baseline, int stage) {
   try {
-    return rank_memory_need(o, nodes, ranks_per_node, baseline).total;
+    return rank_memory_need(o, nodes, ranks_per_node, baseline, stage).total;
   } catch (const std::invalid_argument&) {
     return std::numeric_limits<double>::infinity();
+  } catch (const UsageError&) {
+    return std::numeric_limits<double>::infinity();
   }
+}
+
+// The pipeline stage of world rank `rank` (ranks ordered tensor, data, pipeline: a stage is t x d
+// consecutive ranks).
+int stage_of_rank(const TrainOptions& o, int rank, int world_size) {
+  return rank / std::max(world_size / o.pipeline.stages, 1);
 }
 
 // A configuration to try instead of the given one, named as the user would set it.
@@ -73,11 +83,12 @@ double MemoryNeed::of(const std::string& state) const {
   return 0;
 }
 
-MemoryNeed rank_memory_need(const TrainOptions& o, int nodes, int ranks_per_node, double baseline_bytes) {
+MemoryNeed rank_memory_need(const TrainOptions& o, int nodes, int ranks_per_node, double baseline_bytes,
+                            int stage) {
   const bool cpu = o.device == "cpu";
   const PlanMemory m =
       plan_memory(o.model, o.zero, nodes, ranks_per_node, o.micro_batch, o.accumulation_steps,
-                  cpu ? MemoryTarget::kCpu : MemoryTarget::kGpu, o.tensor_parallel);
+                  cpu ? MemoryTarget::kCpu : MemoryTarget::kGpu, o.tensor_parallel, o.pipeline, stage);
   MemoryNeed need;
   for (const PlanMemoryLine& line : m.states) {
     // On a GPU only the cpu tier (pinned buffers, host-offloaded state) is RAM.
@@ -118,8 +129,9 @@ namespace {
 
 // The smallest world of whole machines (ranks_per_node ranks each) at which need fits the budget, searched
 // by doubling and then bisection; 0 when even 2^16 machines would not do.
-int machines_that_fit(const TrainOptions& o, int nodes, int ranks_per_node, double baseline, double budget) {
-  auto fits = [&](int n) { return alternative_need(o, n, ranks_per_node, baseline) <= budget; };
+int machines_that_fit(const TrainOptions& o, int nodes, int ranks_per_node, double baseline, double budget,
+                      int stage) {
+  auto fits = [&](int n) { return alternative_need(o, n, ranks_per_node, baseline, stage) <= budget; };
   int high = nodes * 2;
   while (high <= (1 << 16) && !fits(high)) high *= 2;
   if (high > (1 << 16)) return 0;
@@ -176,14 +188,14 @@ std::vector<int> tile_factors_to_try(const TrainOptions& o) {
 // factor that fits, named with the stage when the given one is lower; nothing when stage 3 fits untiled
 // (that alternative is named already) or no factor does.
 void add_tiling_that_fits(const TrainOptions& o, int nodes, int ranks_per_node, double baseline,
-                          double budget, std::vector<std::string>& fitting) {
+                          double budget, int stage, std::vector<std::string>& fitting) {
   TrainOptions at_stage3 = o;
   at_stage3.zero.stage = 3;
-  if (alternative_need(at_stage3, nodes, ranks_per_node, baseline) <= budget) return;
+  if (alternative_need(at_stage3, nodes, ranks_per_node, baseline, stage) <= budget) return;
   for (int n : tile_factors_to_try(o)) {
     TrainOptions tiled = at_stage3;
     tiled.zero.tile_factor = n;
-    const double need = alternative_need(tiled, nodes, ranks_per_node, baseline);
+    const double need = alternative_need(tiled, nodes, ranks_per_node, baseline, stage);
     if (need > budget) continue;
     fitting.push_back(std::string(o.zero.stage < 3 ? "--zero-stage 3 " : "") + "--tile-factor " +
                       std::to_string(n) + " (" + gib(need) + ")");
@@ -195,15 +207,15 @@ void add_tiling_that_fits(const TrainOptions& o, int nodes, int ranks_per_node, 
 // is 0, where more ranks share nothing); and when none of these does, all of them together, on more ranks if
 // need be.
 std::string what_would_fit(const TrainOptions& o, int nodes, int ranks_per_node, double baseline,
-                           double budget) {
+                           double budget, int stage) {
   std::vector<std::string> fitting;
   for (const Alternative& a : alternatives(o)) {
-    const double need = alternative_need(a.options, nodes, ranks_per_node, baseline);
+    const double need = alternative_need(a.options, nodes, ranks_per_node, baseline, stage);
     if (need <= budget) fitting.push_back(a.name + " (" + gib(need) + ")");
   }
-  add_tiling_that_fits(o, nodes, ranks_per_node, baseline, budget, fitting);
+  add_tiling_that_fits(o, nodes, ranks_per_node, baseline, budget, stage, fitting);
   auto on_more_ranks = [&](const TrainOptions& config, const std::string& prefix) {
-    const int n = machines_that_fit(config, nodes, ranks_per_node, baseline, budget);
+    const int n = machines_that_fit(config, nodes, ranks_per_node, baseline, budget, stage);
     if (n > 0) {
       fitting.push_back(prefix + std::to_string(n * ranks_per_node) + " ranks (" + std::to_string(n) +
                         (n == 1 ? " machine" : " machines") + " like this one)");
@@ -223,7 +235,7 @@ std::string what_would_fit(const TrainOptions& o, int nodes, int ranks_per_node,
                       : "stage 3 with offload_optimizer and offload_param nvme, --checkpoint-activations and "
                         "--tile-factor " +
                             std::to_string(all.zero.tile_factor);
-  const double all_need = alternative_need(all, nodes, ranks_per_node, baseline);
+  const double all_need = alternative_need(all, nodes, ranks_per_node, baseline, stage);
   if (fitting.empty() && all_need <= budget) fitting.push_back(all_name + " (" + gib(all_need) + ")");
   if (fitting.empty()) on_more_ranks(all, all_name + " on ");
   std::string text;
@@ -270,14 +282,17 @@ MemoryVerdict judge_memory(const TrainOptions& o, const std::vector<RankMemory>&
   }
   if (worst < 0) return mine;
   const MemoryVerdict w = verdict_of(worst);
-  const MemoryNeed need = rank_memory_need(o, nodes, ranks_per_node, ranks[worst].rss);
+  const int stage = stage_of_rank(o, worst, nodes * ranks_per_node);
+  const MemoryNeed need = rank_memory_need(o, nodes, ranks_per_node, ranks[worst].rss, stage);
   std::ostringstream line;
-  line << "memory: rank " << worst << " needs " << gib(w.need) << " at its peak (model states and buffers "
+  line << "memory: rank " << worst
+       << (o.pipeline.stages > 1 ? " (pipeline stage " + std::to_string(stage) + ")" : std::string())
+       << " needs " << gib(w.need) << " at its peak (model states and buffers "
        << gib(need.total - need.of("activations") - need.of("process baseline")) << ", activations "
        << gib(need.of("activations")) << ", process " << gib(need.of("process baseline")) << ") but may use "
        << gib(w.budget) << " (" << w.source << " " << gib(w.machine_memory) << " shared by "
        << w.ranks_on_machine << (w.ranks_on_machine == 1 ? " rank" : " ranks") << " on its machine); "
-       << what_would_fit(o, nodes, ranks_per_node, ranks[worst].rss, w.budget)
+       << what_would_fit(o, nodes, ranks_per_node, ranks[worst].rss, w.budget, stage)
        << "; gpt_train --plan prints the table";
   mine.problem = line.str();
   return mine;
@@ -289,7 +304,9 @@ MemoryVerdict check_memory(const TrainOptions& o, comm::Communicator& world) {
   me.machine = machine_id();
   me.rss = rss_bytes();
   me.available = mem_available_bytes();
-  me.need = rank_memory_need(o, t.num_nodes(), t.ranks_per_node, me.rss).total;
+  me.need = rank_memory_need(o, t.num_nodes(), t.ranks_per_node, me.rss,
+                             stage_of_rank(o, world.rank(), world.size()))
+                .total;
   std::vector<RankMemory> all(world.size());
   world.all_gather(&me, all.data(), sizeof me, comm::Phase::kOther).wait();
   MemoryVerdict verdict =

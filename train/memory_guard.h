@@ -28,8 +28,10 @@ struct MemoryNeed {
 };
 
 // For a world of nodes x ranks_per_node ranks on the backend o.device ("cpu": every tier but nvme is RAM;
-// a GPU: only the "cpu" tier is RAM, device memory is the backend's to check).
-MemoryNeed rank_memory_need(const TrainOptions& o, int nodes, int ranks_per_node, double baseline_bytes);
+// a GPU: only the "cpu" tier is RAM, device memory is the backend's to check). With pipeline stages
+// (o.pipeline.stages > 1) for a rank of stage `stage`: its chunks' states, buffers and activation sets.
+MemoryNeed rank_memory_need(const TrainOptions& o, int nodes, int ranks_per_node, double baseline_bytes,
+                            int stage = 0);
 
 // Readers of /proc: MemAvailable, this process's VmRSS and VmHWM (bytes; 0 when unreadable), and a hash of
 // the kernel's boot id (the same for every process on one machine).

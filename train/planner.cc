@@ -20,11 +20,13 @@
 #include "model/loop.h"
 #include "model/params.h"
 #include "train/activation_formulas.h"
+#include "train/planner_pipeline.h"
 #include "zero/dry_run.h"
 #include "zero/engine.h"
 #include "zero/memory_model.h"
 #include "zero/offload_layout.h"
 #include "zero/partition.h"
+#include "zero/pipeline_schedule.h"
 #include "zero/qgz.h"
 #include "zero/reduce.h"
 #include "zero/tensor_parallel_traffic.h"
@@ -170,6 +172,58 @@ void add_activations(const GPTConfig& model, const ZeroConfig& z, int micro_batc
   m.activations_paper = configured.paper;
 }
 
+// One micro-batch through a pipeline chunk: the count above with the shape's L the chunk's layers, and the
+// input and output layers' terms only where the chunk has them (without the head, the residual slot of its
+// output, which it sends on, instead of the head's tensors; the paper's embedding mask on the first chunk).
+ActivationPair chunk_activations(const GPTConfig& model, const ZeroConfig& z, int micro_batch,
+                                 int tensor_parallel, int element_bytes, const Recompute& recompute,
+                                 const TargetBackend& backend, const PipelineChunk& chunk) {
+  ActivationShape shape = activation_shape(model, micro_batch);
+  shape.L = chunk.layers();
+  ActivationSetup setup{tensor_parallel, z.sequence_parallel && tensor_parallel > 1, recompute,
+                        z.distribute_saved_activations};
+  if (backend.fused_classifier)
+    setup.classifier_rows = classifier_chunk_rows(int64_t(micro_batch) * model.seq_len);
+  setup.attention_residual = backend.attention_residual;
+  const RestatedActivations ours = restated_activations(shape, setup, element_bytes);
+  // One [b, s, h] per rank ([b, s/t, h] with sequence parallelism), Section 4.3's embedding mask in bytes.
+  const double row =
+      double(shape.s) * double(shape.b) * double(shape.h) / (setup.sequence_parallel ? tensor_parallel : 1);
+  ActivationPair pair{double(ours.total_bytes), double(shape.L) * paper_layer_bytes(shape, setup)};
+  if (chunk.embedding) pair.paper += row;
+  if (chunk.head) pair.paper += paper_input_output_bytes(shape, setup) - row;
+  if (!chunk.head) pair.ours += row * element_bytes - double(ours.bytes_of("input/output"));
+  return pair;
+}
+
+// A pipeline stage's activations: each of its chunks' micro-batch times the micro-batches it keeps in flight
+// through that chunk, under each recomputation.
+void add_stage_activations(const GPTConfig& model, const ZeroConfig& z, int micro_batch, int tensor_parallel,
+                           int element_bytes, const TargetBackend& backend,
+                           const std::vector<PipelineChunk>& chunks, const std::vector<int>& in_flight,
+                           PlanMemory& m) {
+  auto at = [&](const Recompute& r) {
+    ActivationPair sum;
+    for (size_t c = 0; c < chunks.size(); ++c) {
+      const ActivationPair one =
+          chunk_activations(model, z, micro_batch, tensor_parallel, element_bytes, r, backend, chunks[c]);
+      sum.ours += in_flight[c] * one.ours;
+      sum.paper += in_flight[c] * one.paper;
+    }
+    return sum;
+  };
+  const ActivationPair full = at(Recompute{}), checkpointed = at(Recompute::full()),
+                       selective = at(Recompute::selective()), configured = at(z.recompute);
+  m.activations_full = full.ours;
+  m.activations_checkpointed = checkpointed.ours;
+  m.activations_selective = selective.ours;
+  m.activations = configured.ours;
+  m.activations_paper_full = full.paper;
+  m.activations_paper_checkpointed = checkpointed.paper;
+  m.activations_paper_selective = selective.paper;
+  m.activations_paper = configured.paper;
+}
+
 double per_rate(double amount, double rate) {
   return rate > 0 ? amount / rate : 0;
 }
@@ -224,16 +278,18 @@ void add_host_work(const Plan& plan, const PlanVariant& v, PlanTiming& t) {
   t.latency = c.link_latency_s * (W - 1) * plan.gather_units * 3 * k;
 }
 
-PlanTiming predict_time(const Plan& plan, const PlanVariant& v) {
+}  // namespace
+
+PlanTiming predict_time(const Plan& plan, const PlanVariant& v, const PlanWork& work) {
   const PlanOptions& c = plan.cluster;
   PlanTiming t;
   const double tokens_per_gpu = double(plan.micro_batch) * plan.accumulation_steps * plan.model.seq_len;
   // A tensor-parallel group computes its micro-batches together, each rank 1/t of every layer's FLOPs.
   const double flops_per_s = c.gpu_tflops * 1e12 * plan.tensor_parallel;
   // The forward is a third of 6N + 12LCT, the backward two thirds; recomputation repeats the forward.
-  const double base = plan.model.model_flops_per_token() * tokens_per_gpu;
+  const double base = work.flops_per_token * tokens_per_gpu;
   t.compute_forward = base / 3 / flops_per_s;
-  const double recomputed = recompute_flops_per_token(plan.model, v.zero.recompute) * tokens_per_gpu;
+  const double recomputed = work.recompute_flops_per_token * tokens_per_gpu;
   t.compute_backward = (base * 2 / 3 + recomputed) / flops_per_s;
   // The tensor-parallel collectives sit between a layer's GEMMs: the layer waits for them.
   t.tensor_forward = plan.tensor_forward_s;
@@ -277,34 +333,18 @@ PlanTiming predict_time(const Plan& plan, const PlanVariant& v) {
   const double forward_work = t.compute_forward + t.tensor_forward + t.host_forward;
   const double backward_work = t.compute_backward + t.tensor_backward + t.host_backward;
   t.exposed = plan.first_unit_share * (std::min(forward_work, fwd) + std::min(backward_work, bwd + reduce));
-  t.step = std::max({forward_work, fwd, hidden_fwd_read}) +
-           std::max({backward_work, bwd + reduce, hidden_bwd_read}) + t.exposed + serial + disk_serial +
-           t.optimizer + t.latency;
+  t.forward_pass = std::max({forward_work, fwd, hidden_fwd_read});
+  t.backward_pass = std::max({backward_work, bwd + reduce, hidden_bwd_read});
+  t.step = t.forward_pass + t.backward_pass + t.exposed + serial + disk_serial + t.optimizer + t.latency;
   t.tokens_per_s = t.step > 0 ? double(plan.global_batch) * plan.model.seq_len / t.step : 0;
   return t;
 }
-
-}  // namespace
 
 double PlanMemory::of(const std::string& state) const {
   for (const PlanMemoryLine& line : states) {
     if (line.state == state) return line.bytes;
   }
   return 0;
-}
-
-comm::TrafficCounts plan_step_traffic(const GPTConfig& model, const ZeroConfig& zero, int nodes,
-                                      int ranks_per_node, int accumulation_steps, int tensor_parallel) {
-  const int t = tensor_parallel;
-  const ParamTable table = make_param_table(model, zero.tile_factor, TensorSlice{t, 0});
-  const Partition partition = make_partition(table, zero, nodes * ranks_per_node / t);
-  const comm::TrafficCounts group =
-      expected_step_traffic(TrafficModelInput{&partition, zero, ranks_per_node / t, accumulation_steps});
-  // The t data-parallel groups (one per tensor-parallel rank) move the same bytes: their slices are the same
-  // size and their members sit on the same nodes.
-  comm::TrafficCounts all;
-  for (int g = 0; g < t; ++g) all += group;
-  return all;
 }
 
 double recompute_flops_per_token(const GPTConfig& model, const Recompute& recompute) {
@@ -348,53 +388,83 @@ int64_t activation_elements(const GPTConfig& model, int micro_batch, const Recom
   return inputs * BTC + sets * block + extra + scratch + head + residual_gradient;
 }
 
-PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, int ranks_per_node,
-                       int micro_batch, int accumulation_steps, MemoryTarget target, int tensor_parallel) {
-  // One rank's tensor-parallel slice (all slices are the same size), partitioned over its d data-parallel
-  // ranks.
-  const int data_parallel = nodes * ranks_per_node / tensor_parallel;
-  const ParamTable table = make_param_table(model, z.tile_factor, TensorSlice{tensor_parallel, 0});
-  const Partition p = make_partition(table, z, data_parallel);
-  const bool cpu = target == MemoryTarget::kCpu;
-  // The CPU backend's loop computes in fp32 whatever the compute dtype.
-  const double ab = cpu ? 4 : double(dtype_size(z.precision));
-  const std::string a = ab == 2 ? "2" : "4";
-  PlanMemory m;
-  for (const StateFormula& f : zero_state_formulas(p, z, nodes)) {
-    m.states.push_back({f.state, f.bytes, f.formula, f.tier});
-    if (f.tier != "nvme") m.model_states += f.bytes;
+namespace {
+
+// What the CPU backend holds outside the engine's arenas: the MPI ring's staging and the start-up copy.
+void add_cpu_lines(const Partition& p, const ZeroConfig& z, int nodes, PlanMemory& m) {
+  const double staging = cpu_staging_bytes(p, z, nodes);
+  m.states.push_back({"communication staging", staging, "the MPI ring's buffers, outside the arenas"});
+  // The engine initializes master, m and v through a host buffer of min(P/W, sub_group_size) elements each
+  // (ZeroEngine::write_state; with the optimizer on NVMe, through the swap buffers instead), before the
+  // step's buffers and the ring's staging exist.
+  const double S = double(p.shard_total());
+  const double startup =
+      z.offload.optimizer_on_nvme() ? 0 : 12 * std::min(S, double(z.offload.sub_group_size));
+  const double beyond = std::max(0.0, startup - m.of("buffers") - staging);
+  if (beyond > 0) {
+    m.states.push_back({"start-up copy", beyond,
+                        "the engine's host buffer for the initial state, 12 min(P/W, sub_group_size), "
+                        "beyond the step's buffers"});
   }
-  const DryRunMemory dry =
-      dry_run(DryRunSetup{model, z, nodes, ranks_per_node, tensor_parallel, micro_batch, accumulation_steps});
-  m.states.push_back({"buffers", add_dry_run_buffers(dry, m), "below"});
-  if (cpu) {
-    const double staging = cpu_staging_bytes(p, z, nodes);
-    m.states.push_back({"communication staging", staging, "the MPI ring's buffers, outside the arenas"});
-    // The engine initializes master, m and v through a host buffer of min(P/W, sub_group_size) elements each
-    // (ZeroEngine::write_state; with the optimizer on NVMe, through the swap buffers instead), before the
-    // step's buffers and the ring's staging exist.
-    const double S = double(p.shard_total());
-    const double startup =
-        z.offload.optimizer_on_nvme() ? 0 : 12 * std::min(S, double(z.offload.sub_group_size));
-    const double beyond = std::max(0.0, startup - m.of("buffers") - staging);
-    if (beyond > 0) {
-      m.states.push_back({"start-up copy", beyond,
-                          "the engine's host buffer for the initial state, 12 min(P/W, sub_group_size), "
-                          "beyond the step's buffers"});
-    }
-  }
-  add_activations(model, z, micro_batch, tensor_parallel, int(ab), target_backend(target), m);
+}
+
+// The "activations" line's formula: what one micro-batch is counted as, and at p > 1 how many are in flight.
+std::string activation_formula(const ZeroConfig& z, int tensor_parallel, double element_bytes,
+                               const std::vector<int>& in_flight) {
   std::string where;
   if (tensor_parallel > 1) {
     where = ", per rank at t = " + std::to_string(tensor_parallel) +
             (z.sequence_parallel ? " with sequence parallelism" : " without sequence parallelism");
   }
-  m.states.push_back({"activations", m.activations,
-                      std::string("one micro-batch, ") + a + " bytes per element" +
-                          (z.recompute.granularity == RecomputeGranularity::kNone
-                               ? ""
-                               : ", recompute " + z.recompute.describe()) +
-                          where});
+  std::string what = "one micro-batch, ";
+  if (!in_flight.empty()) {
+    what = "micro-batches in flight (";
+    for (size_t c = 0; c < in_flight.size(); ++c) what += (c ? " + " : "") + std::to_string(in_flight[c]);
+    what +=
+        in_flight.size() > 1 ? " over the stage's chunks) through its layers, " : ") through its layers, ";
+  }
+  return what + (element_bytes == 2 ? "2" : "4") + " bytes per element" +
+         (z.recompute.granularity == RecomputeGranularity::kNone ? ""
+                                                                 : ", recompute " + z.recompute.describe()) +
+         where;
+}
+
+}  // namespace
+
+PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, int ranks_per_node,
+                       int micro_batch, int accumulation_steps, MemoryTarget target, int tensor_parallel,
+                       const PipelineLayout& pipeline, int stage) {
+  // One rank's tensor-parallel slice (all slices are the same size), of its pipeline stage's chunks at p > 1,
+  // partitioned over its d data-parallel ranks; ZeRO's groups span the nodes of one stage.
+  const StagePlacement at =
+      stage_placement(model, pipeline, stage, nodes, ranks_per_node, tensor_parallel, accumulation_steps);
+  const int data_parallel = nodes * ranks_per_node / (tensor_parallel * pipeline.stages);
+  const int dp_nodes = pipeline.stages == 1 ? nodes : at.data_parallel_nodes;
+  const ParamTable table =
+      rank_param_table(model, z.tile_factor, TensorSlice{tensor_parallel, 0}, pipeline, stage);
+  const Partition p = make_partition(table, z, data_parallel);
+  const bool cpu = target == MemoryTarget::kCpu;
+  // The CPU backend's loop computes in fp32 whatever the compute dtype.
+  const double ab = cpu ? 4 : double(dtype_size(z.precision));
+  PlanMemory m;
+  for (const StateFormula& f : zero_state_formulas(p, z, dp_nodes)) {
+    m.states.push_back({f.state, f.bytes, f.formula, f.tier});
+    if (f.tier != "nvme") m.model_states += f.bytes;
+  }
+  const DryRunMemory dry = dry_run(DryRunSetup{model, z, nodes, ranks_per_node, tensor_parallel, micro_batch,
+                                               accumulation_steps, pipeline, stage});
+  m.states.push_back({"buffers", add_dry_run_buffers(dry, m), "below"});
+  if (cpu) add_cpu_lines(p, z, dp_nodes, m);
+  if (pipeline.stages == 1) {
+    add_activations(model, z, micro_batch, tensor_parallel, int(ab), target_backend(target), m);
+  } else {
+    add_stage_activations(model, z, micro_batch, tensor_parallel, int(ab), target_backend(target), at.chunks,
+                          at.in_flight, m);
+    // The CPU backend holds what its layer loops allocate (gpt_train's memory guard counts that).
+    if (cpu) m.activations = double(dry.activation_bytes);
+  }
+  m.states.push_back(
+      {"activations", m.activations, activation_formula(z, tensor_parallel, ab, at.in_flight)});
   add_offload(p, z, accumulation_steps, m);
   for (const PlanMemoryLine& line : m.states) {
     if (line.tier != "nvme") m.total += line.bytes;
@@ -471,17 +541,33 @@ std::vector<PlanVariant> zero_variants(const ZeroConfig& zero, const comm::Topol
   return variants;
 }
 
-// The plan of the configured setup, without the tensor-parallel sweep.
-Plan plan_of(const TrainOptions& o) {
-  check_plannable(o);
+// Why the plan cannot run the configured pipeline stages on the cluster (empty when it can): the layout's
+// rules, t x p dividing the world, the schedule's rule for m micro-batches (the accumulation steps).
+std::string pipeline_problem(const TrainOptions& o) {
+  const int p = o.pipeline.stages, world = o.plan.nodes * o.plan.gpus_per_node;
+  if (std::string problem = first_problem(o.pipeline.problems(o.model)); !problem.empty()) return problem;
+  if (p == 1) return "";
+  if (world % (o.tensor_parallel * p) != 0) {
+    return "--tensor-model-parallel-size " + std::to_string(o.tensor_parallel) +
+           " x --pipeline-model-parallel-size " + std::to_string(p) + " does not divide the " +
+           std::to_string(world) + " GPUs";
+  }
+  return pipeline_schedule_problem(p, o.pipeline.virtual_stages(o.model), o.accumulation_steps);
+}
+
+// The plan's sizes, parameters and tensor-parallel collectives: everything but the ZeRO variants.
+Plan plan_setup(const TrainOptions& o) {
   const PlanOptions& c = o.plan;
   Plan plan;
   plan.model = o.model;
   plan.cluster = c;
   plan.world = c.nodes * c.gpus_per_node;
-  const int t = o.tensor_parallel;
+  const int t = o.tensor_parallel, p = o.pipeline.stages;
   plan.tensor_parallel = t;
-  plan.data_parallel = plan.world / t;
+  plan.data_parallel = plan.world / (t * p);
+  plan.pipeline = o.pipeline;
+  plan.virtual_stages = o.pipeline.virtual_stages(o.model);
+  plan.bubble_formula = pipeline_bubble_formula(p, plan.virtual_stages, o.accumulation_steps);
   plan.sequence_parallel = o.zero.sequence_parallel && t > 1;
   plan.distribute_saved_activations = o.zero.distribute_saved_activations && t > 1;
   plan.micro_batch = o.micro_batch;
@@ -490,7 +576,7 @@ Plan plan_of(const TrainOptions& o) {
   plan.global_batch = batch;
   if (o.global_batch != 0 && o.global_batch != batch) {
     plan.notes.push_back("the global batch " + std::to_string(o.global_batch) + " is not micro-batch x " +
-                         (t > 1 ? "accumulation x data-parallel ranks" : "accumulation x GPUs") +
+                         (t > 1 || p > 1 ? "accumulation x data-parallel ranks" : "accumulation x GPUs") +
                          "; planned with " + std::to_string(batch));
   }
   const ParamTable table = make_param_table(o.model, o.zero.tile_factor);
@@ -503,8 +589,6 @@ Plan plan_of(const TrainOptions& o) {
   plan.first_unit_share = double(partition.unit(0).padded) / double(plan.padded_params);
   plan.flops_per_token =
       o.model.model_flops_per_token() + recompute_flops_per_token(o.model, o.zero.recompute);
-  ZeroConfig zero = o.zero;
-  zero.sequence_parallel = plan.sequence_parallel;
   plan.tensor_traffic = expected_tensor_parallel_traffic(
       TensorTrafficInput{o.model, o.micro_batch, o.accumulation_steps, t, plan.data_parallel,
                          plan.sequence_parallel, o.zero.recompute, plan.distribute_saved_activations});
@@ -514,18 +598,36 @@ Plan plan_of(const TrainOptions& o) {
   };
   plan.tensor_forward_s = seconds(comm::Phase::kTpFwd);
   plan.tensor_backward_s = seconds(comm::Phase::kTpBwd) + seconds(comm::Phase::kActGather);
+  return plan;
+}
 
+// The plan of the configured setup, without the tensor-parallel sweep; configured_only: of the configured
+// ZeRO variant alone (what a sweep row reads).
+Plan plan_of(const TrainOptions& o, bool configured_only = false) {
+  check_plannable(o);
+  if (std::string problem = pipeline_problem(o); !problem.empty()) throw UsageError(problem);
+  const PlanOptions& c = o.plan;
+  Plan plan = plan_setup(o);
+  const int t = o.tensor_parallel, p = o.pipeline.stages;
+  ZeroConfig zero = o.zero;
+  zero.sequence_parallel = plan.sequence_parallel;
   const comm::Topology world{plan.world, 0, c.gpus_per_node, false};
-  const comm::Topology dp = ZeroEngine::data_parallel_topology(world, t, 0);
+  const comm::Topology dp = ZeroEngine::data_parallel_topology(world, t, 0, p);
   plan.variants = zero_variants(zero, dp, t);
   for (size_t i = 0; i < plan.variants.size(); ++i) {
     PlanVariant& v = plan.variants[i];
     if (v.configured) plan.configured = int(i);
-    if (!v.problem.empty()) continue;  // the engine would refuse it: nothing to count
+    if (!v.problem.empty() || (configured_only && !v.configured)) continue;  // nothing to count
+    if (p > 1) {
+      plan_pipeline_variant(plan, v);
+      continue;
+    }
     v.memory = plan_memory(o.model, v.zero, c.nodes, c.gpus_per_node, o.micro_batch, o.accumulation_steps,
                            MemoryTarget::kGpu, t);
     v.traffic = plan_step_traffic(o.model, v.zero, c.nodes, c.gpus_per_node, o.accumulation_steps, t);
-    v.timing = predict_time(plan, v);
+    v.timing = predict_time(
+        plan, v,
+        PlanWork{o.model.model_flops_per_token(), recompute_flops_per_token(o.model, v.zero.recompute)});
   }
   if (c.nodes == 1) plan.notes.push_back("one node: qgZ falls back to the ring reduce-scatter");
   return plan;
@@ -542,7 +644,7 @@ PlanTensorRow sweep_row(const TrainOptions& configured, int t, bool sequence_par
   o.global_batch = 0;
   PlanTensorRow row;
   row.t = t;
-  row.d = o.plan.nodes * o.plan.gpus_per_node / t;
+  row.d = o.plan.nodes * o.plan.gpus_per_node / (t * o.pipeline.stages);
   row.sequence_parallel = sequence_parallel;
   row.global_batch = int64_t(o.micro_batch) * o.accumulation_steps * row.d;
   row.problem = tensor_parallel_problem(o);
@@ -550,7 +652,13 @@ PlanTensorRow sweep_row(const TrainOptions& configured, int t, bool sequence_par
   const int per_node = o.plan.gpus_per_node / t, h = o.zero.hpz_partition_size;
   if (h > 1 && per_node % h != 0) o.zero.hpz_partition_size = per_node >= 2 ? per_node : 1;
   row.hpz = o.zero.hpz_partition_size;
-  const Plan plan = plan_of(o);
+  Plan plan;
+  try {
+    plan = plan_of(o, true);
+  } catch (const UsageError& e) {  // a pipeline stage's t x d ranks on no whole number of nodes
+    row.problem = e.what();
+    return row;
+  }
   const PlanVariant& v = plan.variants[plan.configured];
   row.problem = v.problem;
   row.model_states = v.memory.model_states;
@@ -560,8 +668,10 @@ PlanTensorRow sweep_row(const TrainOptions& configured, int t, bool sequence_par
   row.fits = row.memory <= o.plan.gpu_memory_bytes;
   row.tensor_bytes = plan.tensor_traffic.total();
   if (!row.problem.empty()) return row;
-  row.zero_intra = v.traffic.total(comm::Link::kIntraNode);
-  row.zero_inter = v.traffic.total(comm::Link::kInterNode);
+  row.zero_intra =
+      v.traffic.total(comm::Link::kIntraNode) - v.traffic.at(comm::Phase::kPpP2p, comm::Link::kIntraNode);
+  row.zero_inter =
+      v.traffic.total(comm::Link::kInterNode) - v.traffic.at(comm::Phase::kPpP2p, comm::Link::kInterNode);
   row.step = v.timing.step;
   row.tokens_per_s = v.timing.tokens_per_s;
   return row;

@@ -14,6 +14,14 @@
 // (zero/tensor_parallel_traffic.h) are all intra-node; activations per rank are counted twice, as our layer
 // loop allocates them and by the paper's formulas (train/activation_formulas.h). A sweep over t = 1, 2, 4, 8
 // (with and without sequence parallelism) shows the trade on the same cluster.
+//
+// Pipeline parallelism (p > 1, train/planner_pipeline.cc): the world is t x d x p (Megatron's rank order:
+// tensor, data, pipeline). Each stage's model states are its own chunks' (stage_param_table) partitioned over
+// its d data-parallel ranks; its activations are one micro-batch's through its layers times the micro-batches
+// its schedule keeps in flight (max_in_flight: p - s for stage s of 1F1B); memory is reported for the stage
+// that needs the most. Bytes add the pipeline's point-to-point messages (pp_p2p) and the tied wte's gradient
+// sum between the first and the last stage (grad_reduce, as the engine meters it). The step is the 1F1B or
+// interleaved timeline of the slowest stage's ops (simulate_pipeline) plus what a stage cannot overlap.
 #pragma once
 
 #include <array>
@@ -23,6 +31,7 @@
 
 #include "comm/traffic.h"
 #include "model/config.h"
+#include "model/pipeline.h"
 #include "train/options.h"
 #include "zero/config.h"
 
@@ -105,6 +114,13 @@ struct PlanTiming {
   // What overlap cannot hide: one unit (the tied embedding's share) of the shorter of each pass's compute
   // and links (compute waits for the first gather; the links for the last unit's compute).
   double exposed = 0;
+  // The two passes as the step adds them: max(forward work, its gathers, its NVMe reads) and the backward's.
+  double forward_pass = 0, backward_pass = 0;
+  // Pipeline stages (p > 1): the simulated timeline of the step's micro-batches (its bubble included) at
+  // the slowest stage's forward and backward op (each with its message to the next stage); the bubble's
+  // share of it; a message's time; the tied wte's gradient sum between the first and the last stage.
+  double pipeline = 0, bubble = 0, p2p = 0, tied_embedding = 0;
+  double forward_op = 0, backward_op = 0;  // the slowest stage's, per chunk and micro-batch
   double step = 0;
   double tokens_per_s = 0;
 };
@@ -116,8 +132,22 @@ struct PlanVariant {
   bool configured = false;
   std::string problem;          // why this combination cannot run on the cluster as given; empty when it can
   comm::TrafficCounts traffic;  // all ranks together, one optimizer step
-  PlanMemory memory;
+  PlanMemory memory;            // p > 1: the busiest stage's
+  int busiest_stage = 0;
   PlanTiming timing;
+};
+
+// One pipeline stage of the configured variant (p > 1).
+struct PlanStage {
+  int stage = 0;
+  std::string split;                       // "embedding + layers 0-19", "layers 20-39 + head", chunks by ", "
+  int layers = 0;                          // transformer layers it runs
+  double flops_share = 0;                  // of the model's 6N + 12 L C T (chunk_flops_per_token)
+  std::vector<int> in_flight;              // micro-batches it keeps at once, per chunk (max_in_flight)
+  double model_states = 0;                 // per rank: its chunks' states over d
+  double activations = 0;                  // per rank: in flight x one micro-batch through its layers
+  double memory = 0;                       // the device tier per rank
+  double forward_op = 0, backward_op = 0;  // seconds per chunk op, its message included
 };
 
 // One row of the tensor-parallel sweep: the configured ZeRO combination at tensor-parallel size t (hpZ's h
@@ -143,7 +173,13 @@ struct Plan {
   PlanOptions cluster;
   int world = 1;
   int tensor_parallel = 1;  // t: ranks of a tensor-parallel group, consecutive, inside one node
-  int data_parallel = 1;    // d = world / t: the ranks ZeRO partitions over
+  int data_parallel = 1;    // d = world / (t p): the ranks ZeRO partitions over
+  // Pipeline stages: p = pipeline.stages, v chunks each (interleaved; 1 for 1F1B), m = accumulation steps
+  // micro-batches per step; the configured variant's stages; the bubble (p - 1)/(v m + p - 1).
+  PipelineLayout pipeline;
+  int virtual_stages = 1;
+  std::vector<PlanStage> stages;  // empty at p = 1
+  double bubble_formula = 0;
   bool sequence_parallel = false;
   bool distribute_saved_activations = false;
   // The tensor-parallel collectives of one optimizer step, all ranks (expected_tensor_parallel_traffic):
@@ -169,8 +205,22 @@ struct Plan {
 // The closed-form bytes of one optimizer step on nodes x ranks_per_node ranks, all ranks together, exactly as
 // the report uses them (the same call the MPI test compares with the meter). tensor_parallel t > 1: ZeRO's
 // phases only, those of one data-parallel group (the slice's partition over d ranks, L/t per node) times t.
+// pipeline p > 1: each stage's ZeRO phases (its table over its d ranks, t groups per stage) added, and the
+// tied wte's gradient sum between the first and the last stage in grad_reduce (t x d pairs of ranks, an
+// all-reduce of its fp32 shard each); pp_p2p is pipeline_p2p_traffic's.
 comm::TrafficCounts plan_step_traffic(const GPTConfig& model, const ZeroConfig& zero, int nodes,
-                                      int ranks_per_node, int accumulation_steps, int tensor_parallel = 1);
+                                      int ranks_per_node, int accumulation_steps, int tensor_parallel = 1,
+                                      const PipelineLayout& pipeline = {});
+
+// The pipeline's point-to-point bytes of one optimizer step, all ranks (phase pp_p2p): every micro-batch's
+// activation forward and its gradient back over each of the p v - 1 chunk boundaries, from each of the t x d
+// ranks of a stage, 1/t of [B, T, C] each at t > 1 (Megatron's scatter-gather, or with sequence parallelism
+// each rank's own part of the sequence) in element_bytes: 2 (p v - 1) m d B T C x element_bytes (t times
+// that at t = 1); a boundary's messages are intra-node when both stages sit on one node. The scatter-gather
+// adds its all-gather inside the receiving node, (t - 1) times as much, intra-node.
+comm::TrafficCounts pipeline_p2p_traffic(const GPTConfig& model, const PipelineLayout& pipeline, int nodes,
+                                         int ranks_per_node, int tensor_parallel, bool sequence_parallel,
+                                         int micro_batch, int accumulation_steps, int element_bytes);
 
 // Activation elements of one micro-batch of B sequences, counted from the engine's buffers (model/layers.h,
 // loop.h): the kept block inputs, the blocks' saved activations (as recompute keeps them), the backward
@@ -184,9 +234,13 @@ double recompute_flops_per_token(const GPTConfig& model, const Recompute& recomp
 // are printed by plan_report and listed in planner.cc), and its NVMe traffic per step of
 // accumulation_steps micro-steps. tensor_parallel t > 1: one rank of a t x d world (its slice partitioned
 // over d = nodes x ranks_per_node / t ranks; activations with zero.sequence_parallel as configured).
+// pipeline p > 1: one rank of stage `stage` of a t x d x p world: its chunks' states over d = world / (t p),
+// the engine's buffers in a dry run of that stage, and activations for the micro-batches it keeps in flight
+// (kGpu: a stage's own layers, the head on the last; kCpu: what the engine's layer loops allocate, from the
+// dry run). Throws std::invalid_argument when t p does not divide the world or the layout does not split.
 PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& zero, int nodes, int ranks_per_node,
                        int micro_batch, int accumulation_steps = 1, MemoryTarget target = MemoryTarget::kGpu,
-                       int tensor_parallel = 1);
+                       int tensor_parallel = 1, const PipelineLayout& pipeline = {}, int stage = 0);
 
 // Everything the report prints. Throws UsageError when the cluster, batch or tensor-parallel size cannot be
 // planned.

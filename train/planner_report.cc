@@ -53,6 +53,16 @@ std::string on_off(bool on) {
   return on ? "on" : "off";
 }
 
+// " x p = 4 pipeline stages (1F1B, m = 8 micro-batches a step)": the parallelism line's pipeline part.
+std::string pipeline_words(const Plan& plan) {
+  const int p = plan.pipeline.stages, v = plan.virtual_stages;
+  if (p == 1) return "";
+  return format(
+      " x p = %d pipeline stages (%s, m = %d micro-batches a step; ranks ordered tensor, data, "
+      "pipeline)",
+      p, v == 1 ? "1F1B" : format("interleaved, v = %d chunks a stage", v).c_str(), plan.accumulation_steps);
+}
+
 void configuration(std::ostream& out, const Plan& plan, const PlanVariant& v) {
   const GPTConfig& m = plan.model;
   const PlanOptions& c = plan.cluster;
@@ -72,15 +82,16 @@ void configuration(std::ostream& out, const Plan& plan, const PlanVariant& v) {
                 size_text(c.intra_node_bytes_per_s).c_str(), size_text(c.inter_node_bytes_per_s).c_str(),
                 c.inter_node_bytes_per_s * 8 / 1e9);
   out << format(
-      "  parallelism t = %d tensor-parallel (consecutive GPUs of a node) x d = %d data-parallel; "
+      "  parallelism t = %d tensor-parallel (consecutive GPUs of a node) x d = %d data-parallel%s; "
       "sequence parallelism %s; recompute %s%s\n",
-      plan.tensor_parallel, plan.data_parallel, on_off(plan.sequence_parallel).c_str(),
-      z.recompute.describe().c_str(),
+      plan.tensor_parallel, plan.data_parallel, pipeline_words(plan).c_str(),
+      on_off(plan.sequence_parallel).c_str(), z.recompute.describe().c_str(),
       plan.distribute_saved_activations ? "; partitioned activation checkpoints" : "");
   out << "  batch       micro-batch " << plan.micro_batch << " x accumulation " << plan.accumulation_steps
       << " x "
-      << (plan.tensor_parallel > 1 ? std::to_string(plan.data_parallel) + " data-parallel ranks"
-                                   : std::to_string(plan.world) + " GPUs")
+      << (plan.tensor_parallel > 1 || plan.pipeline.stages > 1
+              ? std::to_string(plan.data_parallel) + " data-parallel ranks"
+              : std::to_string(plan.world) + " GPUs")
       << " = " << plan.global_batch << " sequences = " << grouped(plan.global_batch * m.seq_len)
       << " tokens per step\n";
   out << "  ZeRO        stage " << z.stage << ", " << precision_name(z.precision) << ", overlap_comm "
@@ -150,7 +161,12 @@ void memory(std::ostream& out, const Plan& plan, const PlanVariant& v) {
     out << "\nMemory per GPU, " << v.name << ": not planned, the engine would refuse it (PROBLEM above)\n";
     return;
   }
-  if (plan.tensor_parallel > 1) {
+  if (plan.pipeline.stages > 1) {
+    out << "\nMemory per GPU, " << v.name << ", pipeline stage " << v.busiest_stage << " of "
+        << plan.pipeline.stages << ", the one that needs the most (P padded parameters of its chunks"
+        << (plan.tensor_parallel > 1 ? "' tensor-parallel slice" : "") << ", W = d = " << plan.data_parallel
+        << " data-parallel ranks, t = " << plan.tensor_parallel;
+  } else if (plan.tensor_parallel > 1) {
     out << "\nMemory per GPU, " << v.name
         << " (P padded parameters of a tensor-parallel slice, W = d = " << plan.data_parallel
         << " data-parallel ranks, t = " << plan.tensor_parallel;
@@ -186,6 +202,51 @@ void memory(std::ostream& out, const Plan& plan, const PlanVariant& v) {
   tiers(out, v);
 }
 
+std::string in_flight_text(const std::vector<int>& in_flight) {
+  std::string text;
+  for (size_t c = 0; c < in_flight.size(); ++c) text += (c ? "+" : "") + std::to_string(in_flight[c]);
+  return text;
+}
+
+// Each pipeline stage of the configured variant, the bubble and the pipeline's own bytes (p > 1).
+void pipeline_stages(std::ostream& out, const Plan& plan) {
+  if (plan.pipeline.stages == 1) return;
+  const PlanVariant& v = plan.variants[plan.configured];
+  if (!v.problem.empty()) return;
+  const PlanTiming& t = v.timing;
+  out << "\nPipeline stages, " << v.name << pipeline_words(plan) << "\n"
+      << "  per GPU; in flight: micro-batches a stage keeps at once (per chunk); op: one chunk's forward or\n"
+      << "  backward of one micro-batch, its message to the next stage included; * the stage planned above\n";
+  out << format("    %5s %6s %6s %9s %10s %11s %10s %9s %9s  %s\n", "stage", "layers", "FLOPs", "in flight",
+                "states", "activations", "memory", "fwd op", "bwd op", "split");
+  for (const PlanStage& r : plan.stages) {
+    out << format("  %s%5d %6d %5.1f%% %9s %10s %11s %10s %9s %9s  %s\n",
+                  r.stage == v.busiest_stage ? "* " : "  ", r.stage, r.layers, 100 * r.flops_share,
+                  in_flight_text(r.in_flight).c_str(), size_text(r.model_states).c_str(),
+                  size_text(r.activations).c_str(),
+                  (size_text(r.memory) + (r.memory <= plan.cluster.gpu_memory_bytes ? "" : "!")).c_str(),
+                  ms_text(r.forward_op).c_str(), ms_text(r.backward_op).c_str(), r.split.c_str());
+  }
+  out << format(
+      "  bubble      (p - 1)/(v m + p - 1) = %.3f; simulated at the slowest stage's ops: %.3f of a %s "
+      "timeline\n",
+      plan.bubble_formula, t.bubble, ms_text(t.pipeline).c_str());
+  const uint64_t intra = v.traffic.at(Phase::kPpP2p, Link::kIntraNode),
+                 inter = v.traffic.at(Phase::kPpP2p, Link::kInterNode);
+  const char* sends = plan.tensor_parallel == 1 ? ""
+                      : plan.sequence_parallel
+                          ? " (each rank its own T/t)"
+                          : " x t (1/t a rank between stages, the rest gathered in its node)";
+  out << format(
+      "  pp_p2p      2 (p v - 1) m d B T C x %d bytes%s = %s a step (intra %s, inter %s), %s per\n"
+      "              GPU; one message %s each way\n",
+      int(dtype_size(v.zero.precision)), sends, size_text(double(intra + inter)).c_str(),
+      size_text(double(intra)).c_str(), size_text(double(inter)).c_str(),
+      size_text(double(intra + inter) / plan.world).c_str(), ms_text(t.p2p).c_str());
+  out << "  tied wte    its fp32 gradient summed between the first and the last stage once a step (in\n"
+      << "              grad_reduce): " << ms_text(t.tied_embedding) << "\n";
+}
+
 void traffic(std::ostream& out, const Plan& plan) {
   out << "\nBytes per optimizer step (" << plan.accumulation_steps
       << (plan.accumulation_steps == 1 ? " micro-step" : " micro-steps")
@@ -201,13 +262,13 @@ void traffic(std::ostream& out, const Plan& plan) {
       continue;
     }
     uint64_t intra = 0, inter = 0;
-    for (int p = 0; p < 3; ++p) {
-      const uint64_t a = v.traffic.at(kPhases[p], Link::kIntraNode),
-                     e = v.traffic.at(kPhases[p], Link::kInterNode);
+    for (int p = 0; p < (plan.pipeline.stages > 1 ? 4 : 3); ++p) {
+      const Phase phase = p < 3 ? kPhases[p] : Phase::kPpP2p;
+      const uint64_t a = v.traffic.at(phase, Link::kIntraNode), e = v.traffic.at(phase, Link::kInterNode);
       intra += a;
       inter += e;
       out << format("  %s%-9s %-17s %11s %11s %11s %11s\n", mark.c_str(), p == 0 ? v.name.c_str() : "",
-                    comm::phase_name(kPhases[p]), size_text(double(a)).c_str(), size_text(double(e)).c_str(),
+                    comm::phase_name(phase), size_text(double(a)).c_str(), size_text(double(e)).c_str(),
                     size_text(double(a) / plan.world).c_str(), size_text(double(e) / plan.world).c_str());
     }
     out << format("  %s%-9s %-17s %11s %11s %11s %11s\n", mark.c_str(), "", "total",
@@ -303,6 +364,24 @@ void host_model(std::ostream& out, const Plan& plan) {
   out << "                x 3 rings per micro-step\n";
 }
 
+// The step at p > 1: the model above for each stage alone, then the pipeline's timeline.
+void pipeline_model(std::ostream& out, const Plan& plan) {
+  if (plan.pipeline.stages == 1) return;
+  out << "  pipeline    step = timeline + the most any stage adds outside its passes (exposed, serial\n"
+         "                communication, NVMe, optimizer, latency) + the tied wte's gradient sum\n"
+         "                a stage's passes: the model above for the stage alone (its chunks' FLOPs, its\n"
+         "                table's bytes over its d ranks, its layers' share of the tensor-parallel bytes),\n"
+         "                cut into m v ops, each with one message to the next stage (B T C in the compute\n"
+         "                dtype; a node's GPUs share its inter-node link), not overlapped\n"
+         "                timeline: the schedule over m micro-batches with every op at the slowest stage's\n"
+         "                time (simulate_pipeline): the bubble is in it\n"
+         "  stages      memory is planned for every stage of the configured variant and for the first,\n"
+         "                the last and stage 1 of the others (the middle stages hold stage 1's chunks\n"
+         "                with at most its micro-batches in flight); activations per stage: one micro-batch\n"
+         "                through its own layers (the head's tensors on the last stage only) times the\n"
+         "                micro-batches it keeps in flight\n";
+}
+
 // The predicted step time of every variant, one row each.
 void timing_table(std::ostream& out, const Plan& plan) {
   const PlanOptions& c = plan.cluster;
@@ -331,6 +410,10 @@ void timing_table(std::ostream& out, const Plan& plan) {
                   fits ? "" : " (does not fit)");
   }
   out << "  * the configuration given\n";
+  if (plan.pipeline.stages > 1) {
+    out << "  p > 1: compute, gathers and reduce are the slowest stage's (the stages' most for the phases);\n"
+           "  step is the pipeline's (the model below)\n";
+  }
   if (plan.tensor_parallel > 1) {
     out << "  compute includes the tensor-parallel collectives: " << ms_text(plan.tensor_forward_s)
         << " in the forward, " << ms_text(plan.tensor_backward_s) << " in the backward\n";
@@ -389,6 +472,7 @@ void timing_model(std::ostream& out, const Plan& plan) {
       c.gpus_per_node, size_text(c.nvme_read_bytes_per_s).c_str(),
       size_text(c.nvme_write_bytes_per_s).c_str());
   host_model(out, plan);
+  pipeline_model(out, plan);
 
   out << "  memory      planned for a GPU: activations in the compute dtype (2 bytes per element with\n";
   out << "                fp16/bf16; the CPU backend keeps fp32); model states by ZeRO's formulas; buffers\n";
@@ -451,6 +535,32 @@ nlohmann::json sweep_json(const Plan& plan) {
   return rows;
 }
 
+// p > 1: the split, each stage's memory and op times (the configured variant), the bubble.
+nlohmann::json pipeline_json(const Plan& plan) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const PlanStage& r : plan.stages) {
+    stages.push_back({{"stage", r.stage},
+                      {"split", r.split},
+                      {"layers", r.layers},
+                      {"flops_share", r.flops_share},
+                      {"in_flight", r.in_flight},
+                      {"model_states", r.model_states},
+                      {"activations", r.activations},
+                      {"memory", r.memory},
+                      {"forward_op_s", r.forward_op},
+                      {"backward_op_s", r.backward_op}});
+  }
+  const PlanVariant& v = plan.variants[plan.configured];
+  return {{"stages", plan.pipeline.stages},
+          {"virtual_stages", plan.virtual_stages},
+          {"micro_batches", plan.accumulation_steps},
+          {"schedule", plan.virtual_stages > 1 ? "interleaved" : "1f1b"},
+          {"busiest_stage", v.busiest_stage},
+          {"bubble_formula", plan.bubble_formula},
+          {"bubble_simulated", v.timing.bubble},
+          {"per_stage", stages}};
+}
+
 }  // namespace
 
 // A variant's predicted times, seconds (PlanTiming's fields).
@@ -470,6 +580,40 @@ nlohmann::json time_json(const PlanTiming& t) {
           {"latency", t.latency},
           {"exposed", t.exposed},
           {"step", t.step}};
+}
+
+// One variant: its ZeRO settings, bytes by phase, times, memory (p > 1: the pipeline's parts too).
+nlohmann::json variant_json(const Plan& plan, const PlanVariant& v) {
+  const PlanOptions& c = plan.cluster;
+  nlohmann::json jv = {{"name", v.name}, {"configured", v.configured}};
+  jv["zero"] = {{"stage", v.zero.stage},
+                {"qwz", v.zero.quantized_weights},
+                {"hpz", v.zero.hpz_partition_size},
+                {"qgz", v.zero.quantized_gradients},
+                {"tile_factor", v.zero.tile_factor}};
+  if (!v.problem.empty()) jv["problem"] = v.problem;
+  for (Phase p : kPhases) {
+    jv["bytes"][comm::phase_name(p)] = {{"intra", v.traffic.at(p, Link::kIntraNode)},
+                                        {"inter", v.traffic.at(p, Link::kInterNode)}};
+  }
+  jv["time_s"] = time_json(v.timing);
+  if (plan.pipeline.stages > 1) {
+    jv["bytes"]["pp_p2p"] = {{"intra", v.traffic.at(Phase::kPpP2p, Link::kIntraNode)},
+                             {"inter", v.traffic.at(Phase::kPpP2p, Link::kInterNode)}};
+    jv["busiest_stage"] = v.busiest_stage;
+    jv["time_s"].update({{"pipeline", v.timing.pipeline},
+                         {"bubble", v.timing.bubble},
+                         {"forward_op", v.timing.forward_op},
+                         {"backward_op", v.timing.backward_op},
+                         {"p2p_message", v.timing.p2p},
+                         {"tied_embedding", v.timing.tied_embedding}});
+  }
+  jv["tokens_per_s"] = v.timing.tokens_per_s;
+  jv["memory_total"] = v.memory.total;
+  jv["fits"] = v.memory.tiers.device <= c.gpu_memory_bytes;
+  jv["memory_tiers"] = {
+      {"device", v.memory.tiers.device}, {"cpu", v.memory.tiers.cpu}, {"nvme", v.memory.tiers.nvme}};
+  return jv;
 }
 
 std::string plan_json(const Plan& plan) {
@@ -505,6 +649,11 @@ std::string plan_json(const Plan& plan) {
                       {"sequence_parallel", plan.sequence_parallel},
                       {"recompute", plan.variants[plan.configured].zero.recompute.describe()},
                       {"distribute_saved_activations", plan.distribute_saved_activations}};
+  if (plan.pipeline.stages > 1) {
+    j["parallelism"]["pipeline_parallel"] = plan.pipeline.stages;
+    j["parallelism"]["virtual_stages"] = plan.virtual_stages;
+    j["pipeline"] = pipeline_json(plan);
+  }
   for (Phase p : {Phase::kTpFwd, Phase::kTpBwd, Phase::kActGather}) {
     j["tensor_parallel_bytes"][comm::phase_name(p)] = {
         {"intra", plan.tensor_traffic.at(p, Link::kIntraNode)},
@@ -516,26 +665,7 @@ std::string plan_json(const Plan& plan) {
   // A configuration the engine refuses has no memory to count: its problem says why.
   j["memory"] = configured.problem.empty() ? memory_json(configured.memory, c.gpu_memory_bytes)
                                            : nlohmann::json{{"problem", configured.problem}};
-  for (const PlanVariant& v : plan.variants) {
-    nlohmann::json jv = {{"name", v.name}, {"configured", v.configured}};
-    jv["zero"] = {{"stage", v.zero.stage},
-                  {"qwz", v.zero.quantized_weights},
-                  {"hpz", v.zero.hpz_partition_size},
-                  {"qgz", v.zero.quantized_gradients},
-                  {"tile_factor", v.zero.tile_factor}};
-    if (!v.problem.empty()) jv["problem"] = v.problem;
-    for (Phase p : kPhases) {
-      jv["bytes"][comm::phase_name(p)] = {{"intra", v.traffic.at(p, Link::kIntraNode)},
-                                          {"inter", v.traffic.at(p, Link::kInterNode)}};
-    }
-    jv["time_s"] = time_json(v.timing);
-    jv["tokens_per_s"] = v.timing.tokens_per_s;
-    jv["memory_total"] = v.memory.total;
-    jv["fits"] = v.memory.tiers.device <= c.gpu_memory_bytes;
-    jv["memory_tiers"] = {
-        {"device", v.memory.tiers.device}, {"cpu", v.memory.tiers.cpu}, {"nvme", v.memory.tiers.nvme}};
-    j["variants"].push_back(jv);
-  }
+  for (const PlanVariant& v : plan.variants) j["variants"].push_back(variant_json(plan, v));
   j["notes"] = plan.notes;
   return nlohmann::json{{"plan", j}}.dump();
 }
@@ -548,6 +678,7 @@ std::string plan_report(const TrainOptions& options) {
       << " GPUs; nothing is trained and no model memory is allocated\n\n";
   configuration(out, plan, configured);
   memory(out, plan, configured);
+  pipeline_stages(out, plan);
   traffic(out, plan);
   tensor_traffic(out, plan);
   timing(out, plan);

@@ -1,6 +1,7 @@
 // The engine's dry run; see dry_run.h.
 #include "zero/dry_run.h"
 
+#include <optional>
 #include <vector>
 
 #include "comm/dry_communicator.h"
@@ -31,6 +32,17 @@ void add_peaks(const std::vector<Arena::CategoryUsage>& usage, const std::string
   }
 }
 
+// The stage's channels as gpt_train hands them to its engine (null at p = 1).
+std::optional<ZeroEngine::Pipeline> stage_of(const PipelineLayout& layout, const ParallelGroups& groups) {
+  if (groups.pipeline_size() == 1) return std::nullopt;
+  ZeroEngine::Pipeline stage{layout, groups.pipeline_stage(), groups.pipeline(), {}, groups.embedding()};
+  for (int c = 0; c < groups.chunks(); ++c) {
+    stage.chunks.push_back(
+        {groups.forward_in(c), groups.forward_out(c), groups.backward_in(c), groups.backward_out(c)});
+  }
+  return stage;
+}
+
 }  // namespace
 
 size_t DryRunMemory::peak(const std::string& category) const {
@@ -56,16 +68,20 @@ std::vector<std::pair<std::string, size_t>> DryRunMemory::parts(const std::strin
 }
 
 DryRunMemory dry_run(const DryRunSetup& s) {
-  const int world_size = s.nodes * s.ranks_per_node;
-  comm::DryCommunicator world(comm::Topology{world_size, 0, s.ranks_per_node, false});
-  const ParallelGroups groups(world, s.tensor_parallel);
+  const int world_size = s.nodes * s.ranks_per_node, p = s.pipeline.stages;
+  // The stage's first rank: ranks are ordered tensor, data, pipeline.
+  const int rank = s.stage * (world_size / p);
+  comm::DryCommunicator world(comm::Topology{world_size, rank, s.ranks_per_node, false});
+  const ParallelGroups groups(world, s.tensor_parallel, p, s.pipeline.virtual_stages(s.model));
+  const std::optional<ZeroEngine::Pipeline> pipeline = stage_of(s.pipeline, groups);
   ZeroConfig zero = s.zero;
   zero.offload.optimizer =
       zero.offload.optimizer == OffloadDevice::kNvme ? OffloadDevice::kNone : zero.offload.optimizer;
   zero.offload.param = zero.offload.param == OffloadDevice::kNvme ? OffloadDevice::kNone : zero.offload.param;
   zero.record_events = false;
   DryOps ops;
-  ZeroEngine engine(s.model, zero, s.micro_batch, groups.data(), 0, &ops, groups.tensor());
+  ZeroEngine engine(s.model, zero, s.micro_batch, groups.data(), 0, &ops, groups.tensor(),
+                    pipeline ? &*pipeline : nullptr);
   // Token ids are never read (the ops compute nothing); the engine only needs the host arrays.
   const size_t tokens = size_t(s.micro_batch) * s.model.seq_len;
   const std::vector<int32_t> ids(tokens, 0);

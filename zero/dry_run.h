@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/pipeline.h"
 #include "tensor/arena.h"
 #include "zero/config.h"
 
@@ -24,8 +25,12 @@ struct DryRunSetup {
   GPTConfig model;
   ZeroConfig zero;
   int nodes = 1, ranks_per_node = 1;
-  int tensor_parallel = 1;  // t: the world is t x d (zero/engine.h)
+  int tensor_parallel = 1;  // t: the world is t x d (zero/engine.h), t x d x p with pipeline stages
   int micro_batch = 1, accumulation_steps = 1;
+  // Pipeline stages (p > 1): the engine of `stage`'s first rank, holding that stage's chunks and running
+  // its part of the schedule over the accumulation steps as micro-batches (zero/parallel_groups.h).
+  PipelineLayout pipeline;
+  int stage = 0;
 };
 
 // The arenas' ledgers after the dry steps: each category's peak, in device and in wire memory.
@@ -39,8 +44,9 @@ struct DryRunMemory {
   std::vector<std::pair<std::string, size_t>> parts(const std::string& category) const;
 };
 
-// Rank 0's engine of the setup's world (every rank's buffers are the same size: units are padded so that
-// shards are equal). Throws std::invalid_argument when the engine refuses the configuration.
+// Rank 0's engine of the setup's world, or at p > 1 the first rank of the stage (every rank of a stage has
+// buffers of the same size: units are padded so that shards are equal). Throws std::invalid_argument when the
+// engine refuses the configuration.
 DryRunMemory dry_run(const DryRunSetup& setup);
 
 }  // namespace gpt
