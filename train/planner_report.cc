@@ -234,15 +234,14 @@ void pipeline_stages(std::ostream& out, const Plan& plan) {
   const uint64_t intra = v.traffic.at(Phase::kPpP2p, Link::kIntraNode),
                  inter = v.traffic.at(Phase::kPpP2p, Link::kInterNode);
   const char* sends = plan.tensor_parallel == 1 ? ""
-                      : plan.sequence_parallel
-                          ? " (each rank its own T/t)"
-                          : " x t (1/t a rank between stages, the rest gathered in its node)";
+                      : plan.sequence_parallel  ? " (each rank its T/t)"
+                                                : " x t (the scatter-gather)";
   out << format(
-      "  pp_p2p      2 (p v - 1) m d B T C x %d bytes%s = %s a step (intra %s, inter %s), %s per\n"
-      "              GPU; one message %s each way\n",
-      int(dtype_size(v.zero.precision)), sends, size_text(double(intra + inter)).c_str(),
-      size_text(double(intra)).c_str(), size_text(double(inter)).c_str(),
-      size_text(double(intra + inter) / plan.world).c_str(), ms_text(t.p2p).c_str());
+      "  pp_p2p      %s a step (intra %s, inter %s), %s per GPU: 2 (p v - 1) m d B T C x %d bytes%s\n"
+      "              one message %s each way\n",
+      size_text(double(intra + inter)).c_str(), size_text(double(intra)).c_str(),
+      size_text(double(inter)).c_str(), size_text(double(intra + inter) / plan.world).c_str(),
+      int(dtype_size(v.zero.precision)), sends, ms_text(t.p2p).c_str());
   out << "  tied wte    its fp32 gradient summed between the first and the last stage once a step (in\n"
       << "              grad_reduce): " << ms_text(t.tied_embedding) << "\n";
 }
