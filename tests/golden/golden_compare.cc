@@ -1,7 +1,10 @@
 // golden_compare: compares a run's JSON or JSON Lines output with a golden recording, field by field.
 //   golden_compare GOLDEN ACTUAL [--tolerance R]
 // Without --tolerance every number must be bit-identical (as parsed doubles); with it, |a - b| <= R max(|a|,
-// |b|). Timing fields (ms, tokens_per_s, mfu, comm_wait_ms) are not compared: they are the machine's, not the
+// |b|) for real numbers, while integers (steps, counters) and byte counts (any field under a key that names
+// bytes, such as bench/zeropp's per-step averages) must still be equal: no ISA changes how many bytes a step
+// moves. Timing and memory fields (ms, tokens_per_s, mfu, comm_wait_ms, the stages' ms,
+// the peak RSS and the memory guard's prediction) are not compared: they are the machine's, not the
 // computation's. Prints each difference with its path (at most 20) and exits 1 when there is any, 2 on bad
 // usage or an unreadable file.
 #include <cmath>
@@ -18,7 +21,15 @@ namespace {
 
 using nlohmann::json;
 
-const std::set<std::string> kIgnored = {"ms", "tokens_per_s", "mfu", "comm_wait_ms"};
+const std::set<std::string> kIgnored = {"ms",
+                                        "tokens_per_s",
+                                        "mfu",
+                                        "comm_wait_ms",
+                                        "stage_busy_ms",
+                                        "stage_pipeline_ms",
+                                        "peak_rss_bytes",
+                                        "peak_rss_bytes_per_rank",
+                                        "predicted_peak_bytes"};
 
 // A file as JSON: a JSON document as is, JSON Lines as the array of its lines.
 json read_records(const std::string& path) {
@@ -44,14 +55,17 @@ struct Comparison {
     if (++differences <= 20)
       std::printf("  %s: golden %s, actual %s\n", path.c_str(), golden.dump().c_str(), actual.dump().c_str());
   }
-  bool numbers_match(double a, double b) const {
-    if (tolerance == 0) return a == b || (std::isnan(a) && std::isnan(b));
+  bool numbers_match(const std::string& path, const json& golden, const json& actual) const {
+    const double a = golden.get<double>(), b = actual.get<double>();
+    const bool exact = tolerance == 0 || (golden.is_number_integer() && actual.is_number_integer()) ||
+                       path.find("bytes") != std::string::npos;
+    if (exact) return a == b || (std::isnan(a) && std::isnan(b));
     if (a == b) return true;
     return std::fabs(a - b) <= tolerance * std::max(std::fabs(a), std::fabs(b));
   }
   void compare(const std::string& path, const json& golden, const json& actual) {
     if (golden.is_number() && actual.is_number()) {
-      if (!numbers_match(golden.get<double>(), actual.get<double>())) report(path, golden, actual);
+      if (!numbers_match(path, golden, actual)) report(path, golden, actual);
     } else if (golden.is_object() && actual.is_object()) {
       for (const auto& [key, value] : golden.items()) {
         if (kIgnored.count(key)) continue;

@@ -7,8 +7,9 @@
 # - zeropp.jsonl and zeropp_{zero3,qwz,hpz,qgz,zeropp}.json: bench/zeropp's summary lines and per-step curves,
 #   4 ranks as 2 x 2, fp16, 20 steps.
 # Everything runs with --threads 1 on a token shard generated here, so the outputs depend only on the code and
-# the CPU's instructions (isa_flags.sh). tests/golden/data holds the recording made before the one-loop
-# refactor; golden_test.sh runs this again and compares.
+# the CPU's instructions (isa_flags.sh). tests/golden/data holds the recording made on an AVX2 machine before
+# the one-loop refactor, tests/golden/data_avx512 one made on an AVX-512 machine at issue 35's start;
+# golden_test.sh runs this again and compares with the set of this machine's class.
 set -euo pipefail
 TRAIN=$1 ZEROPP=$2 OUT=$3
 mkdir -p "$OUT"
