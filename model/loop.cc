@@ -231,7 +231,9 @@ LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, const Recom
   // The fused classifier where the backend fuses it and the head is not vocabulary-parallel: a chunk of
   // logits instead of the whole [B*T, Vp].
   const bool fused_head = ops.fuses_classifier() && tp_.size() == 1;
-  head_.allocate(arena, dtype, config, B_, T_, tp_, fused_head ? classifier_chunk_rows(int64_t(B_) * T_) : 0);
+  if (chunk_.head)  // a pipeline chunk without the head keeps none of its tensors
+    head_.allocate(arena, dtype, config, B_, T_, tp_,
+                   fused_head ? classifier_chunk_rows(int64_t(B_) * T_) : 0);
   if (tp_.sequence_parallel) {
     tp_.gathered = allocate({B, T_, C}, dtype);
     tp_.partial = allocate({B, T_, C}, dtype);
@@ -458,7 +460,8 @@ void LayerLoop<Real>::backward(WeightSource<Real>& weights, GradientSink<Real>& 
 template <typename Real>
 size_t LayerLoop<Real>::activation_bytes() const {
   size_t total = residual_.nbytes() + dresidual_.nbytes() +
-                 (recompute_.is_full() ? recompute_out_.nbytes() : 0) + scratch_.bytes() + head_.bytes();
+                 (recompute_.is_full() ? recompute_out_.nbytes() : 0) + scratch_.bytes() +
+                 (chunk_.head ? head_.bytes() : 0);
   if (tp_.sequence_parallel) total += tp_.gathered.nbytes() + tp_.partial.nbytes() + tp_.norm_grads.nbytes();
   if (partitions_.data) total += partitions_.nbytes();
   for (const auto& block : blocks_) total += block.bytes();

@@ -8,6 +8,8 @@
 #include "kernels/cpu/threads.h"
 #include "model/pipeline.h"
 #include "tensor/arena.h"
+#include "train/planner.h"
+#include "zero/context.h"
 #include "zero/qgz.h"
 #include "zero/tensor_parallel_traffic.h"
 #include "zero/traffic_model.h"
@@ -106,7 +108,9 @@ void print_expected_traffic(const TrainOptions& o, const ParallelGroups& groups,
   const comm::TrafficCounts expected = expected_step_traffic(model_input);
   // One data-parallel group's closed forms; the t groups move the same bytes each.
   const double t = groups.tensor_size();
-  std::printf("  expected bytes per step (closed forms, all ranks):");
+  std::printf(groups.pipeline_size() > 1
+                  ? "  expected bytes per step (closed forms; ZeRO's phases: this stage's ranks):"
+                  : "  expected bytes per step (closed forms, all ranks):");
   for (comm::Phase phase :
        {comm::Phase::kParamGatherFwd, comm::Phase::kParamGatherBwd, comm::Phase::kGradReduce}) {
     std::printf(" %s intra %s inter %s;", comm::phase_name(phase),
@@ -120,6 +124,16 @@ void print_expected_traffic(const TrainOptions& o, const ParallelGroups& groups,
     for (comm::Phase phase : {comm::Phase::kTpFwd, comm::Phase::kTpBwd, comm::Phase::kActGather})
       std::printf(" %s intra %s;", comm::phase_name(phase),
                   bytes_text(double(layers.at(phase, comm::Link::kIntraNode))).c_str());
+  }
+  if (groups.pipeline_size() > 1) {  // activations and their gradients between the stages (every stage's)
+    const comm::Topology& world = groups.world().topology();
+    const comm::TrafficCounts p2p =
+        pipeline_p2p_traffic(o.model, o.pipeline, world.num_nodes(), world.ranks_per_node,
+                             groups.tensor_size(), o.zero.sequence_parallel, o.micro_batch,
+                             o.accumulation_steps, int(dtype_size(loop_dtype(o.zero.precision))));
+    std::printf(" pp_p2p intra %s inter %s;",
+                bytes_text(double(p2p.at(comm::Phase::kPpP2p, comm::Link::kIntraNode))).c_str(),
+                bytes_text(double(p2p.at(comm::Phase::kPpP2p, comm::Link::kInterNode))).c_str());
   }
   std::printf("\n");
 }
@@ -166,14 +180,14 @@ void print_banner(const TrainOptions& o, const ParallelGroups& groups, const Zer
 // The engine's table completed with what no arena holds, counted as the guard counts it (the MPI ring's
 // staging, the engine's start-up copy, checkpoint copies) and the process baseline the guard measured: its
 // total is the predicted peak. Gather and bucket buffers and hpZ secondaries exist only once a step has run.
-void print_first_step_memory(const TrainOptions& o, const ZeroEngine& engine, int world_size,
+void print_first_step_memory(const TrainOptions& o, const ZeroEngine& engine, int data_parallel_size,
                              const comm::Topology& host, const MemoryVerdict& memory,
                              const std::vector<double>& peaks, size_t device_peak_bytes) {
   const MemoryNeed predicted = rank_memory_need(o, host.num_nodes(), host.ranks_per_node, memory.baseline);
   std::printf(
       "after the first step, memory per rank (ZeRO stage %d, %s, W = %d; arena peaks, then what the "
       "arenas do not hold)\n",
-      o.zero.stage, precision_name(o.zero.precision), world_size);
+      o.zero.stage, precision_name(o.zero.precision), data_parallel_size);
   double total = 0;
   auto row = [&](const std::string& state, double bytes, const std::string& note) {
     total += bytes;

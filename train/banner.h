@@ -37,7 +37,7 @@ void print_banner(const TrainOptions& o, const ParallelGroups& groups, const Zer
 // After the first step: the engine's table (each state's arena peak) completed with what no arena holds,
 // beside every rank's measured peak RSS (peaks, over the host world of topology host) and the GPU's peak
 // (device_peak_bytes, 0 on the CPU).
-void print_first_step_memory(const TrainOptions& o, const ZeroEngine& engine, int world_size,
+void print_first_step_memory(const TrainOptions& o, const ZeroEngine& engine, int data_parallel_size,
                              const comm::Topology& host, const MemoryVerdict& memory,
                              const std::vector<double>& peaks, size_t device_peak_bytes);
 

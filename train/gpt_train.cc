@@ -358,7 +358,7 @@ std::vector<double> Run::peak_rss_of_ranks() {
 void Run::print_memory_after_first_step() {
   const std::vector<double> peaks = peak_rss_of_ranks();
   if (rank0_) {
-    print_first_step_memory(o_, engine_, world_.size(), host_world_.topology(), memory_, peaks,
+    print_first_step_memory(o_, engine_, data_parallel_.size(), host_world_.topology(), memory_, peaks,
                             backend_peak_device_bytes(backend_));
   }
 }
