@@ -178,6 +178,7 @@ void add_zero_keys(const Reader& r, DeepSpeedConfig& c, KeyTable& keys) {
       {z + "zero_quantized_weights", r.boolean_into(c.zero_quantized_weights)},
       {z + "zero_quantized_gradients", r.boolean_into(c.zero_quantized_gradients)},
       {z + "zero_hierarchical_allgather", r.boolean_into(c.zero_hierarchical_allgather)},
+      {z + "stage3_gather_once_per_step", r.boolean_into(c.stage3_gather_once_per_step)},
       {z + "zero_hpz_partition_size", r.integer_into(c.zero_hpz_partition_size, 1, 1 << 20)},
       // Block sizes are checked ("a positive multiple of 8") with the rest of ZeRO++'s settings.
       {z + "zeropp_weight_block_size", r.integer_into(c.zeropp_weight_block_size, -kBig, kBig)},

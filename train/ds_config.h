@@ -38,6 +38,7 @@ struct DeepSpeedConfig {
   // ZeRO++
   std::optional<bool> zero_quantized_weights;
   std::optional<bool> zero_hierarchical_allgather;
+  std::optional<bool> stage3_gather_once_per_step;  // ours
   std::optional<int64_t> zero_hpz_partition_size;
   std::optional<bool> zero_quantized_gradients;
   std::optional<int64_t> zeropp_weight_block_size;

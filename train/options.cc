@@ -470,6 +470,7 @@ void resolve_zero_keys(const DeepSpeedConfig& ds, TrainOptions& o) {
   o.zero.hpz_partition_size = int(ds.zero_hpz_partition_size.value_or(1));
   o.zero.quantized_gradients = ds.zero_quantized_gradients.value_or(false);
   o.zero.hierarchical_allgather = ds.zero_hierarchical_allgather.value_or(false);
+  o.zero.gather_once_per_step = ds.stage3_gather_once_per_step.value_or(false);
   // An int setting that ZeroConfig::problems validates (naming the fix); clamped so that the message shows
   // it.
   auto int_setting = [](std::optional<int64_t> v, int fallback) {

@@ -105,6 +105,13 @@ struct ZeroConfig {
   // shard (a gather among the ranks with this rank's local index, then one inside the node) instead of
   // riding the flat ring, whose node boundaries each carry W-1 shards. The same bytes arrive: bit for bit.
   bool hierarchical_allgather = false;
+  // stage3_gather_once_per_step (ours): each unit is gathered once per optimizer step, by its first forward,
+  // and its full weights are kept until the step's update, so the step's later micro-batches (gradient
+  // accumulation, a pipeline stage's micro-batches) and every backward use them instead of gathering again:
+  // one gather per step instead of two per micro-batch, for the memory of the whole (stage's) model in the
+  // loop dtype. The same weights arrive as a re-gather would bring (with qwZ: the same dequantized bytes
+  // hpZ's secondary rebuilds), so losses are bit for bit those without it.
+  bool gather_once_per_step = false;
   int weight_block = 2048;   // zeropp_weight_block_size: elements per qwZ scale
   int gradient_block = 512;  // zeropp_gradient_block_size: elements per qgZ scale
   int intra_node_gradient_bits = kQuantizedGradientBits;  // zeropp_intra_node_gradient_bits: qgZ's first hop

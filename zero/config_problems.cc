@@ -73,6 +73,11 @@ Problems ZeroConfig::problems(const comm::Topology& data_parallel) const {
         "stage 3, but the stage is " +
         std::to_string(stage) + "; set zero_optimization.stage to 3");
   }
+  if (gather_once_per_step && stage != 3) {
+    found.push_back(
+        "stage3_gather_once_per_step keeps stage 3's gathered weights for the step, but the stage is " +
+        std::to_string(stage) + "; set zero_optimization.stage to 3 or remove the key");
+  }
   if (hierarchical_allgather && stage != 3) {
     found.push_back("zero_hierarchical_allgather routes stage 3's weight gathers, but the stage is " +
                     std::to_string(stage) + "; set zero_optimization.stage to 3 or remove the key");

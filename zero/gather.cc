@@ -80,6 +80,8 @@ WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std
       // the planner's runs of large worlds fast, and allocates the same buffers.
       decode_on_arrival_(context.ops.device() == Device::kCPU && context.ops.computes()),
       secondaries_(partition.units().size(), nullptr),
+      kept_(partition.units().size(), nullptr),
+      kept_capacity_(partition.units().size(), 0),
       quantized_own_(partition.units().size(), nullptr) {
   if (config.quantized_weights && loop_dtype_ != DType::kF32)
     throw std::invalid_argument("qwZ dequantizes gathered weights into fp32; the loop computes in " +
@@ -92,8 +94,8 @@ WeightGatherer::~WeightGatherer() {
     context_.wire.release(slot.wire);
     context_.device.release(slot.weights);
   }
+  weights_changed();  // the kept weights go back to the pool, released next
   for (const FreeBuffer& b : free_buffers_) b.arena->release(b.data);
-  weights_changed();
 }
 
 size_t WeightGatherer::shard_wire_bytes(int unit) const {
@@ -119,6 +121,10 @@ void WeightGatherer::weights_changed() {
       copy = nullptr;
     }
   }
+  for (size_t u = 0; u < kept_.size(); ++u) {
+    give_buffer(context_.device, kept_[u], kept_capacity_[u]);
+    kept_[u] = nullptr;
+  }
 }
 
 const void* WeightGatherer::quantized_own_shard(int unit) {
@@ -140,7 +146,7 @@ const void* WeightGatherer::own_shard(int unit) {
 }
 
 bool WeightGatherer::needs_own_shard(int unit) const {
-  return !secondaries_[unit] && !(config_.quantized_weights && quantized_own_[unit]);
+  return !kept_[unit] && !secondaries_[unit] && !(config_.quantized_weights && quantized_own_[unit]);
 }
 
 void WeightGatherer::begin_pass(std::vector<int> schedule, comm::Phase phase, const void* shard) {
@@ -291,11 +297,16 @@ const void* WeightGatherer::acquire_weights(int unit) {
   if (next_ >= schedule_.size() || schedule_[next_] != unit) {
     throw std::logic_error("WeightGatherer: unit " + names_[unit] + " acquired out of schedule");
   }
+  if (kept_[unit]) {  // gathered earlier since the weights last changed
+    prefetch(next_ + 1);
+    ++next_;
+    return kept_[unit];
+  }
   if (!slot_of(unit)) post(next_);
   // The spread inside the node goes out before the next unit's cross-node step, which then runs while this
   // unit spreads and computes.
   spread(*slot_of(unit));
-  if (config_.overlap_comm && next_ + 1 < schedule_.size() && !slot_of(schedule_[next_ + 1])) post(next_ + 1);
+  prefetch(next_ + 1);
   ++next_;
   Slot* slot = slot_of(unit);
   wait_and_decode(*slot);
@@ -305,11 +316,23 @@ const void* WeightGatherer::acquire_weights(int unit) {
   return slot->weights;
 }
 
+void WeightGatherer::prefetch(size_t index) {
+  if (config_.overlap_comm && index < schedule_.size() && !kept_[schedule_[index]] &&
+      !slot_of(schedule_[index]))
+    post(index);
+}
+
 void WeightGatherer::release(int unit) {
   for (auto it = slots_.begin(); it != slots_.end(); ++it) {
     if (it->unit != unit) continue;
     if (!it->acquired)
       throw std::logic_error("WeightGatherer: " + names_[unit] + " released before acquired");
+    if (config_.gather_once_per_step) {  // kept for the rest of the step; the wire buffer goes back
+      kept_[unit] = it->weights, kept_capacity_[unit] = it->weight_capacity;
+      give_buffer(context_.wire, it->wire, it->wire_capacity);
+      slots_.erase(it);
+      return;
+    }
     if (hpz_ && !it->from_secondary && !secondaries_[unit]) {
       // Keep this rank's slice of the group's share: the bytes of shards [j W/h, (j+1) W/h), j = rank mod h,
       // exactly as they arrived. Copied by an op: wire memory may be device memory (under NCCL).
@@ -323,6 +346,7 @@ void WeightGatherer::release(int unit) {
     slots_.erase(it);
     return;
   }
+  if (kept_[unit]) return;  // handed out from what was kept: nothing to give back
   throw std::logic_error("WeightGatherer: " + names_[unit] + " released but not gathered");
 }
 

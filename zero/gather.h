@@ -14,6 +14,11 @@
 // gather is decoded (dequantized, or cast from fp16/bf16) one rank's block at a time as the ring delivers
 // it, so the decoding of the first blocks overlaps the arrival of the last (comm::Request::wait_block).
 //
+// stage3_gather_once_per_step: a unit's full weights are kept from their first gather after a weight change
+// until the next (weights_changed), and every later acquire of the unit hands them out without a gather: the
+// step's other micro-batches, the backward and recomputation. They are the bytes a re-gather would bring
+// (hpZ's secondary rebuilds exactly what arrived), so nothing else changes; no secondaries are kept then.
+//
 // The hierarchical gather (zero_hierarchical_allgather, on N >= 2 nodes of L >= 2 ranks): a primary gather
 // first all-gathers this rank's shard among the N ranks with its local index (one per node: each shard
 // crosses to every other node once), then spreads those N shards inside the node (an all-gather of L blocks,
@@ -98,6 +103,8 @@ class WeightGatherer {
   };
   const void* acquire_weights(int unit);
   void post(size_t index);
+  // With overlap_comm: posts the gather of schedule entry `index` unless it is kept, posted or past the end.
+  void prefetch(size_t index);
   Slot* slot_of(int unit);
   // Turns `shards` shards of what arrived, from rank `first`'s on, into the loop dtype's weights; they sit
   // at wire position `at` on.
@@ -150,6 +157,10 @@ class WeightGatherer {
   std::vector<FreeBuffer> free_buffers_;
   std::vector<void*> secondaries_;    // per unit: this rank's hpZ slice, or null
   std::vector<void*> quantized_own_;  // per unit with qwZ: this rank's shard quantized since the last change
+  // stage3_gather_once_per_step: per unit, its full weights kept since its first gather after the last
+  // weight change (device, loop dtype), or null, and the pooled buffer's capacity.
+  std::vector<void*> kept_;
+  std::vector<size_t> kept_capacity_;
   size_t secondary_peak_ = 0;
 };
 

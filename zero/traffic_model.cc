@@ -75,9 +75,11 @@ comm::TrafficCounts expected_step_traffic(const TrafficModelInput& in) {
     }
   };
   // The units each pass of the model's layer loop gathers, and the order its gradients become final.
+  // With stage3_gather_once_per_step the first forward's gathers are the step's only ones.
   const LoopSchedule schedule = loop_schedule(U, z.tile_factor, z.recompute);
-  for (uint64_t m = 0; m < k; ++m) {
+  for (uint64_t m = 0; m < (z.gather_once_per_step ? 1 : k); ++m) {
     for (int u : schedule.forward) gather(Phase::kParamGatherFwd, u, m == 0);
+    if (z.gather_once_per_step) break;
     for (int u : schedule.backward) gather(Phase::kParamGatherBwd, u, false);
   }
 

@@ -19,6 +19,7 @@ echo '[1, 2]' >"$TMP/array.json"
 echo '{"zero_optimization": {"stage": 3, "memory_centric_tiling_factor": 0}}' >"$TMP/tile0.json"
 echo '{"zero_optimization": {"stage": 3, "memory_centric_tiling_factor": 4}}' >"$TMP/tile4.json"
 echo '{"activation_checkpointing": {"cpu_checkpointing": 1}}' >"$TMP/cpu_ckpt.json"
+echo '{"zero_optimization": {"stage": 2, "stage3_gather_once_per_step": true}}' >"$TMP/once.json"
 
 M=(--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --vocab-size 1000 --threads 1)
 D=(--data-path "$TMP/data.bin")
@@ -32,6 +33,7 @@ CASES=(
   "sequence too long|--seq-length 2048 exceeds --max-position-embeddings 1024|--seq-length 2048"
   "missing data path|--data-path is required|NO_DATA"
   "data path matches nothing|$TMP/none_*.bin|--data-path $TMP/none_*.bin"
+  "gather once per step below stage 3|stage3_gather_once_per_step keeps stage 3's gathered weights for the step, but the stage is 2|--deepspeed_config $TMP/once.json"
   "hpZ does not divide ranks per node|zero_hpz_partition_size 4 does not divide the 2 ranks per node|--deepspeed_config $TMP/hpz.json --ranks-per-node 2"
   "unknown flag|unknown flag --num-layer; did you mean --num-layers?|--num-layer 2"
   "fewer micro-batches than stages|1 micro-batches per step are fewer than the 2 pipeline stages|--pipeline-model-parallel-size 2"

@@ -87,6 +87,21 @@ for stage in 2 3; do
     --num-layers-per-virtual-pipeline-stage 1 &&
     compare d2_s$stage p2d2_s${stage}_interleaved 1e-6 exact $((2 * 3 * 4 * 2 * activation))
 done
+# Stage 3 keeping each stage's gathered weights for all of the step's micro-batches
+# (stage3_gather_once_per_step): bit for bit the re-gathering run, with one forward gather a step and none
+# in the backward.
+echo '{"zero_optimization": {"stage": 3, "stage3_gather_once_per_step": true}}' >"$TMP/once.json"
+run p2d2_s3_once 4 --global-batch-size 8 --pipeline-model-parallel-size 2 --deepspeed_config "$TMP/once.json" &&
+  compare p2d2_s3 p2d2_s3_once 0 exact $((2 * 1 * 4 * 2 * activation))
+python3 - "$TMP/p2d2_s3.jsonl" "$TMP/p2d2_s3_once.jsonl" <<'PY' || fail "p2d2_s3_once: gathers not once per step"
+import json, sys
+def gathered(path, phase):
+    return {sum(json.loads(l)["bytes_by_phase"][phase].values()) for l in open(path) if '"loss"' in l}
+every, once = (gathered(sys.argv[i], "param_gather_fwd").pop() for i in (1, 2))
+backward = gathered(sys.argv[2], "param_gather_bwd")
+print(f"p2d2_s3_once: forward gathers {once} bytes a step against {every} (4 micro-batches), backward {backward}")
+sys.exit(0 if once * 4 == every and backward == {0} else 1)
+PY
 echo '{"zero_optimization": {"stage": 3, "zero_hpz_partition_size": 2, "zero_quantized_weights": true,
  "zero_quantized_gradients": true}}' >"$TMP/zeropp.json"
 run t2p2d2_zeropp 8 --global-batch-size 8 --pipeline-model-parallel-size 2 --tensor-model-parallel-size 2 \

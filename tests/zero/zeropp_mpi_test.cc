@@ -24,6 +24,7 @@
 #include "tests/zero/engine_harness.h"
 #include "zero/gather.h"
 #include "zero/qgz.h"
+#include "zero/traffic_model.h"
 
 namespace {
 
@@ -286,6 +287,46 @@ TEST_CASE("the hierarchical weight gather: bit for bit the flat gather's, with f
         CHECK(tb.at(Phase::kParamGatherFwd, Link::kInterNode) <
               ta.at(Phase::kParamGatherFwd, Link::kInterNode));
         CHECK(tb.at(Phase::kGradReduce, Link::kInterNode) == ta.at(Phase::kGradReduce, Link::kInterNode));
+      }
+    }
+  }
+}
+
+// stage3_gather_once_per_step keeps each unit's gathered weights from the step's first forward to its
+// update: the same weights the re-gathers would bring (with qwZ, hpZ's secondary rebuilds what arrived), so
+// losses and weights are bit for bit those of gathering every pass, over 2 accumulated micro-steps, with
+// qwZ and hpZ on and off and with checkpointing; the meter sees only the first forward's gathers, equal to
+// the closed form.
+TEST_CASE("gathering once per step: bit for bit the re-gathering run, one forward's gathers a step") {
+  const gpt::GPTConfig model = gpt::testing::tiny_model();
+  for (bool qwz : {false, true}) {
+    for (int h : {1, topology().ranks_per_node}) {
+      for (bool checkpoint : {false, true}) {
+        RunSpec every = zeropp_spec(qwz, h, false);
+        every.steps = 3;
+        every.zero.recompute = checkpoint ? gpt::Recompute::full() : gpt::Recompute{};
+        RunSpec once = every;
+        once.zero.gather_once_per_step = true;
+        const RunResult a = gpt::testing::run(world(), model, every);
+        const RunResult b = gpt::testing::run(world(), model, once);
+        INFO("qwZ " << qwz << ", h " << h << ", checkpointing " << checkpoint);
+        for (size_t s = 0; s < a.steps.size(); ++s) CHECK(a.steps[s].loss == b.steps[s].loss);
+        CHECK(a.master == b.master);
+        const gpt::comm::TrafficCounts measured = gpt::comm::sum_over_ranks(world(), b.traffic.back());
+        const gpt::Partition partition(gpt::make_param_table(model), world().size(), world().size());
+        gpt::TrafficModelInput input;
+        input.partition = &partition;
+        input.zero = once.zero;
+        input.ranks_per_node = topology().ranks_per_node;
+        input.accumulation_steps = once.accumulation;
+        const gpt::comm::TrafficCounts expected = gpt::expected_step_traffic(input);
+        for (Phase phase : {Phase::kParamGatherFwd, Phase::kParamGatherBwd, Phase::kGradReduce}) {
+          for (Link link : {Link::kIntraNode, Link::kInterNode}) {
+            INFO(gpt::comm::phase_name(phase) << " link " << int(link));
+            CHECK(measured.at(phase, link) == expected.at(phase, link));
+          }
+        }
+        CHECK(measured.at(Phase::kParamGatherBwd, Link::kIntraNode) == 0);
       }
     }
   }
