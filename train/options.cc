@@ -168,11 +168,13 @@ void add_model_group(FlagParser& flags, TrainOptions& o, Values& v) {
                    0.0, 0.99);
   flags.add_int("--tensor-model-parallel-size", &v.tensor_parallel,
                 "ranks of one tensor-parallel group (Megatron's t: consecutive ranks inside one node); the "
-                "world is t x data-parallel size",
+                "world is t x pipeline stages x data-parallel size",
                 1, 1 << 20);
-  flags.add_int("--pipeline-model-parallel-size", &o.pipeline.stages,
-                "pipeline stages (Megatron's p; the layout is checked, but only 1 trains so far)", 1,
-                1 << 20);
+  flags.add_int(
+      "--pipeline-model-parallel-size", &o.pipeline.stages,
+      "pipeline stages (Megatron's p): each runs its layers (the first the embeddings, the last the "
+      "head) on t x d ranks, 1F1B unless interleaved",
+      1, 1 << 20);
   flags.add_int("--decoder-first-pipeline-num-layers", &o.pipeline.first_stage_layers,
                 "layers of the first pipeline stage (default: an even share)", 1, 1 << 20);
   flags.add_int("--decoder-last-pipeline-num-layers", &o.pipeline.last_stage_layers,
