@@ -187,23 +187,27 @@ TEST_CASE(
     }
     return -1;
   };
+  // Both events were recorded (find: -1 when not), the first before the second.
+  auto check_before = [](int first, int second) {
+    CHECK(first >= 0);
+    CHECK(second >= 0);
+    CHECK(first < second);
+  };
   const int L = model.num_layers;
   // Forward: block l+1's gather (and ln_f's after the last block) is posted before block l computes.
   for (int l = 0; l < L; ++l) {
     const std::string next = l + 1 < L ? "h." + std::to_string(l + 1) : "ln_f";
-    const int posted = find(Kind::kPostGather, next, false),
-              computed = find(Kind::kComputeBegin, "h." + std::to_string(l), false);
-    CHECK(posted >= 0);
-    CHECK(posted < computed);
+    CAPTURE(l);
+    check_before(find(Kind::kPostGather, next, false),
+                 find(Kind::kComputeBegin, "h." + std::to_string(l), false));
   }
   // Backward: block l-1's gather is posted before block l computes; block l's bucket is posted before block
   // l-1's backward starts.
   for (int l = L - 1; l >= 1; --l) {
     const std::string here = "h." + std::to_string(l), below = "h." + std::to_string(l - 1);
-    CHECK(find(Kind::kPostGather, below, true) < find(Kind::kComputeBegin, here, true));
-    const int reduced = find(Kind::kPostReduce, ": " + here, true);
-    CHECK(reduced >= 0);
-    CHECK(reduced < find(Kind::kComputeBegin, below, true));
+    CAPTURE(l);
+    check_before(find(Kind::kPostGather, below, true), find(Kind::kComputeBegin, here, true));
+    check_before(find(Kind::kPostReduce, ": " + here, true), find(Kind::kComputeBegin, below, true));
   }
 }
 
