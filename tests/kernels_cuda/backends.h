@@ -11,13 +11,14 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "tensor/arena.h"
+#include "tests/skip.h"
 
 namespace gpt::testing {
 
 inline bool have_device() {
   const gpt::cuda::DeviceProbe probe = gpt::cuda::probe_devices();
   if (probe.count > 0) return true;
-  std::printf("SKIPPED: CudaOps vs CpuOps: no CUDA device is present (%s)\n", probe.problem.c_str());
+  gpt::testing::skipped("CudaOps vs CpuOps: no CUDA device is present (%s)", probe.problem.c_str());
   return false;
 }
 

@@ -15,6 +15,7 @@
 #include "tensor/arena.h"
 #include "tensor/half.h"
 #include "tests/kernels_cuda/half_device.h"
+#include "tests/skip.h"
 
 namespace {
 
@@ -22,7 +23,7 @@ namespace {
 bool have_device(const char* test) {
   const gpt::cuda::DeviceProbe probe = gpt::cuda::probe_devices();
   if (probe.count > 0) return true;
-  std::printf("SKIPPED: %s: no CUDA device is present (%s)\n", test, probe.problem.c_str());
+  gpt::testing::skipped("%s: no CUDA device is present (%s)", test, probe.problem.c_str());
   return false;
 }
 

@@ -17,6 +17,7 @@
 
 #include "tensor/half.h"
 #include "tests/sanitized_build.h"
+#include "tests/skip.h"
 
 namespace {
 
@@ -148,7 +149,7 @@ TEST_CASE("fp16 -> fp32 matches F16C on all 65,536 patterns") {
 }
 #else
 TEST_CASE("fp16 conversions against F16C") {
-  std::printf("SKIPPED: fp16 vs F16C: this build targets a CPU without F16C (-march=native lacks it)\n");
+  gpt::testing::skipped("fp16 vs F16C: this build targets a CPU without F16C (-march=native lacks it)");
 }
 #endif
 
