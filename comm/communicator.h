@@ -1,7 +1,8 @@
 // The communication room's interface: a group of ranks with our own collectives (rings and pairwise
 // exchanges built on point-to-point messages, so the traffic meter sees every byte that really moves),
-// blocking and asynchronous, tagged with the phase of the training step they serve. Backends: MPI now
-// (mpi_communicator.h), NCCL later. Knows nothing about models or optimizers.
+// blocking and asynchronous, tagged with the phase of the training step they serve. Backends: MPI
+// (mpi_communicator.h), NCCL for one GPU per rank (nccl_communicator.h), and the dry run's world on paper
+// (dry_communicator.h). Knows nothing about models or optimizers.
 #pragma once
 
 #include <cstddef>
