@@ -15,7 +15,7 @@
 #            architecture for its 138B model was not available offline.
 #   clusters 24 nodes x 16 GPUs (384, the blog's evaluation) and 4 x 16 (64, the tutorial's).
 #   links    inter-node 100, 200, 400, 800 Gb/s per node; intra-node 150 GB/s per GPU (V100, NVSwitch as in
-#            the README's tutorial command) or 450 GB/s (H100 NVLink 4).
+#            docs/training.md's tutorial command) or 450 GB/s (H100 NVLink 4).
 #   GPUs     V100 32 GB at 62.5 TFLOP/s achieved (half of its 125 fp16 tensor-core peak);
 #            H100 80 GB at 495 TFLOP/s achieved (half of its 989 dense fp16 peak). --gpu-tflops is the achieved
 #            rate the planner's compute model divides by.

@@ -16,10 +16,11 @@ enum class SeqLengthFlag { kYes, kNo };  // kNo: a model file has no training le
 // writing into *config (its values are the defaults shown by --help).
 void add_model_flags(FlagParser& flags, GPTConfig* config, SeqLengthFlag seq_length = SeqLengthFlag::kYes);
 
-// The short spellings of the shape flags that README's bench commands use: --layers, --hidden, --heads.
+// The short spellings of the shape flags that docs/benchmarks.md's commands use: --layers, --hidden, --heads.
 void add_short_model_aliases(FlagParser& flags);
 
-// The benchmarks' shape flags: the model flags with the short spellings README's commands use (--layers
+// The benchmarks' shape flags: the model flags with the short spellings docs/benchmarks.md's commands use
+// (--layers
 // --hidden --heads --seq), and --micro-batch-size (alias --batch) into *micro_batch.
 void add_bench_shape_flags(FlagParser& flags, GPTConfig* config, int* micro_batch,
                            const std::string& batch_help);

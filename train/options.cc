@@ -76,7 +76,7 @@ struct WithoutEffect {
 };
 
 // Every setting DeepSpeed or Megatron accepts that does not change what this engine does, with its reason:
-// the one table (README.md, "Accepted without effect"). Asked once everything is resolved.
+// the one table (docs/config.md, "Accepted without effect"). Asked once everything is resolved.
 std::vector<WithoutEffect> without_effect_table(const DeepSpeedConfig& ds, const Values& v,
                                                 const TrainOptions& o) {
   const ZeroConfig& z = o.zero;
@@ -192,7 +192,8 @@ void add_optimization_group(FlagParser& flags, TrainOptions& o, Values& v) {
   flags.group("Batch and optimization");
   flags.add_int("--micro-batch-size", &v.micro, "sequences per rank per micro-step", 1, 1 << 20);
   flags.add_alias("--batch-size", "--micro-batch-size");
-  flags.add_int64("--global-batch-size", &v.global, "sequences per optimizer step over all ranks", 1,
+  flags.add_int64("--global-batch-size", &v.global,
+                  "sequences per optimizer step over all ranks (unset: micro-batch x data-parallel ranks)", 1,
                   int64_t(1) << 40);
   flags.add_int("--train-iters", &o.train_iters, "optimizer steps (0: start up, load or plan, and stop)", 0,
                 1 << 30);
@@ -299,7 +300,8 @@ void add_checkpoint_and_plan_groups(FlagParser& flags, TrainOptions& o, Values& 
   flags.add_switch("--finetune", &o.finetune,
                    "with --load or --init-from: weights only; step and optimizer fresh");
   flags.add_string("--init-from", &o.init_from,
-                   "start from an llm.c GPT-2 model file (gpt_export writes them)");
+                   "start from an llm.c GPT-2 model file or a Hugging Face model.safetensors (gpt_export "
+                   "writes both)");
   flags.add_int("--exit-interval", &o.exit_interval, "save and stop when the step is a multiple of N", 0,
                 1 << 30);
   flags.group("Planning (no training)");
@@ -818,7 +820,7 @@ void TrainFlags::finish(int world_size) {
 bool parse_train_options(int argc, const char* const* argv, int world_size, TrainOptions* options) {
   FlagParser flags(
       "gpt_train",
-      "Trains GPT-2 with ZeRO / ZeRO++ over MPI: mpiexec -n N gpt_train [flags] (see README.md).");
+      "Trains GPT-2 with ZeRO / ZeRO++ over MPI: mpiexec -n N gpt_train [flags] (see docs/training.md).");
   TrainFlags train(flags, options);
   // gpt_train's own (bench/zeropp, the other user of TrainFlags, reports no MFU).
   std::string peak_tflops;
