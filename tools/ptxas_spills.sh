@@ -59,13 +59,24 @@ if [[ ${#sources[@]} -eq 0 ]]; then
   echo "ptxas_spills: no .cu files in $kernels_dir" >&2
   exit 1
 fi
+# -fatbin: device code only, every architecture of the flags; the host half of the compile tells ptxas
+# nothing and would double the time. One nvcc per core at a time (the test has the machine to itself).
+compile_one() {  # SOURCE: its ptxas log in $work/NAME.log, and $work/NAME.failed when nvcc failed
+  local name
+  name=$(basename "$1" .cu)
+  "$nvcc" "${flags[@]}" -Xptxas -v "-I$root" -fatbin "$1" -o "$work/$name.fatbin" 2>"$work/$name.log" ||
+    touch "$work/$name.failed"
+}
+cores=$(nproc 2>/dev/null || echo 1)
+for source in "${sources[@]}"; do
+  while (($(jobs -rp | wc -l) >= cores)); do wait -n || true; done
+  compile_one "$source" &
+done
+wait
 for source in "${sources[@]}"; do
   name=$(basename "$source")
   log=$work/${name%.cu}.log
-  # -fatbin: device code only, every architecture of the flags; the host half of the compile tells ptxas
-  # nothing and would double the time.
-  if ! "$nvcc" "${flags[@]}" -Xptxas -v "-I$root" -fatbin "$source" -o "$work/${name%.cu}.fatbin" \
-    2>"$log"; then
+  if [[ -e $work/${name%.cu}.failed ]]; then
     cat "$log" >&2
     echo "ptxas_spills: nvcc failed on kernels/cuda/$name" >&2
     exit 1
