@@ -155,13 +155,12 @@ ActivationPair activations_at(const GPTConfig& model, const ZeroConfig& z, int m
           paper_model_bytes(shape, setup)};
 }
 
-void add_activations(const GPTConfig& model, const ZeroConfig& z, int micro_batch, int tensor_parallel,
-                     int element_bytes, const TargetBackend& backend, PlanMemory& m) {
-  auto at = [&](const Recompute& r) {
-    return activations_at(model, z, micro_batch, tensor_parallel, element_bytes, r, backend);
-  };
+// The memory's activation lines (ours and the paper's) under no, full, selective and the configured
+// recomputation, from `at`'s count of one recomputation.
+template <typename At>
+void set_activations(const At& at, const Recompute& configured_recompute, PlanMemory& m) {
   const ActivationPair full = at(Recompute{}), checkpointed = at(Recompute::full()),
-                       selective = at(Recompute::selective()), configured = at(z.recompute);
+                       selective = at(Recompute::selective()), configured = at(configured_recompute);
   m.activations_full = full.ours;
   m.activations_checkpointed = checkpointed.ours;
   m.activations_selective = selective.ours;
@@ -170,6 +169,14 @@ void add_activations(const GPTConfig& model, const ZeroConfig& z, int micro_batc
   m.activations_paper_checkpointed = checkpointed.paper;
   m.activations_paper_selective = selective.paper;
   m.activations_paper = configured.paper;
+}
+
+void add_activations(const GPTConfig& model, const ZeroConfig& z, int micro_batch, int tensor_parallel,
+                     int element_bytes, const TargetBackend& backend, PlanMemory& m) {
+  auto at = [&](const Recompute& r) {
+    return activations_at(model, z, micro_batch, tensor_parallel, element_bytes, r, backend);
+  };
+  set_activations(at, z.recompute, m);
 }
 
 // One micro-batch through a pipeline chunk: the count above with the shape's L the chunk's layers, and the
@@ -212,16 +219,7 @@ void add_stage_activations(const GPTConfig& model, const ZeroConfig& z, int micr
     }
     return sum;
   };
-  const ActivationPair full = at(Recompute{}), checkpointed = at(Recompute::full()),
-                       selective = at(Recompute::selective()), configured = at(z.recompute);
-  m.activations_full = full.ours;
-  m.activations_checkpointed = checkpointed.ours;
-  m.activations_selective = selective.ours;
-  m.activations = configured.ours;
-  m.activations_paper_full = full.paper;
-  m.activations_paper_checkpointed = checkpointed.paper;
-  m.activations_paper_selective = selective.paper;
-  m.activations_paper = configured.paper;
+  set_activations(at, z.recompute, m);
 }
 
 double per_rate(double amount, double rate) {
