@@ -3,8 +3,10 @@
 // receives; ops may read and write it too, see kernels/ops.h) and the event log.
 #pragma once
 
+#include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "comm/communicator.h"
 #include "kernels/ops.h"
@@ -34,6 +36,43 @@ struct EngineContext {
   void before_communication(const comm::Communicator& comm) const {
     if (!comm.orders_after_device_work()) ops.synchronize();
   }
+};
+
+// A buffer of wire memory, grown to the largest use, where device tensors are staged for a communicator: the
+// communicator reads and writes wire memory only (pinned host memory for MPI on a GPU, device memory for
+// NCCL; on the CPU backend both are host memory and the copies are memcpy). Its arena category is
+// "buffers: " + name.
+class WireStaging {
+ public:
+  WireStaging(const EngineContext& context, std::string name) : context_(context), name_(std::move(name)) {}
+  ~WireStaging() {
+    if (data_) context_.wire.release(data_);
+  }
+  WireStaging(WireStaging&& other) noexcept
+      : context_(other.context_), name_(std::move(other.name_)), data_(other.data_), bytes_(other.bytes_) {
+    other.data_ = nullptr;
+    other.bytes_ = 0;
+  }
+  WireStaging(const WireStaging&) = delete;
+  WireStaging& operator=(const WireStaging&) = delete;
+  WireStaging& operator=(WireStaging&&) = delete;
+
+  // The buffer as n elements of dtype.
+  Tensor view(int64_t n, DType dtype) {
+    const size_t bytes = dtype_bytes(dtype, n);
+    if (bytes > bytes_) {
+      if (data_) context_.wire.release(data_);
+      data_ = context_.wire.allocate(name_, "buffers: " + name_, bytes);
+      bytes_ = bytes;
+    }
+    return context_.view(data_, n, dtype);
+  }
+
+ private:
+  EngineContext context_;
+  std::string name_;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
 };
 
 // The dtype the layer loop computes in for compute weights of `precision`: fp32 for fp32/fp16/bf16, fp64 for

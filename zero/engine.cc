@@ -207,6 +207,11 @@ void ZeroEngine::ensure_slots(int k) {
       slots_[size_t(c)].push_back(extra_loops_.back().get());
     }
   }
+  send_staging_.resize(slots_.size());
+  for (size_t c = 0; c < slots_.size(); ++c) {
+    while (send_staging_[c].size() < slots_[c].size())
+      send_staging_[c].emplace_back(context_, "pipeline send staging");
+  }
 }
 
 double ZeroEngine::run_pipeline(const std::vector<MicroBatch>& micro_batches, double loss_scale,
@@ -239,7 +244,8 @@ double ZeroEngine::run_pipeline(const std::vector<MicroBatch>& micro_batches, do
     (forward_op ? result.forward_ms : result.backward_ms) +=
         std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     if (comm::Communicator* out = forward_op ? links.forward_out : links.backward_out)
-      sent = send_boundary(*out, forward_op ? loop.chunk_output() : loop.boundary_gradient());
+      sent = send_boundary(*out, forward_op ? loop.chunk_output() : loop.boundary_gradient(),
+                           send_staging_[size_t(op.chunk)][slot]);
   }
   for (auto& chunk : sending) {
     for (comm::Request& r : chunk) r.wait();
@@ -270,33 +276,42 @@ Tensor ZeroEngine::boundary_part(const Tensor& whole) const {
                 whole.device};
 }
 
-// A point-to-point message over a two-rank channel is a broadcast rooted at the sender. On a GPU the
-// sender's kernels must have written it, and the receiver's must be done with the buffer's last use, before
-// the communicator touches the buffer (before_communication).
-comm::Request ZeroEngine::send_boundary(comm::Communicator& channel, const Tensor& whole) {
+// A point-to-point message over a two-rank channel is a broadcast rooted at the sender. The boundary
+// tensors live in device memory, so each message is staged through wire memory. On a GPU the sender's kernels
+// must have written the staged copy, and the receiver's must be done with the buffer's last use, before the
+// communicator touches it (before_communication).
+comm::Request ZeroEngine::send_boundary(comm::Communicator& channel, const Tensor& whole, WireStaging& wire) {
   const Tensor part = boundary_part(whole);
+  const Tensor staged = wire.view(part.numel(), part.dtype);
+  ops_.copy(staged, part);
   context_.before_communication(channel);
-  return channel.broadcast(part.data, part.nbytes(), channel.rank(), comm::Phase::kPpP2p);
+  return channel.broadcast(staged.data, staged.nbytes(), channel.rank(), comm::Phase::kPpP2p);
 }
 
 void ZeroEngine::receive_boundary(comm::Communicator& channel, const Tensor& whole) {
-  const Tensor part = boundary_part(whole);
+  const Tensor staged = receive_staging_.view(whole.numel(), whole.dtype);
+  const Tensor part = boundary_part(staged);
   context_.before_communication(channel);
   channel.broadcast(part.data, part.nbytes(), 1 - channel.rank(), comm::Phase::kPpP2p).wait();
-  if (!scatter_gathers()) return;
-  context_.before_communication(*tp_comm_);  // in place: this rank's part already sits at its offset
-  tp_comm_->all_gather(part.data, whole.data, part.nbytes(), comm::Phase::kPpP2p).wait();
+  if (scatter_gathers()) {
+    context_.before_communication(*tp_comm_);  // in place: this rank's part already sits at its offset
+    tp_comm_->all_gather(part.data, staged.data, part.nbytes(), comm::Phase::kPpP2p).wait();
+  }
+  ops_.copy(whole, staged);
 }
 
 void ZeroEngine::sum_tied_embedding() {
   if (!pipeline_ || !pipeline_->embedding) return;
   const UnitPartition& wte = partition_.unit(ParamTable::kWte);
   const comm::OperationLabel serving("the tied wte's gradient between the first and the last stage");
+  const Tensor gradient = context_.view(gradients_->shard() + wte.shard_offset, wte.shard, DType::kF32);
+  const Tensor staged = receive_staging_.view(gradient.numel(), gradient.dtype);
+  ops_.copy(staged, gradient);
   context_.before_communication(*pipeline_->embedding);
   pipeline_->embedding
-      ->all_reduce(gradients_->shard() + wte.shard_offset, DType::kF32, size_t(wte.shard), 1.0f,
-                   comm::Phase::kGradReduce)
+      ->all_reduce(staged.data, DType::kF32, size_t(wte.shard), 1.0f, comm::Phase::kGradReduce)
       .wait();
+  ops_.copy(gradient, staged);
 }
 
 double ZeroEngine::tied_copy_sum_of_squares() {
@@ -449,7 +464,8 @@ double ZeroEngine::evaluate(const MicroBatch& micro_batch) {
       LayerLoop<float>& loop = *slots_[c][0];
       if (links.forward_in) receive_boundary(*links.forward_in, loop.chunk_input());
       loss += float(forward(micro_batch, false, comm::Phase::kEval, &loop));
-      if (links.forward_out) send_boundary(*links.forward_out, loop.chunk_output()).wait();
+      if (links.forward_out)
+        send_boundary(*links.forward_out, loop.chunk_output(), send_staging_[c][0]).wait();
     }
     pipeline_->group->all_reduce(&loss, DType::kF32, 1, 1.0f, comm::Phase::kEval).wait();
   }

@@ -209,9 +209,9 @@ class ZeroEngine {
   bool scatter_gathers() const;
   // The part of a boundary tensor this rank sends and receives: all of it, or its 1/t when scatter_gathers.
   Tensor boundary_part(const Tensor& whole) const;
-  // Sends this rank's part of a boundary tensor to the neighbouring stage over `channel`; receives one from
-  // it (and all-gathers the parts).
-  comm::Request send_boundary(comm::Communicator& channel, const Tensor& whole);
+  // Sends this rank's part of a boundary tensor to the neighbouring stage over `channel`, staged in `wire`
+  // (which the message holds until the request completes); receives one from it (and all-gathers the parts).
+  comm::Request send_boundary(comm::Communicator& channel, const Tensor& whole, WireStaging& wire);
   void receive_boundary(comm::Communicator& channel, const Tensor& whole);
   // The first and the last stage sum their halves of the tied wte's gradient, so both apply one update.
   void sum_tied_embedding();
@@ -267,7 +267,12 @@ class ZeroEngine {
   std::vector<std::unique_ptr<LayerLoop<float>>> extra_loops_;
   // A pipeline stage's activation sets by chunk: slots_[c][i] (slots_[0][0] is loop_).
   std::vector<std::vector<LayerLoop<float>*>> slots_;
-  // Enough activation sets in every chunk for the schedule of k micro-batches.
+  // Each activation set's send buffer (send_staging_[c][i] beside slots_[c][i]: a set's message is in
+  // flight until the set is used again), and the one buffer every received boundary tensor and the tied
+  // embedding's gradient pass through.
+  std::vector<std::vector<WireStaging>> send_staging_;
+  WireStaging receive_staging_{context_, "pipeline receive staging"};
+  // Enough activation sets (and send buffers) in every chunk for the schedule of k micro-batches.
   void ensure_slots(int k);
   std::unique_ptr<EngineWeights<float>> weights_;
   // The order the loop finalizes gradients in; in a pipeline stage, each of its chunks' (the last first).

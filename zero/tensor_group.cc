@@ -16,21 +16,7 @@ comm::Phase tensor_phase(TensorTraffic traffic) {
 }
 
 CommTensorGroup::CommTensorGroup(comm::Communicator& comm, const EngineContext& context)
-    : comm_(comm), context_(context) {}
-
-CommTensorGroup::~CommTensorGroup() {
-  if (wire_) context_.wire.release(wire_);
-}
-
-Tensor CommTensorGroup::staging(int64_t n, DType dtype) {
-  const size_t bytes = dtype_bytes(dtype, n);
-  if (bytes > wire_bytes_) {
-    if (wire_) context_.wire.release(wire_);
-    wire_ = context_.wire.allocate("tensor-parallel staging", "buffers: tensor-parallel staging", bytes);
-    wire_bytes_ = bytes;
-  }
-  return context_.view(wire_, n, dtype);
-}
+    : comm_(comm), context_(context), staging_(context, "tensor-parallel staging") {}
 
 Tensor CommTensorGroup::part(const Tensor& whole, int64_t first, int64_t n) const {
   return context_.view(static_cast<char*>(whole.data) + dtype_bytes(whole.dtype, first), n, whole.dtype);
@@ -38,7 +24,7 @@ Tensor CommTensorGroup::part(const Tensor& whole, int64_t first, int64_t n) cons
 
 void CommTensorGroup::all_reduce(const Tensor& x, TensorTraffic traffic) {
   const int64_t n = x.numel();
-  const Tensor wire = staging(n, x.dtype);
+  const Tensor wire = staging_.view(n, x.dtype);
   context_.ops.copy(wire, x);
   context_.before_communication(comm_);
   comm_.all_reduce(wire.data, x.dtype, size_t(n), 1.0f, tensor_phase(traffic)).wait();
@@ -47,7 +33,7 @@ void CommTensorGroup::all_reduce(const Tensor& x, TensorTraffic traffic) {
 
 void CommTensorGroup::all_gather(const Tensor& out, const Tensor& x, TensorTraffic traffic) {
   const int64_t n = x.numel();
-  const Tensor wire = staging(n * size(), x.dtype);
+  const Tensor wire = staging_.view(n * size(), x.dtype);
   const Tensor mine = part(wire, n * rank(), n);
   context_.ops.copy(mine, x);
   context_.before_communication(comm_);
@@ -57,7 +43,7 @@ void CommTensorGroup::all_gather(const Tensor& out, const Tensor& x, TensorTraff
 
 void CommTensorGroup::reduce_scatter(const Tensor& out, const Tensor& x, TensorTraffic traffic) {
   const int64_t n = out.numel();
-  const Tensor wire = staging(n * size(), x.dtype);
+  const Tensor wire = staging_.view(n * size(), x.dtype);
   const Tensor mine = part(wire, n * rank(), n);
   context_.ops.copy(wire, x);
   context_.before_communication(comm_);

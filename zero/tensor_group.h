@@ -19,7 +19,6 @@ class CommTensorGroup final : public TensorGroup {
  public:
   // comm: the tensor-parallel group's ranks (consecutive world ranks), outliving this.
   CommTensorGroup(comm::Communicator& comm, const EngineContext& context);
-  ~CommTensorGroup() override;
   CommTensorGroup(const CommTensorGroup&) = delete;
   CommTensorGroup& operator=(const CommTensorGroup&) = delete;
 
@@ -30,14 +29,11 @@ class CommTensorGroup final : public TensorGroup {
   void reduce_scatter(const Tensor& out, const Tensor& x, TensorTraffic traffic) override;
 
  private:
-  // The staging buffer as n elements of dtype (grown to hold them).
-  Tensor staging(int64_t n, DType dtype);
   Tensor part(const Tensor& whole, int64_t first, int64_t n) const;
 
   comm::Communicator& comm_;
   EngineContext context_;
-  void* wire_ = nullptr;
-  size_t wire_bytes_ = 0;
+  WireStaging staging_;
 };
 
 }  // namespace gpt
