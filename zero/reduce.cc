@@ -203,8 +203,9 @@ void GradientReducer::add(int unit, const void* grad) {
   for (size_t i = 0; i < units_in_current_; ++i) offset_in_rank_part += partition_.unit(units[i]).shard;
   const UnitPartition& u = partition_.unit(unit);
   uint8_t* send = static_cast<uint8_t*>(current_send_);
-  for (int p = 0; p < partition_.num_shards(); ++p) {
-    const int64_t first = std::min<int64_t>(int64_t(p) * u.shard, u.numel);
+  // Ranks past the unit's last element hold padding only (a small unit over many ranks): nothing to pack.
+  for (int p = 0; p < partition_.num_shards() && int64_t(p) * u.shard < u.numel; ++p) {
+    const int64_t first = int64_t(p) * u.shard;
     const int64_t real = std::min<int64_t>(u.shard, u.numel - first);
     uint8_t* dst = send + (size_t(p) * bucket_shard_elements_[bucket] + offset_in_rank_part) * elem;
     // The padding stays zero (arena blocks come zero-filled).
