@@ -54,31 +54,38 @@ def _cuda_objects_impl(ctx):
             if d not in include_dirs:
                 include_dirs.append(d)
 
-    objects = []
+    objects, ptxas_logs = [], []
     for src in ctx.files.srcs:
         # One object per source, under a folder named after the target; .pic.o tells cc_library it is PIC.
         stem = src.short_path[:-len(src.extension) - 1]
         if ctx.label.package and stem.startswith(ctx.label.package + "/"):
             stem = stem[len(ctx.label.package) + 1:]
         obj = ctx.actions.declare_file("_nvcc/%s/%s.pic.o" % (ctx.label.name, stem))
+        log = ctx.actions.declare_file("_nvcc/%s/%s.ptxas.log" % (ctx.label.name, stem))
         args = ctx.actions.args()
         args.add_all(NVCC_FLAGS)
         args.add_all(CUDA_ARCH_FLAGS)
         args.add_all(ctx.attr.copts)
+        args.add("-Xptxas=-v")  # each function's registers and spills, per architecture, into the log
         args.add_all(include_dirs, format_each = "-I%s")
         args.add("-c", src)
         args.add("-o", obj)
-        ctx.actions.run(
-            executable = NVCC,
-            arguments = [args],
+        ctx.actions.run_shell(
+            # $1 is nvcc, $2 the log. The log keeps nvcc's whole output; the terminal gets it without
+            # ptxas's per-function report lines (the whole log when nvcc fails).
+            command = 'nvcc=$1 log=$2; shift 2; "$nvcc" "$@" 2>"$log" || { cat "$log" >&2; exit 1; }; ' +
+                      'grep -Ev "^ptxas info|^ +[0-9]+ bytes stack frame" "$log" >&2 || true',
+            arguments = [NVCC, log.path, args],
             inputs = depset([src], transitive = [headers]),
-            outputs = [obj],
+            outputs = [obj, log],
             mnemonic = "NvccCompile",
             progress_message = "nvcc %s" % src.short_path,
             use_default_shell_env = True,  # PATH, for nvcc to find the host compiler
         )
         objects.append(obj)
-    return [DefaultInfo(files = depset(objects))]
+        ptxas_logs.append(log)
+    # ptxas_logs: what tools/ptxas_spills.sh reads (a filegroup with output_group = "ptxas_logs").
+    return [DefaultInfo(files = depset(objects)), OutputGroupInfo(ptxas_logs = depset(ptxas_logs))]
 
 _cuda_objects = rule(
     implementation = _cuda_objects_impl,

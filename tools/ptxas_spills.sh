@@ -1,32 +1,23 @@
 #!/usr/bin/env bash
-# Register-spill check for the CUDA kernels: compiles the device code of every kernels/cuda/*.cu with nvcc,
-# the build's own flags and `-Xptxas -v`, reads ptxas's "N bytes spill stores, M bytes spill loads" for each
-# function and each architecture, and fails on any function that spills unless tools/ptxas_spill_allowlist.txt
-# lists it (for that architecture) with a reason. A spill moves registers through local memory: slow, and
-# usually a sign that a kernel's tile or unrolling outgrew the register file.
+# Register-spill check for the CUDA kernels: reads ptxas's report on every kernels/cuda/*.cu (the logs that
+# tools/cuda.bzl's nvcc compiles write with `-Xptxas -v`, so nothing is compiled twice), its "N bytes spill
+# stores, M bytes spill loads" for each function and each architecture, and fails on any function that spills
+# unless tools/ptxas_spill_allowlist.txt lists it (for that architecture) with a reason. A spill moves registers
+# through local memory: slow, and usually a sign that a kernel's tile or unrolling outgrew the register file.
 #
-# Usage: ptxas_spills.sh NVCC ALLOWLIST ANCHOR -- NVCC_FLAGS...
-#   ANCHOR: any file of kernels/cuda in the source tree (a runfile symlink is followed); the .cu files are
-#   the ones next to it, and the workspace root above it is the include root, as in tools/cuda.bzl.
-#   NVCC_FLAGS: tools/cuda.bzl's NVCC_FLAGS and CUDA_ARCH_FLAGS (tests/kernels_cuda/BUILD passes them).
+# Usage: ptxas_spills.sh ALLOWLIST LOG...
+#   LOG: NAME.ptxas.log, nvcc's output for NAME.cu (//kernels/cuda:ptxas_logs).
 # Allow-list lines: `kernel name | arch | reason`, the name mangled or demangled (as c++filt prints it), the
 # arch as ptxas names it (sm_90) or `*` for all; blank lines and lines starting with # are skipped.
 set -euo pipefail
 
-if [[ $# -lt 4 || $4 != "--" ]]; then
-  echo "usage: $0 NVCC ALLOWLIST ANCHOR -- NVCC_FLAGS..." >&2
+if [[ $# -lt 2 ]]; then
+  echo "usage: $0 ALLOWLIST LOG..." >&2
   exit 2
 fi
-nvcc=$1 allowlist=$2 anchor=$3
-shift 4
-flags=("$@")
-
-kernels_dir=$(dirname "$(readlink -f "$anchor")")
-root=${kernels_dir%/kernels/cuda}
-if [[ $root == "$kernels_dir" ]]; then
-  echo "ptxas_spills: $anchor does not resolve into a kernels/cuda folder ($kernels_dir)" >&2
-  exit 2
-fi
+allowlist=$1
+shift
+logs=("$@")
 work=$(mktemp -d "${TEST_TMPDIR:-/tmp}/ptxas_spills.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
@@ -53,34 +44,8 @@ parse_log() {
 
 records=$work/records.tsv
 : >"$records"
-shopt -s nullglob
-sources=("$kernels_dir"/*.cu)
-if [[ ${#sources[@]} -eq 0 ]]; then
-  echo "ptxas_spills: no .cu files in $kernels_dir" >&2
-  exit 1
-fi
-# -fatbin: device code only, every architecture of the flags; the host half of the compile tells ptxas
-# nothing and would double the time. One nvcc per core at a time (the test has the machine to itself).
-compile_one() {  # SOURCE: its ptxas log in $work/NAME.log, and $work/NAME.failed when nvcc failed
-  local name
-  name=$(basename "$1" .cu)
-  "$nvcc" "${flags[@]}" -Xptxas -v "-I$root" -fatbin "$1" -o "$work/$name.fatbin" 2>"$work/$name.log" ||
-    touch "$work/$name.failed"
-}
-cores=$(nproc 2>/dev/null || echo 1)
-for source in "${sources[@]}"; do
-  while (($(jobs -rp | wc -l) >= cores)); do wait -n || true; done
-  compile_one "$source" &
-done
-wait
-for source in "${sources[@]}"; do
-  name=$(basename "$source")
-  log=$work/${name%.cu}.log
-  if [[ -e $work/${name%.cu}.failed ]]; then
-    cat "$log" >&2
-    echo "ptxas_spills: nvcc failed on kernels/cuda/$name" >&2
-    exit 1
-  fi
+for log in "${logs[@]}"; do
+  name=$(basename "$log" .ptxas.log).cu
   parse_log "$name" <"$log" >>"$records"
 done
 if grep -q '^UNPARSED' "$records"; then
@@ -89,7 +54,7 @@ if grep -q '^UNPARSED' "$records"; then
   exit 1
 fi
 if [[ ! -s $records ]]; then
-  echo "ptxas_spills: ptxas reported no functions for ${#sources[@]} files; did its output format change?" >&2
+  echo "ptxas_spills: ptxas reported no functions in ${#logs[@]} logs; did its output format change?" >&2
   exit 1
 fi
 
