@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/backend_gpu.h"
 #include "kernels/ops.h"
 
 namespace gpt {
@@ -27,13 +28,7 @@ std::unique_ptr<Ops> make_backend(const std::string& device, int local_rank);
 // One line for banners: "cpu" or "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB)".
 std::string describe_backend(const Ops* backend);
 
-// The GPU a backend drives, for MFU's datasheet peak (train/peak_flops.h): its name and compute capability,
-// its index and how many GPUs the machine has (to count the ranks sharing it). For the CPU: empty name, 0s.
-struct BackendGpu {
-  std::string name;  // "NVIDIA H100 80GB HBM3"
-  int major = 0, minor = 0;
-  int index = 0, count = 0;
-};
+// The GPU a backend drives (kernels/backend_gpu.h), for MFU's datasheet peak; empty for the CPU.
 BackendGpu backend_gpu(const Ops* backend);
 
 // The most device memory this process has held at once on the backend (0 for the CPU, whose peak is the

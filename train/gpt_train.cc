@@ -119,7 +119,7 @@ DType gemm_dtype(const TrainOptions& o, const Ops* backend) {
 // measurement runs only where no peak can be stated (an unknown clock or GPU).
 PeakFlops mfu_peak(const TrainOptions& o, Ops* backend, int ranks_on_machine) {
   return rank_peak_flops(
-      o.peak_tflops, backend, gemm_dtype(o, backend), cpu::num_threads(), ranks_on_machine,
+      o.peak_tflops, backend_gpu(backend), gemm_dtype(o, backend), cpu::num_threads(), ranks_on_machine,
       [&] { return 1e9 * (backend ? measure_gemm_gflops(*backend, 2048) : measure_sgemm_gflops(512)); },
       backend ? "cuBLAS fp32 GEMM 2048^3" : "Eigen SGEMM 512^3");
 }

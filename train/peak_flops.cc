@@ -281,7 +281,7 @@ double parse_peak_tflops(const std::string& text) {
       "on, for example 67 (an H100 SXM in fp32) or 0.166 (two Zen 4 cores at 2.6 GHz)");
 }
 
-PeakFlops rank_peak_flops(double peak_tflops, const Ops* backend, DType gemm_dtype, int threads_per_rank,
+PeakFlops rank_peak_flops(double peak_tflops, const BackendGpu& gpu, DType gemm_dtype, int threads_per_rank,
                           int ranks_on_machine, const std::function<double()>& measure_flops,
                           const std::string& measured_what) {
   PeakFlops peak;
@@ -291,7 +291,6 @@ PeakFlops rank_peak_flops(double peak_tflops, const Ops* backend, DType gemm_dty
     peak.sources = "--peak-tflops";
     return peak;
   }
-  const BackendGpu gpu = backend_gpu(backend);
   std::string unknown;
   if (!gpu.name.empty()) {
     peak = gpu_peak(gpu, gemm_dtype, ranks_on_machine);

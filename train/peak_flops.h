@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-#include "kernels/backend.h"
+#include "kernels/backend_gpu.h"
 #include "tensor/tensor.h"
 
 namespace gpt {
@@ -81,9 +81,10 @@ PeakFlops gpu_peak(const BackendGpu& gpu, DType gemm_dtype, int ranks_on_machine
 double parse_peak_tflops(const std::string& text);
 
 // The peak this rank's MFU divides by: --peak-tflops when peak_tflops > 0, else the stated peak of the
-// backend (null: the CPU, read from /proc/cpuinfo and sysfs); where none can be stated, measure_flops (a
-// GEMM rate measured now, described by measured_what) stands in and the sources say so.
-PeakFlops rank_peak_flops(double peak_tflops, const Ops* backend, DType gemm_dtype, int threads_per_rank,
+// rank's GPU (kernels/backend.h's backend_gpu(); an empty name: the CPU, read from /proc/cpuinfo and sysfs);
+// where none can be stated, measure_flops (a GEMM rate measured now, described by measured_what) stands in
+// and the sources say so.
+PeakFlops rank_peak_flops(double peak_tflops, const BackendGpu& gpu, DType gemm_dtype, int threads_per_rank,
                           int ranks_on_machine, const std::function<double()>& measure_flops,
                           const std::string& measured_what);
 

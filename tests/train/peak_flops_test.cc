@@ -176,12 +176,14 @@ TEST_CASE(
     ++measured;
     return 1e11;
   };
-  const gpt::PeakFlops flag = gpt::rank_peak_flops(0.5, nullptr, DType::kF32, 2, 1, measure, "Eigen SGEMM");
+  const gpt::PeakFlops flag =
+      gpt::rank_peak_flops(0.5, gpt::BackendGpu{}, DType::kF32, 2, 1, measure, "Eigen SGEMM");
   CHECK(flag.flops_per_s == doctest::Approx(0.5e12));
   CHECK(flag.banner_line() == "  MFU peak: 500 GFLOP/s per rank (--peak-tflops)");
   CHECK(measured == 0);
   // This machine's CPU: a stated peak whenever /proc/cpuinfo gives a clock, else the measured rate, named.
-  const gpt::PeakFlops cpu = gpt::rank_peak_flops(0, nullptr, DType::kF32, 1, 1, measure, "Eigen SGEMM");
+  const gpt::PeakFlops cpu =
+      gpt::rank_peak_flops(0, gpt::BackendGpu{}, DType::kF32, 1, 1, measure, "Eigen SGEMM");
   CHECK(cpu.flops_per_s > 0);
   if (measured == 0) {
     CHECK(cpu.formula.find(" fp32 lanes x 2 x ") != std::string::npos);

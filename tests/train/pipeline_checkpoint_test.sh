@@ -52,23 +52,10 @@ run at_t2p2_uneven 8 --tensor-model-parallel-size 2 --pipeline-model-parallel-si
   --decoder-first-pipeline-num-layers 3 --train-iters 10 --load "$TMP/ckpt/global_step5" &&
   resumed at_t2p2_uneven 1e-5
 
-# gpt_export of the p = 2 checkpoint against a p = 1 run's at the same step (see
-# tensor_parallel_checkpoint_test.sh for the bound: Adam turns rounding on near-zero gradients into up to a
-# sizeable part of lr per step, so the bound is 1% of lr x steps, and differences over 1e-6 must stay rare).
+# gpt_export of the p = 2 checkpoint against a p = 1 run's at the same step (test_lib.sh: compare_exports).
 run ref_p1 2 --train-iters 5 --save "$TMP/ckpt_p1"
-"$EXPORT" --load "$TMP/ckpt/global_step5" --output "$TMP/p2.bin" >/dev/null 2>&1 ||
-  fail "gpt_export of the p = 2 checkpoint failed"
-"$EXPORT" --load "$TMP/ckpt_p1" --output "$TMP/p1.bin" >/dev/null 2>&1 || fail "gpt_export of the p = 1 checkpoint failed"
-python3 - "$TMP/p1.bin" "$TMP/p2.bin" <<'PY' || fail "the exported p = 2 model differs from p = 1's"
-import struct, sys
-a, b = (open(p, "rb").read() for p in sys.argv[1:])
-n = (len(a) - 1024) // 4
-x, y = (struct.unpack(f"<{n}f", d[1024:]) for d in (a, b))
-differences = [abs(p - q) for p, q in zip(x, y)]
-worst, over = max(differences), sum(d > 1e-6 for d in differences)
-print(f"exported models: {n} values, largest difference {worst:.2e}, {over} over 1e-6")
-sys.exit(0 if len(a) == len(b) and a[:1024] == b[:1024] and worst <= 0.01 * 1e-3 * 5 and over <= n // 1000 else 1)
-PY
+compare_exports "$EXPORT" "$TMP/ckpt_p1" "$TMP/ckpt/global_step5" 1e-3 5 "the exported p = 2 model differs from p = 1's"
+mv "$TMP/export_b.bin" "$TMP/p2.bin"  # the p = 2 checkpoint's export
 
 # --init-from a whole model file: at p = 2 and at t = 2 x p = 2 the first step's loss is p = 1's from the
 # same file (the engine cuts its stage and slice out of the whole model).

@@ -47,18 +47,6 @@ PY
 done
 
 run ref_t1 --zero-stage 3 --train-iters 5 --save "$TMP/ckpt_t1"
-"$EXPORT" --load "$TMP/ckpt_t2/global_step5" --output "$TMP/t2.bin" >/dev/null 2>&1 || fail "gpt_export of the t = 2 checkpoint failed"
-"$EXPORT" --load "$TMP/ckpt_t1" --output "$TMP/t1.bin" >/dev/null 2>&1 || fail "gpt_export of the t = 1 checkpoint failed"
-python3 - "$TMP/t1.bin" "$TMP/t2.bin" <<'PY' || fail "the exported t = 2 model differs from t = 1's"
-import struct, sys
-a, b = (open(p, "rb").read() for p in sys.argv[1:])
-n = (len(a) - 1024) // 4
-x, y = (struct.unpack(f"<{n}f", d[1024:]) for d in (a, b))
-differences = [abs(p - q) for p, q in zip(x, y)]
-worst, over = max(differences), sum(d > 1e-6 for d in differences)
-print(f"exported models: {n} values, largest difference {worst:.2e}, {over} over 1e-6")
-lr, steps = 1e-3, 5
-sys.exit(0 if len(a) == len(b) and a[:1024] == b[:1024] and worst <= 0.01 * lr * steps and over <= n // 1000 else 1)
-PY
+compare_exports "$EXPORT" "$TMP/ckpt_t1" "$TMP/ckpt_t2/global_step5" 1e-3 5 "the exported t = 2 model differs from t = 1's"
 ((failures == 0)) && echo "checkpoints load across tensor-parallel sizes"
 exit $((failures > 0))
