@@ -184,7 +184,10 @@ kill -KILL "$run_pid"
 wait "$run_pid" 2>/dev/null
 [[ -n $(node_processes) ]] || fail "SIGKILL: expected the ranks to outlive the killed cluster run (test setup)"
 out=$(cl down 2>&1) || fail "down after SIGKILL: $out"
-[[ -n $mpiexec_pid ]] && kill -0 "$mpiexec_pid" 2>/dev/null && fail "SIGKILL: mpiexec $mpiexec_pid still running after down"
+# A zombie (killed, not yet reaped by its new parent) is not running.
+[[ -n $mpiexec_pid ]] && kill -0 "$mpiexec_pid" 2>/dev/null &&
+  [[ $(awk '{ sub(/^.*\) /, ""); print $1 }' "/proc/$mpiexec_pid/stat" 2>/dev/null) != Z ]] &&
+  fail "SIGKILL: mpiexec $mpiexec_pid still running after down"
 expect_nothing_left "down after a killed run"
 out=$(cl down 2>&1) || fail "second down: $out"
 grep -q "already down" <<<"$out" || fail "second down: $out"
