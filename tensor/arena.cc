@@ -8,22 +8,18 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "tensor/host_pages.h"
 #include "tensor/kept_block_source.h"
 
 namespace gpt {
 
 namespace {
 
-// Host memory as it comes: aligned_alloc, zero-filled.
+// Host memory as it comes, zero-filled (large blocks on huge pages: host_pages.h).
 class AlignedBlockSource final : public BlockSource {
  public:
-  void* acquire(size_t bytes) override {
-    void* block = std::aligned_alloc(Arena::kAlignment, bytes);
-    if (!block) throw std::bad_alloc();
-    std::memset(block, 0, bytes);
-    return block;
-  }
-  void release(void* block, size_t) override { std::free(block); }
+  void* acquire(size_t bytes) override { return allocate_zeroed_host(bytes); }
+  void release(void* block, size_t bytes) override { free_host(block, bytes); }
   Device device() const override { return Device::kCPU; }
 };
 

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "tensor/host_pages.h"
+
 namespace gpt {
 
 size_t dtype_size(DType dtype) {
@@ -74,16 +76,12 @@ std::string Tensor::describe() const {
 }
 
 void Buffer::Free::operator()(void* p) const {
-  std::free(p);
+  free_host(p, bytes);
 }
 
-Buffer::Buffer(size_t bytes) : bytes_(bytes) {
+Buffer::Buffer(size_t bytes) : data_(nullptr, Free{bytes}), bytes_(bytes) {
   if (bytes == 0) return;
-  size_t rounded = (bytes + 63) / 64 * 64;  // aligned_alloc needs a multiple of the alignment
-  void* p = std::aligned_alloc(64, rounded);
-  if (!p) throw std::bad_alloc();
-  std::memset(p, 0, rounded);
-  data_.reset(p);
+  data_.reset(allocate_zeroed_host(bytes));
 }
 
 Tensor Buffer::view(std::vector<int64_t> shape, DType dtype) const {

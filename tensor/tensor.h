@@ -75,6 +75,7 @@ class Buffer {
 
  private:
   struct Free {
+    size_t bytes = 0;  // what free_host needs back
     void operator()(void* p) const;
   };
   std::unique_ptr<void, Free> data_;
