@@ -39,9 +39,10 @@ char* map_on_huge_boundary(size_t length) {
 
 void* allocate_zeroed_host(size_t bytes) {
   if (bytes < kHugePageBytes) {
-    void* block = std::aligned_alloc(64, round_up(bytes, 64));
+    const size_t rounded = round_up(bytes, 64);  // aligned_alloc takes a multiple of the alignment
+    void* block = std::aligned_alloc(64, rounded);
     if (!block) throw std::bad_alloc();
-    std::memset(block, 0, round_up(bytes, 64));
+    std::memset(block, 0, rounded);
     return block;
   }
   char* block = map_on_huge_boundary(round_up(bytes, page_bytes()));

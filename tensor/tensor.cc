@@ -1,9 +1,6 @@
 // Tensor and Buffer: sizes, names, aligned zeroed host allocation.
 #include "tensor/tensor.h"
 
-#include <cstdlib>
-#include <cstring>
-#include <new>
 #include <sstream>
 #include <stdexcept>
 
