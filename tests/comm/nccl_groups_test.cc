@@ -161,7 +161,9 @@ void check_topology(int world_size, int ranks_per_node) {
   std::map<std::pair<std::string, std::vector<int>>, GroupId> id_of_group;  // distinct groups
   int groups_made = 0;
   for (int r = 0; r < world_size; ++r) {
-    for (const auto& [name, joined] : runs[r].groups) {
+    for (const auto& group : runs[r].groups) {
+      const std::string& name = group.first;
+      const auto& joined = group.second;
       INFO("world rank ", r, ", group ", name);
       const std::vector<int>& m = joined.members;
       CHECK(m[joined.plan.rank] == r);  // the rank is the position in the list

@@ -120,7 +120,9 @@ TEST_CASE("ids match the reference encoder: contractions, digits, whitespace run
        {40,  43074, 97,  37929, 12520, 99,    222, 290, 50169, 102, 447, 235, 41840,
         102, 447,   235, 41840, 100,   12520, 229, 118, 8582,  229, 116, 0}},
   };
-  for (const auto& [text, ids] : cases) {
+  for (const auto& test_case : cases) {
+    const std::string& text = test_case.first;
+    const Ids& ids = test_case.second;
     CAPTURE(text);
     CHECK(tokenizer.encode(text) == ids);
     CHECK(tokenizer.decode(ids) == text);

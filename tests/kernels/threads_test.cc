@@ -120,7 +120,9 @@ TEST_CASE("kernels give the same results with 1 and 2 threads") {
   const int before = num_threads();
   const Results one = run_all(1), two = run_all(2);
   set_num_threads(before);
-  for (const auto& [name, a] : one) {
+  for (const auto& result : one) {
+    const std::string& name = result.first;
+    const auto& a = result.second;
     CAPTURE(name);
     const auto& b = two.at(name);
     CHECK_MESSAGE(a == b, name);

@@ -99,7 +99,9 @@ TEST_CASE("conversion puts every element where llm.c's order says, and back") {
 
   int64_t file_offset = 0, mismatches = 0;
   std::string first_mismatch;
-  for (const auto& [name, numel] : llmc_order(c)) {
+  for (const auto& tensor : llmc_order(c)) {
+    const std::string& name = tensor.first;
+    const int64_t numel = tensor.second;
     const gpt::ParamInfo& p = table.find(name);
     CHECK_MESSAGE(p.numel == numel, name);
     for (int64_t j = 0; j < numel; ++j) {
@@ -150,8 +152,9 @@ TEST_CASE("write then read is bit-exact, with llm.c's header and body") {
   CHECK(same_bits(loaded, params));
   // Ranges that start and end inside tensors, cross tensor and unit boundaries, and cover everything.
   const int64_t total = int64_t(params.size());
-  for (auto [begin, end] : std::vector<std::pair<int64_t, int64_t>>{
+  for (const std::pair<int64_t, int64_t>& range : std::vector<std::pair<int64_t, int64_t>>{
            {0, total}, {5, 6200}, {6100, 6300}, {7000, total - 3}, {total - 1, total}, {100, 100}}) {
+    const int64_t begin = range.first, end = range.second;
     std::vector<float> part(end - begin);
     gpt::load_llmc_model_range(path, c, begin, end, part.data());
     CHECK_MESSAGE(same_bits(part, std::vector<float>(params.begin() + begin, params.begin() + end)),

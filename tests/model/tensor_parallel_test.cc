@@ -242,9 +242,11 @@ TEST_CASE("partitioned activation checkpoints: the same numbers from 1/t of each
   const int64_t input_bytes = int64_t(kB) * config.seq_len * config.hidden * int64_t(sizeof(float));
   const int t = 2, layers = 4;
   for (bool on_host : {false, true}) {
-    for (auto [recompute, chunks] :
+    for (const std::pair<Recompute, int>& variant :
          {std::pair{Recompute::full(), 4}, std::pair{Recompute::full(gpt::RecomputeMethod::kUniform, 2), 2},
           std::pair{Recompute::full(gpt::RecomputeMethod::kBlock, 3), 3}}) {
+      Recompute recompute = variant.first;
+      const int chunks = variant.second;
       const std::vector<Run> kept = run_group(t, false, recompute, false, layers);
       recompute.checkpoints_on_host = on_host;
       CAPTURE(recompute.describe());

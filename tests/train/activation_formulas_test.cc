@@ -117,7 +117,9 @@ TEST_CASE("the restated count is what the layer loop allocates at every t, with 
     for (int t : {1, 2, 4}) {
       for (bool sp : {false, true}) {
         if (sp && t == 1) continue;  // not a configuration: Megatron turns it off
-        for (const auto& [recompute, partitioned] : variants(t, sp)) {
+        for (const auto& variant : variants(t, sp)) {
+          const auto& recompute = variant.first;
+          const bool partitioned = variant.second;
           CAPTURE(B);
           CAPTURE(t);
           CAPTURE(sp);

@@ -85,7 +85,8 @@ TEST_CASE("a checkpoint saved at W ranks loads at 2 and 1 ranks with bit-identic
 TEST_CASE("a checkpoint saved at one tile factor loads at another with bit-identical master weights") {
   gpt::GPTConfig model = gpt::testing::tiny_model();
   model.hidden = 64;  // tile factors 1 and 2 (tiles of 32 rows or more)
-  for (auto [save_tiles, load_tiles] : {std::pair{2, 1}, std::pair{1, 2}}) {
+  for (const std::pair<int, int>& factors : {std::pair{2, 1}, std::pair{1, 2}}) {
+    const int save_tiles = factors.first, load_tiles = factors.second;
     INFO("saved at tile factor " << save_tiles << ", loaded at " << load_tiles);
     const std::string dir = scratch_dir("retile" + std::to_string(save_tiles));
     if (world().rank() == 0) std::filesystem::remove_all(dir);

@@ -342,7 +342,9 @@ void check_engine_at(int t) {
         for (const gpt::Recompute& recompute : kRecomputes)
           if (recompute.is_full()) variants.emplace_back(recompute, true);
       }
-      for (const auto& [recompute, distribute] : variants) {
+      for (const auto& variant : variants) {
+        const gpt::Recompute& recompute = variant.first;
+        const bool distribute = variant.second;
         CAPTURE(stage);
         CAPTURE(sequence_parallel);
         CAPTURE(recompute.describe());
