@@ -2,40 +2,104 @@
 #include "tests/seam/checked_ops.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <iterator>
 #include <memory>
 #include <new>
 #include <stdexcept>
 
 namespace gpt::testing {
 
+namespace {
+
+// Address space only (no memory is committed until a block is written): far more than any test's device
+// memory.
+constexpr size_t kReservedBytes = size_t(64) << 30;
+
+size_t whole_pages(size_t bytes) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  return (std::max<size_t>(bytes, 1) + page - 1) / page * page;
+}
+
+// Fresh inaccessible zero pages at [at, at + bytes) (anywhere when at is null): the reservation, and a
+// released block's range again.
+char* map_closed(void* at, size_t bytes) {
+  const int fixed = at ? MAP_FIXED : 0;
+  void* got = mmap(at, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | fixed, -1, 0);
+  if (got == MAP_FAILED || (at && got != at)) throw std::bad_alloc();
+  return static_cast<char*>(got);
+}
+
+}  // namespace
+
+ProtectedMemory::ProtectedMemory() : base_(map_closed(nullptr, kReservedBytes)) {
+  free_[0] = kReservedBytes;
+}
+
 ProtectedMemory::~ProtectedMemory() {
-  for (auto& [block, bytes] : blocks_) munmap(block, bytes);
+  munmap(base_, kReservedBytes);
 }
 
 void* ProtectedMemory::acquire(size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  // Fresh anonymous pages are zero-filled, as a BlockSource's blocks must be.
-  void* block =
-      mmap(nullptr, bytes, open_ ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (block == MAP_FAILED) throw std::bad_alloc();
-  blocks_[block] = bytes;
-  return block;
+  bytes = whole_pages(bytes);
+  auto gap = std::find_if(free_.begin(), free_.end(), [&](const auto& g) { return g.second >= bytes; });
+  if (gap == free_.end()) throw std::bad_alloc();
+  const size_t offset = gap->first, rest = gap->second - bytes;
+  free_.erase(gap);
+  if (rest > 0) free_[offset + bytes] = rest;
+  live_[offset] = bytes;
+  if (open_) protect(offset, bytes, true);
+  return base_ + offset;
 }
 
-void ProtectedMemory::release(void* block, size_t bytes) {
+void ProtectedMemory::release(void* block, size_t) {
   std::lock_guard<std::mutex> lock(mutex_);
-  blocks_.erase(block);
-  munmap(block, bytes);
+  const auto it = live_.find(size_t(static_cast<char*>(block) - base_));
+  if (it == live_.end()) throw std::logic_error("ProtectedMemory: release of a block it did not hand out");
+  size_t offset = it->first, bytes = it->second;
+  live_.erase(it);
+  map_closed(base_ + offset, bytes);  // its pages are gone: a later block there starts zero-filled
+  // Merge with the gaps on either side.
+  auto next = free_.lower_bound(offset);  // the first gap after the block
+  if (next != free_.end() && next->first == offset + bytes) {
+    bytes += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    const auto prev = std::prev(next);
+    if (prev->first + prev->second == offset) {
+      offset = prev->first;
+      bytes += prev->second;
+      free_.erase(prev);
+    }
+  }
+  free_[offset] = bytes;
+}
+
+int64_t ProtectedMemory::protect_calls() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return protect_calls_;
 }
 
 void ProtectedMemory::set_open(bool open) {
   std::lock_guard<std::mutex> lock(mutex_);
   open_ = open;
-  for (auto& [block, bytes] : blocks_) {
-    if (mprotect(block, bytes, open ? PROT_READ | PROT_WRITE : PROT_NONE) != 0)
-      throw std::runtime_error("ProtectedMemory: mprotect failed");
+  // One call per run of adjacent live blocks.
+  for (auto it = live_.begin(); it != live_.end();) {
+    const size_t first = it->first;
+    size_t end = first + it->second;
+    for (++it; it != live_.end() && it->first == end; ++it) end += it->second;
+    protect(first, end - first, open);
   }
+}
+
+void ProtectedMemory::protect(size_t offset, size_t bytes, bool open) {
+  ++protect_calls_;
+  if (mprotect(base_ + offset, bytes, open ? PROT_READ | PROT_WRITE : PROT_NONE) != 0)
+    throw std::runtime_error("ProtectedMemory: mprotect failed");
 }
 
 void ReleaseAfterQueue::release(void* block, size_t bytes) {
