@@ -30,7 +30,7 @@ struct EngineOptions {
   size_t max_message_bytes = size_t(1) << 30;
   size_t broadcast_segment_bytes = size_t(1) << 20;
   int spin_polls = 64;
-  int yield_polls = 64;
+  int yield_polls = 256;  // the defaults are MpiOptions' (mpi_communicator.h says why)
   int max_sleep_us = 1000;
   double progress_timeout_s = 0;  // the watchdog (MpiOptions::comm_timeout_s); 0 = off
 };
