@@ -44,9 +44,8 @@ class RingReduction final : public BucketReduction {
   RingReduction(comm::Communicator& dp, DType precision, DType accumulation, const EngineContext& context)
       : dp_(dp), precision_(precision), accumulation_(accumulation), context_(context) {}
   DType send_dtype() const override { return precision_; }
-  void pack(void* dst, const Tensor& part, int64_t n) override {
-    // Pre-divided: the sum over ranks is the mean.
-    context_.ops.cast(context_.view(dst, n, precision_), part, 1.0f / float(dp_.size()));
+  void pack(const Tensor& dst, const Tensor& part) override {
+    context_.ops.cast(dst, part, 1.0f / float(dp_.size()));  // pre-divided: the sum over ranks is the mean
   }
   std::unique_ptr<InFlight> post(int, const void* send, void* recv, int64_t chunk) override {
     auto flight = std::make_unique<Ring>();
@@ -87,9 +86,7 @@ class QgzReduction final : public BucketReduction {
     }
   }
   DType send_dtype() const override { return DType::kF32; }
-  void pack(void* dst, const Tensor& part, int64_t n) override {
-    context_.ops.copy(context_.view(dst, n, DType::kF32), part);
-  }
+  void pack(const Tensor& dst, const Tensor& part) override { context_.ops.copy(dst, part); }
   std::unique_ptr<InFlight> post(int bucket, const void* send, void*, int64_t chunk) override {
     auto flight = std::make_unique<Qgz>();
     bool finite = true;  // qgz_start synchronizes before its exchange
@@ -203,15 +200,17 @@ void GradientReducer::add(int unit, const void* grad) {
   for (size_t i = 0; i < units_in_current_; ++i) offset_in_rank_part += partition_.unit(units[i]).shard;
   const UnitPartition& u = partition_.unit(unit);
   uint8_t* send = static_cast<uint8_t*>(current_send_);
+  // Two views moved from rank to rank: a dry run's world can have a million ranks.
+  Tensor dst = context_.view(send, 0, send_dtype), part = context_.view(grad, 0, accumulation_);
   // Ranks past the unit's last element hold padding only (a small unit over many ranks): nothing to pack.
   for (int p = 0; p < partition_.num_shards() && int64_t(p) * u.shard < u.numel; ++p) {
     const int64_t first = int64_t(p) * u.shard;
     const int64_t real = std::min<int64_t>(u.shard, u.numel - first);
-    uint8_t* dst = send + (size_t(p) * bucket_shard_elements_[bucket] + offset_in_rank_part) * elem;
     // The padding stays zero (arena blocks come zero-filled).
-    const Tensor part =
-        context_.view(static_cast<const uint8_t*>(grad) + size_t(first) * grad_elem, real, accumulation_);
-    reduction_->pack(dst, part, real);
+    dst.data = send + (size_t(p) * bucket_shard_elements_[bucket] + offset_in_rank_part) * elem;
+    part.data = const_cast<uint8_t*>(static_cast<const uint8_t*>(grad) + size_t(first) * grad_elem);
+    dst.shape[0] = part.shape[0] = real;
+    reduction_->pack(dst, part);
   }
   if (++units_in_current_ == units.size()) {
     units_in_current_ = 0;

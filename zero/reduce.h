@@ -54,8 +54,9 @@ class BucketReduction {
   virtual ~BucketReduction() = default;
   // The dtype of the send buffer's elements.
   virtual DType send_dtype() const = 0;
-  // Packs n values of a unit's gradient (part, in the accumulation dtype) at dst of the send buffer.
-  virtual void pack(void* dst, const Tensor& part, int64_t n) = 0;
+  // Packs a unit's gradient values (part, in the accumulation dtype) into dst, as many elements of the send
+  // buffer (in send_dtype()).
+  virtual void pack(const Tensor& dst, const Tensor& part) = 0;
   // Posts the reduction of the send buffer (chunk elements per rank); its result will land in recv.
   virtual std::unique_ptr<InFlight> post(int bucket, const void* send, void* recv, int64_t chunk) = 0;
   // A later bucket was posted: starts what may run while backward computes on (qgZ's cross-node hop).
