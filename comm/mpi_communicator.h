@@ -52,9 +52,9 @@ struct MpiOptions {
   size_t broadcast_segment_bytes = size_t(1) << 20;
   // The communication thread's backoff while messages are in flight: polls before yielding, yields before
   // sleeping, and the cap of the exponentially growing sleep.
-  // A 1 ms cap keeps a rank that waits for a late peer under ~3% of a core (bench/comm) and adds at most
-  // about 1 ms to an operation that was already stalled for 2 ms or more; while data flows, every completed
-  // message resets the backoff, so transfers are not slowed.
+  // A 1 ms cap keeps a rank that waits for a late peer at about 5% of a core (bench/comm, 4 ranks on 2
+  // cores) and adds at most about 1 ms to an operation that was already stalled for 2 ms or more; while data
+  // flows, every completed message resets the backoff, so transfers are not slowed.
   // 256 yields: with more ranks than cores, a yielding thread hands its core to a rank with work and is back
   // as soon as it is free, where a sleeping one answers late. 8 ranks on 2 cores ran the ZeRO++ and engine
   // test programs 15-20% faster than with 64 (1024: 30%, but twice the CPU of a rank waiting for a late

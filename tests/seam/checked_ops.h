@@ -35,7 +35,7 @@ class ProtectedMemory final : public BlockSource {
   Device device() const override { return Device::kCUDA; }  // "not the host": a stand-in device
   // Makes every live block readable and writable (open) or inaccessible (closed).
   void set_open(bool open);
-  // The mprotect calls of set_open so far (one per run of adjacent live blocks).
+  // The mprotect calls so far: set_open makes one per run of adjacent live blocks, acquire one while open.
   int64_t protect_calls() const;
 
  private:
