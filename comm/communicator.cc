@@ -29,14 +29,23 @@ const std::string& OperationLabel::current() {
 
 namespace {
 
-// Blocks on state's condition variable until ready() holds, and records the time blocked in the meter.
+// Blocks until ready() holds (ready() is called with state's mutex held), driving the backend's progress
+// if it can be driven, else on state's condition variable, and records the time blocked in the meter.
 template <class Ready>
 void block_until(Request::State& state, Ready&& ready) {
   std::unique_lock lock(state.mutex);
   if (ready()) return;
   const auto start = std::chrono::steady_clock::now();
-  state.cv.wait(lock, ready);
-  lock.unlock();
+  if (state.driver) {
+    lock.unlock();
+    state.driver->drive_until([&] {
+      std::lock_guard guard(state.mutex);
+      return ready();
+    });
+  } else {
+    state.cv.wait(lock, ready);
+    lock.unlock();
+  }
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (state.meter) state.meter->record_wait(state.phase, ms);

@@ -1,17 +1,19 @@
 // The MPI backend of Communicator (MPICH): our own collectives on MPI point-to-point messages.
 //
 // Design (details and reasons in mpi_engine.h, algorithms in mpi_collectives.h):
-// - One communication thread per process makes every MPI call after start-up. A call on a Communicator only
-//   checks its arguments and queues the operation; the thread runs it and completes its Request, on which
-//   callers block without spinning. So a gather or a reduce-scatter progresses while the caller computes,
-//   and compute code never calls MPI.
+// - One communication thread per process makes the MPI calls after start-up while the callers compute. A
+//   call on a Communicator only checks its arguments and queues the operation; the thread runs it and
+//   completes its Request. So a gather or a reduce-scatter progresses while the caller computes, and compute
+//   code never calls MPI. A caller that blocks in Request::wait makes the progress itself meanwhile (one
+//   thread at a time holds the progress token), which saves the hand-over's context switches.
 // - Operations on one communicator run in issue order, one at a time (every member issues them in the same
 //   order); operations on different communicators (subgroups, or a second communicator over the same ranks)
 //   run concurrently, so there is no hidden order between groups to deadlock on.
 // - Each collective is a C++20 coroutine over its own MPI_Isend/MPI_Irecv requests (mpi_op.h); the thread
 //   resumes whichever has a completed message. Op::isend is the one place that meters a send.
-// - While messages are in flight the thread polls with MPI_Test, then yields, then sleeps with a capped
-//   exponential backoff; with nothing in flight it sleeps until an operation is queued. Ranks share two cores
+// - While messages are in flight the thread (or a waiting caller) polls with MPI_Test, then yields, then
+//   sleeps with a capped exponential backoff; with nothing in flight, or while a caller drives, the thread
+//   sleeps until it has work. Ranks share two cores
 //   with the compute threads, so a spinning progress thread would cost the training step its compute.
 //
 //   int main(int argc, char** argv) {
@@ -50,9 +52,10 @@ struct MpiOptions {
   size_t max_message_bytes = size_t(1) << 30;
   // Pipeline unit of the chained broadcast.
   size_t broadcast_segment_bytes = size_t(1) << 20;
-  // The communication thread's backoff while messages are in flight: polls before yielding, yields before
-  // sleeping, and the cap of the exponentially growing sleep.
-  // A 1 ms cap keeps a rank that waits for a late peer at about 5% of a core (bench/comm, 4 ranks on 2
+  // The backoff of the thread that polls while messages are in flight (the communication thread, or a caller
+  // waiting in Request::wait): polls before yielding, yields before sleeping, and the cap of the
+  // exponentially growing sleep.
+  // A 1 ms cap keeps a rank that waits for a late peer at about 3-5% of a core (bench/comm, 4 ranks on 2
   // cores) and adds at most about 1 ms to an operation that was already stalled for 2 ms or more; while data
   // flows, every completed message resets the backoff, so transfers are not slowed.
   // 256 yields: with more ranks than cores, a yielding thread hands its core to a rank with work and is back
@@ -89,7 +92,8 @@ class MpiSession {
   // the main thread: setup, before any metered operation.
   std::unique_ptr<Communicator> world(const MpiOptions& options = {});
 
-  // CPU time consumed so far by the communication thread (0 before world()).
+  // CPU time consumed so far by the communication thread (0 before world()); a caller's own time spent
+  // driving progress in Request::wait is not in it.
   double comm_thread_cpu_seconds() const;
   // The code main() will return; written into the finished-work marker (GPT_FINALIZE_MARKER_DIR) so that a
   // launcher that has to end a job stuck in MPI_Finalize still reports how it ended.

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <future>
 #include <stdexcept>
+#include <thread>
 
 #include "comm/mpi_communicator.h"
 #include "comm/request.h"
@@ -89,7 +90,7 @@ double Engine::thread_cpu_seconds() const {
 
 Request Engine::submit(Group& group, Phase phase, const char* name,
                        const std::function<Task(Op&)>& make_body) {
-  auto state = std::make_shared<Request::State>(&meter_, phase);
+  auto state = std::make_shared<Request::State>(&meter_, phase, this);
   auto op =
       std::make_unique<Op>(group, phase, meter_, options_.max_message_bytes, name, OperationLabel::current());
   op->set_body(make_body(*op));
@@ -99,6 +100,7 @@ Request Engine::submit(Group& group, Phase phase, const char* name,
     if (!running_ || stopping_) throw std::logic_error("comm: operation issued after the MPI session ended");
     pending_.push_back(Submission{&group, std::move(op), state, {}});
     ++submitted_;
+    if (drivers_ > 0) return Request(std::move(state));  // a driving caller admits it (no wake-up)
   }
   wake_.notify_one();
   return Request(std::move(state));
@@ -232,48 +234,100 @@ void Engine::check_stalled(Lane& lane, std::chrono::steady_clock::time_point now
   abort_job(3);
 }
 
+Engine::Backoff::Step Engine::Backoff::next() {
+  ++idle_;
+  if (idle_ <= options_.spin_polls) return Step::kPoll;
+  if (idle_ <= options_.spin_polls + options_.yield_polls) return Step::kYield;
+  return Step::kSleep;
+}
+
+std::chrono::microseconds Engine::Backoff::pause() const {
+  const int doublings = std::min(idle_ - options_.spin_polls - options_.yield_polls - 1, 20);
+  return std::chrono::microseconds(std::min<long>(1L << std::max(doublings, 0), options_.max_sleep_us));
+}
+
+bool Engine::poll_once() {
+  {
+    std::unique_lock lock(mutex_);
+    admit(lock);
+  }
+  // A large message moves in fragments, each copied inside some MPI_Test call, and no request completes
+  // until the last one: a poll that took long did work, so it counts as progress and keeps the backoff
+  // from sleeping between fragments (measured: 2-3x slower 32 MB reductions without this).
+  const auto poll_start = std::chrono::steady_clock::now();
+  return progress() || std::chrono::steady_clock::now() - poll_start > kBusyPoll;
+}
+
+void Engine::drive_until(const std::function<bool()>& ready) {
+  {
+    std::lock_guard lock(mutex_);
+    ++drivers_;
+  }
+  // The thread resumes when the last driver leaves with work in flight or queued (also when ready() throws).
+  struct Leave {
+    Engine& engine;
+    ~Leave() {
+      std::unique_lock lock(engine.mutex_);
+      const bool hand_over = --engine.drivers_ == 0 && (engine.in_flight_ > 0 || !engine.pending_.empty());
+      lock.unlock();
+      if (hand_over) engine.wake_.notify_one();
+    }
+  } leave{*this};
+  Backoff backoff(options_);
+  while (!ready()) {
+    std::unique_lock token(token_, std::try_to_lock);  // the thread may be finishing a poll
+    if (token && poll_once()) {
+      backoff.reset();
+      continue;
+    }
+    if (token) token.unlock();
+    switch (backoff.next()) {
+      case Backoff::Step::kPoll:
+        break;
+      case Backoff::Step::kYield:
+        sched_yield();
+        break;
+      case Backoff::Step::kSleep:
+        std::this_thread::sleep_for(backoff.pause());
+        break;
+    }
+  }
+}
+
 void Engine::loop() {
   prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);  // nanoseconds: keep the backoff sleeps as asked
+  Backoff backoff(options_);
   std::unique_lock lock(mutex_);
-  int idle = 0;
   for (;;) {
-    admit(lock);
-    if (in_flight_ == 0) {
-      if (stopping_ && pending_.empty()) break;
-      const uint64_t seen = submitted_;
-      wake_.wait(lock, [&] { return submitted_ != seen || stopping_; });
-      idle = 0;
+    // Asleep while a caller drives progress or while there is nothing to do.
+    if (drivers_ > 0 || (in_flight_ == 0 && pending_.empty())) {
+      if (stopping_ && drivers_ == 0) break;
+      wake_.wait(lock, [&] { return drivers_ == 0 && (stopping_ || in_flight_ > 0 || !pending_.empty()); });
+      backoff.reset();
       continue;
     }
     const uint64_t seen = submitted_;
     lock.unlock();
-    // A large message moves in fragments, each copied inside some MPI_Test call, and no request completes
-    // until the last one: a poll that took long did work, so it counts as progress and keeps the backoff
-    // from sleeping between fragments (measured: 2-3x slower 32 MB reductions without this).
-    const auto poll_start = std::chrono::steady_clock::now();
-    const bool advanced = progress() || std::chrono::steady_clock::now() - poll_start > kBusyPoll;
+    bool advanced;
+    {
+      std::lock_guard token(token_);
+      advanced = poll_once();
+    }
     if (advanced) {
-      idle = 0;
+      backoff.reset();
       lock.lock();
       continue;
     }
-    ++idle;
-    if (idle <= options_.spin_polls) {
-      lock.lock();
-      continue;
-    }
-    if (idle <= options_.spin_polls + options_.yield_polls) {
-      sched_yield();
-      lock.lock();
-      continue;
-    }
-    const int doublings = std::min(idle - options_.spin_polls - options_.yield_polls - 1, 20);
-    const auto pause = std::chrono::microseconds(std::min<long>(1L << doublings, options_.max_sleep_us));
+    const Backoff::Step step = backoff.next();
+    if (step == Backoff::Step::kYield) sched_yield();
     lock.lock();
-    wake_.wait_for(lock, pause, [&] { return submitted_ != seen; });
+    if (step == Backoff::Step::kSleep) {
+      wake_.wait_for(lock, backoff.pause(), [&] { return submitted_ != seen || drivers_ > 0; });
+    }
   }
   lock.unlock();
   final_cpu_seconds_.store(seconds_of(CLOCK_THREAD_CPUTIME_ID));
+  std::lock_guard token(token_);
   lanes_.clear();
   for (auto& group : groups_) MPI_Comm_free(&group->comm);
   groups_.clear();

@@ -1,13 +1,20 @@
 // Internal to the MPI backend: the per-process communication thread, its queue and its progress loop.
 // Why a thread of our own: the engine overlaps a layer's compute with the next layer's all-gather and with a
 // bucket's reduce-scatter, and MPI (MPICH over UCX here) makes no progress on its own: a ring step advances
-// only inside an MPI call. One thread that owns every MPI call after start-up gives that progress without
-// the compute code ever calling into MPI, and makes MPI_THREAD_SERIALIZED enough.
-// Why not spin: ranks share two cores with the compute threads, so the loop polls a few times, then yields,
-// then sleeps with a capped exponential backoff (on a condition variable, so a new operation wakes it at
-// once), and sleeps without a timeout when there is nothing in flight. Its timer slack is set to 1 us so
-// that the short sleeps are short. Any completed message resets the backoff, and so does a poll that took
-// long (over 20 us): that one copied a fragment of a large message, which completes no request by itself.
+// only inside an MPI call. A thread that makes the MPI calls gives that progress without the compute code
+// ever calling into MPI.
+// Why a caller that waits drives progress itself: handing each operation to the thread and its completion
+// back costs a wake-up and a sleep on each side; with several ranks per core those context switches (kernel
+// work) were most of an MPI test's time. So whoever makes MPI calls holds the progress token (one at a
+// time: MPI_THREAD_SERIALIZED is enough), a caller blocked in Request::wait takes it and polls until its
+// operation is done, and the thread sleeps while any caller drives. The thread still progresses what is in
+// flight while the callers compute, which is what the overlap needs.
+// Why not spin: ranks share two cores with the compute threads, so a polling thread polls a few times, then
+// yields, then sleeps with a capped exponential backoff (the thread on a condition variable, so a new
+// operation wakes it at once), and the thread sleeps without a timeout when there is nothing in flight. Its
+// timer slack is set to 1 us so that the short sleeps are short. Any completed message resets the backoff,
+// and so does a poll that took long (over 20 us): that one copied a fragment of a large message, which
+// completes no request by itself.
 #pragma once
 
 #include <pthread.h>
@@ -23,6 +30,7 @@
 #include <vector>
 
 #include "comm/mpi_op.h"
+#include "comm/request.h"
 
 namespace gpt::comm::mpi {
 
@@ -35,7 +43,7 @@ struct EngineOptions {
   double progress_timeout_s = 0;  // the watchdog (MpiOptions::comm_timeout_s); 0 = off
 };
 
-class Engine {
+class Engine final : public ProgressDriver {
  public:
   Engine(const Topology& topology, const EngineOptions& options);
   ~Engine();  // stop()
@@ -61,7 +69,11 @@ class Engine {
   const Topology& topology() const { return topology_; }
   TrafficMeter& meter() { return meter_; }
   const EngineOptions& options() const { return options_; }
-  double thread_cpu_seconds() const;
+  double thread_cpu_seconds() const;  // the communication thread's; a driving caller's is its own
+
+  // Request::wait's driver (any thread but the communication thread): polls under the progress token until
+  // ready() holds, taking over from the communication thread meanwhile.
+  void drive_until(const std::function<bool()>& ready) override;
 
  private:
   struct Submission {
@@ -81,7 +93,23 @@ class Engine {
     std::chrono::steady_clock::time_point last_progress{};  // of the front operation
   };
 
+  // The backoff of a thread whose poll advanced nothing: poll again, yield, or sleep for pause().
+  class Backoff {
+   public:
+    enum class Step { kPoll, kYield, kSleep };
+    explicit Backoff(const EngineOptions& options) : options_(options) {}
+    void reset() { idle_ = 0; }
+    Step next();
+    std::chrono::microseconds pause() const;
+
+   private:
+    const EngineOptions& options_;
+    int idle_ = 0;
+  };
+
   void loop();
+  // Under the token: admits what was submitted and advances what is in flight; true when that did work.
+  bool poll_once();
   void admit(std::unique_lock<std::mutex>& lock);
   bool progress();
   // The watchdog: aborts the job when the front operation of a lane has not advanced for the timeout.
@@ -93,17 +121,22 @@ class Engine {
   const EngineOptions options_;
   TrafficMeter meter_;
 
+  // Lock order: token_, then mutex_.
+  std::mutex token_;  // the progress token: held by whichever thread makes MPI calls and touches the lanes
   mutable std::mutex mutex_;
-  std::condition_variable wake_;
+  std::condition_variable wake_;    // the communication thread sleeps on it
   std::deque<Submission> pending_;  // guarded by mutex_
   uint64_t submitted_ = 0;          // guarded by mutex_; lets a backoff sleep notice new work
   bool stopping_ = false;           // guarded by mutex_
   bool running_ = false;            // guarded by mutex_
+  int drivers_ = 0;                 // guarded by mutex_: callers in drive_until
 
-  // Communication thread only (and the starting thread before start()).
+  // Under the token (and the starting thread's before start()).
   std::vector<std::unique_ptr<Group>> groups_;
   std::deque<Lane> lanes_;  // a deque: growing it moves no Lane
-  int in_flight_ = 0;
+  // Written under the token (admitting under mutex_ too); read under mutex_ alone by the thread deciding
+  // whether to sleep.
+  std::atomic<int> in_flight_{0};
 
   std::thread thread_;
   clockid_t thread_clock_{};

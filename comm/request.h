@@ -1,12 +1,14 @@
 // The completion object behind a Request, shared by every backend: the backend's progress engine signals
 // complete() once, from any thread, and an all-gather's backend may report each block as it arrives before
-// that; callers block in Request::wait() and wait_block() on a condition variable (no spinning, so a
-// waiting caller costs no CPU on a machine where ranks share cores).
+// that. A caller blocks in Request::wait() and wait_block() on a condition variable (no spinning, so a
+// waiting caller costs no CPU on a machine where ranks share cores), unless the backend can be driven: then
+// the waiting thread makes the backend's progress itself until its operation is done (ProgressDriver).
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -14,8 +16,20 @@
 
 namespace gpt::comm {
 
+// A backend whose progress a waiting caller can make itself (the MPI engine: comm/mpi_engine.h says why).
+class ProgressDriver {
+ public:
+  // Makes progress on the calling thread until ready() holds. ready() takes the State's mutex, so the driver
+  // must call it with none of its own locks held that complete() or block_arrived() could need.
+  virtual void drive_until(const std::function<bool()>& ready) = 0;
+
+ protected:
+  ~ProgressDriver() = default;
+};
+
 struct Request::State {
-  State(TrafficMeter* meter, Phase phase) : meter(meter), phase(phase) {}
+  State(TrafficMeter* meter, Phase phase, ProgressDriver* driver = nullptr)
+      : meter(meter), phase(phase), driver(driver) {}
 
   // Marks the operation finished; `failure` is rethrown by every wait(). Call exactly once.
   void complete(std::exception_ptr failure = nullptr) {
@@ -44,6 +58,7 @@ struct Request::State {
 
   TrafficMeter* const meter;  // where wait() records the time it blocked; may be null
   const Phase phase;
+  ProgressDriver* const driver;  // null: wait on cv
   std::mutex mutex;
   std::condition_variable cv;
   std::atomic<bool> finished{false};
