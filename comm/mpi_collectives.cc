@@ -68,10 +68,10 @@ Task ring_reduce_scatter(Op& op, const char* send, DType dtype, void* out, std::
   // buffer is used and nothing is forwarded, with three one outgoing buffer.
   const size_t buffer = longest * elem;
   const int receive_buffers = std::min(w - 1, 2), send_buffers = std::min(w - 2, 2);
-  std::unique_ptr<char[]> staging(new char[(receive_buffers + send_buffers) * buffer]);
-  char* received[2] = {staging.get(), staging.get() + (receive_buffers - 1) * buffer};
-  char* outgoing[2] = {staging.get() + receive_buffers * buffer,
-                       staging.get() + (receive_buffers + std::max(send_buffers, 1) - 1) * buffer};
+  char* staging = op.scratch((receive_buffers + send_buffers) * buffer);
+  char* received[2] = {staging, staging + (receive_buffers - 1) * buffer};
+  char* outgoing[2] = {staging + receive_buffers * buffer,
+                       staging + (receive_buffers + std::max(send_buffers, 1) - 1) * buffer};
   Msg receive[2], sending[2];
 
   receive[0] = op.irecv(left, received[0], length(offsets, wrap(r - 2, w)) * elem);
