@@ -30,19 +30,20 @@ const std::string& OperationLabel::current() {
 namespace {
 
 // Blocks until ready() holds (ready() is called with state's mutex held), driving the backend's progress
-// if it can be driven, else on state's condition variable, and records the time blocked in the meter.
+// while the wait is short if it can be driven, else (or then) on state's condition variable, and records
+// the time blocked in the meter.
 template <class Ready>
 void block_until(Request::State& state, Ready&& ready) {
   std::unique_lock lock(state.mutex);
   if (ready()) return;
   const auto start = std::chrono::steady_clock::now();
-  if (state.driver) {
-    lock.unlock();
-    state.driver->drive_until([&] {
-      std::lock_guard guard(state.mutex);
-      return ready();
-    });
-  } else {
+  lock.unlock();
+  const bool driven = state.driver && state.driver->drive_until([&] {
+    std::lock_guard guard(state.mutex);
+    return ready();
+  });
+  if (!driven) {
+    lock.lock();
     state.cv.wait(lock, ready);
     lock.unlock();
   }

@@ -7,8 +7,9 @@
 // back costs a wake-up and a sleep on each side; with several ranks per core those context switches (kernel
 // work) were most of an MPI test's time. So whoever makes MPI calls holds the progress token (one at a
 // time: MPI_THREAD_SERIALIZED is enough), a caller blocked in Request::wait takes it and polls until its
-// operation is done, and the thread sleeps while any caller drives. The thread still progresses what is in
-// flight while the callers compute, which is what the overlap needs.
+// operation is done (or until the wait turns out long: then it hands back), and the thread sleeps while
+// any caller drives. The thread still progresses what is in flight while the callers compute, which is what
+// the overlap needs.
 // Why not spin: ranks share two cores with the compute threads, so a polling thread polls a few times, then
 // yields, then sleeps with a capped exponential backoff (the thread on a condition variable, so a new
 // operation wakes it at once), and the thread sleeps without a timeout when there is nothing in flight. Its
@@ -71,9 +72,11 @@ class Engine final : public ProgressDriver {
   const EngineOptions& options() const { return options_; }
   double thread_cpu_seconds() const;  // the communication thread's; a driving caller's is its own
 
-  // Request::wait's driver (any thread but the communication thread): polls under the progress token until
-  // ready() holds, taking over from the communication thread meanwhile.
-  void drive_until(const std::function<bool()>& ready) override;
+  // Request::wait's driver (any thread but the communication thread): polls under the progress token,
+  // taking over from the communication thread, until ready() holds (true) or its backoff would sleep
+  // (false): a wait that long goes back to the thread, which sleeps with a 1 us timer slack and wakes at
+  // once for a new operation, and the caller sleeps on the Request.
+  bool drive_until(const std::function<bool()>& ready) override;
 
  private:
   struct Submission {

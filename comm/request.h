@@ -19,9 +19,11 @@ namespace gpt::comm {
 // A backend whose progress a waiting caller can make itself (the MPI engine: comm/mpi_engine.h says why).
 class ProgressDriver {
  public:
-  // Makes progress on the calling thread until ready() holds. ready() takes the State's mutex, so the driver
-  // must call it with none of its own locks held that complete() or block_arrived() could need.
-  virtual void drive_until(const std::function<bool()>& ready) = 0;
+  // Makes progress on the calling thread until ready() holds (true), or until the wait looks long (false:
+  // the backend's own thread has the progress back, and the caller waits on the condition variable).
+  // ready() takes the State's mutex, so the driver must call it with none of its own locks held that
+  // complete() or block_arrived() could need.
+  virtual bool drive_until(const std::function<bool()>& ready) = 0;
 
  protected:
   ~ProgressDriver() = default;
