@@ -1,8 +1,8 @@
 // bench/comm: bandwidth of our MPI collectives (ring all-gather, ring reduce-scatter, all-reduce) for a few
 // sizes, next to MPICH's own MPI_Allgather / MPI_Reduce_scatter_block / MPI_Allreduce measured in the same
 // run as a yardstick, and the CPU time our communication costs rank 0 per second of wall time (its
-// communication thread's and its caller's while the caller waits, which drives the progress itself; busy,
-// waiting for a late peer, and idle while the caller computes). Run under `mpiexec -n 2` or `-n 4`; rank 0
+// communication thread's, and its caller's while a short wait drives the progress itself; busy, waiting for
+// a late peer, and idle while the caller computes). Run under `mpiexec -n 2` or `-n 4`; rank 0
 // prints. Never passes or fails.
 //   mpiexec -n 4 bazel-bin/bench/comm [--max-mib 64] [--max-sleep-us 100]
 #include <mpi.h>
@@ -29,8 +29,8 @@ using Clock = std::chrono::steady_clock;
 
 struct Timing {
   double seconds_per_op = 0;
-  double comm_cpu_per_wall =
-      0;  // the process's CPU seconds per wall second (it does nothing but communicate)
+  // The process's CPU seconds per wall second (it does nothing but communicate).
+  double comm_cpu_per_wall = 0;
 };
 
 // CPU seconds of this whole process: the communication thread and a caller that drives progress while it
@@ -165,8 +165,9 @@ int run(MpiSession& session, int argc, char** argv) {
     }
   }
 
-  // Rank 0's CPU while its caller waits (and drives) an all-gather for 200 ms for a late peer (the last
-  // rank), and while nothing at all is in flight: what the backoff leaves to the compute threads.
+  // Rank 0's CPU while its caller waits 200 ms on an all-gather for a late peer (the last rank; the caller
+  // drives through its spins and yields, then hands back to the thread), and while nothing at all is in
+  // flight: what the backoff leaves to the compute threads.
   std::vector<uint8_t> part(1 << 20), full((1 << 20) * w);
   world->barrier().wait();
   double cpu0 = process_cpu_seconds();

@@ -2,7 +2,7 @@
 // complete() once, from any thread, and an all-gather's backend may report each block as it arrives before
 // that. A caller blocks in Request::wait() and wait_block() on a condition variable (no spinning, so a
 // waiting caller costs no CPU on a machine where ranks share cores), unless the backend can be driven: then
-// the waiting thread makes the backend's progress itself until its operation is done (ProgressDriver).
+// the waiting thread first makes the backend's progress itself, while the wait is short (ProgressDriver).
 #pragma once
 
 #include <atomic>
