@@ -196,7 +196,10 @@ struct Plan {
   int64_t padded_params = 0;     // P: each gather unit padded to a multiple of 8W
   int gather_units = 0;          // the units stage 3 gathers one at a time (wte, wpe, blocks, ln_f)
   double first_unit_share = 0;   // unit 0's (the tied embedding's) share of P
-  double flops_per_token = 0;    // 6N + 12 L C T, plus the recomputation's (recompute_flops_per_token)
+  // The share of P in gradient buckets of two or more units (stages 2, 3), which are packed into a send
+  // buffer; qgZ reduces a bucket of one unit from the unit's gradient in place (zero/reduce.h).
+  double packed_share = 0;
+  double flops_per_token = 0;  // 6N + 12 L C T, plus the recomputation's (recompute_flops_per_token)
   std::vector<PlanVariant> variants;
   int configured = 0;  // index into variants
   std::vector<std::string> notes;

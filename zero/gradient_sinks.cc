@@ -143,7 +143,8 @@ class BucketedGradients final : public EngineGradients<Real> {
 
  protected:
   Real* buffer_for(int unit) override {
-    const int64_t n = partition_.unit(unit).numel;
+    // The unit's padded size, the padding zero: the reducer may reduce the buffer in place (reduce.h).
+    const int64_t n = partition_.unit(unit).padded;
     Buffer* best = nullptr;  // the smallest free buffer that fits
     for (Buffer& b : buffers_) {
       if (!b.in_use && b.numel >= n && (!best || b.numel < best->numel)) best = &b;

@@ -87,6 +87,7 @@ class QgzReduction final : public BucketReduction {
   }
   DType send_dtype() const override { return DType::kF32; }
   void pack(const Tensor& dst, const Tensor& part) override { context_.ops.copy(dst, part); }
+  bool done_with_send_at_post() const override { return true; }  // qgz_start quantizes it whole
   std::unique_ptr<InFlight> post(int bucket, const void* send, void*, int64_t chunk) override {
     auto flight = std::make_unique<Qgz>();
     bool finite = true;  // qgz_start synchronizes before its exchange
@@ -188,6 +189,7 @@ void GradientReducer::add(int unit, const void* grad) {
   }
   ++next_;
   const int bucket = bucket_of_unit_[unit];
+  if (reduces_in_place(bucket)) return post(bucket, grad);
   const DType send_dtype = reduction_->send_dtype();
   const size_t elem = dtype_size(send_dtype), grad_elem = dtype_size(accumulation_);
   if (units_in_current_ == 0) {
@@ -214,21 +216,27 @@ void GradientReducer::add(int unit, const void* grad) {
   }
   if (++units_in_current_ == units.size()) {
     units_in_current_ = 0;
-    post(bucket);
+    post(bucket, current_send_);
   }
 }
 
-void GradientReducer::post(int bucket) {
+bool GradientReducer::reduces_in_place(int bucket) const {
+  // Saves the pack's copy of the whole gradient and the send buffer (qgZ: P fp32 values a micro-step).
+  return buckets_[bucket].size() == 1 && reduction_->done_with_send_at_post() &&
+         reduction_->send_dtype() == accumulation_;
+}
+
+void GradientReducer::post(int bucket, const void* send) {
   Pending p;
   p.bucket = bucket;
-  p.send = current_send_;
+  p.send = current_send_;  // null when send is the unit's gradient (no bucket is open then)
   p.recv = context_.wire.allocate("gradient bucket (result)", "buffers: gradient buckets",
                                   dtype_bytes(accumulation_, bucket_shard_elements_[bucket]));
   current_send_ = nullptr;
   std::string label = "bucket " + std::to_string(bucket) + ": " + names_[buckets_[bucket].front()];
   if (buckets_[bucket].size() > 1) label += ".." + names_[buckets_[bucket].back()];
   const comm::OperationLabel serving(label);  // for the watchdog's message
-  p.flight = reduction_->post(bucket, p.send, p.recv, bucket_shard_elements_[bucket]);
+  p.flight = reduction_->post(bucket, send, p.recv, bucket_shard_elements_[bucket]);
   events_.add(EngineEvent::Kind::kPostReduce, label, true);
   pending_.push_back(std::move(p));
   // qgZ: the earlier buckets' intra-node hops have had a bucket of backward to finish; their cross-node hops

@@ -59,6 +59,9 @@ class BucketReduction {
   virtual void pack(const Tensor& dst, const Tensor& part) = 0;
   // Posts the reduction of the send buffer (chunk elements per rank); its result will land in recv.
   virtual std::unique_ptr<InFlight> post(int bucket, const void* send, void* recv, int64_t chunk) = 0;
+  // Whether post() is done with the send buffer when it returns (qgZ quantizes it there; the ring sends from
+  // it until the reduction completes). Then a bucket of one unit is reduced from the unit's gradient itself.
+  virtual bool done_with_send_at_post() const { return false; }
   // A later bucket was posted: starts what may run while backward computes on (qgZ's cross-node hop).
   virtual void advance(int bucket, InFlight& flight) = 0;
   // Waits until recv holds the bucket's result (chunk values in the accumulation dtype).
@@ -94,8 +97,9 @@ class GradientReducer {
 
   const std::vector<std::vector<int>>& buckets() const { return buckets_; }
 
-  // Hands over unit's gradient (numel values on the device, model layout); units must come in backward
-  // order, one segment in a micro-step. The gradient buffer may be reused as soon as this returns.
+  // Hands over unit's gradient (on the device, model layout: numel values, then zeros up to the unit's padded
+  // size); units must come in backward order, one segment in a micro-step. The gradient buffer may be reused
+  // as soon as this returns.
   void add(int unit, const void* grad);
   // Waits for every reduction of this micro-step, which handed over one whole segment. Each finished
   // reduction is added into grad_shard (on the device, the rank's flat shard layout, given at construction).
@@ -108,11 +112,16 @@ class GradientReducer {
  private:
   struct Pending {
     int bucket;
-    void* send;
+    void* send;  // the packed bucket, or null when the reduction read the unit's gradient itself
     void* recv;  // in the accumulation dtype
     std::unique_ptr<BucketReduction::InFlight> flight;
   };
-  void post(int bucket);
+  // Whether bucket's send buffer is its one unit's padded gradient as handed over: already rank-major (rank
+  // p's part is shard p), in the send dtype, and read by the reduction before add() returns.
+  bool reduces_in_place(int bucket) const;
+  // Posts bucket's reduction from send: current_send_ (packed; released when the reduction completes) or the
+  // unit's gradient (reduces_in_place).
+  void post(int bucket, const void* send);
   void complete_oldest();
 
   const Partition& partition_;

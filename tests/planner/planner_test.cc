@@ -742,6 +742,11 @@ TEST_CASE("host rates add the stated host work per rank to its pass; without the
   REQUIRE(with.variants.size() == 8);
   const double P = double(with.padded_params), W = 4, L = 2;
   CHECK(with.gather_units == 15);  // wte, wpe, 12 blocks, ln_f
+  // Buckets of 1e7 elements in gradient order: {ln_f, h.11}, h.10 .. h.1 alone, {h.0, wpe}, wte alone; qgZ
+  // packs the two of two units and reduces the others in place (wpe: 1024 positions; units padded to 8W:
+  // Approx).
+  const double C = 768, block = 12 * C * C + 13 * C, packed = (2 * block + 2 * C + 1024 * C) / P;
+  CHECK(with.packed_share == doctest::Approx(packed).epsilon(1e-5));
   using gpt::comm::Link;
   using gpt::comm::Phase;
   for (size_t i = 0; i < with.variants.size(); ++i) {
@@ -758,8 +763,8 @@ TEST_CASE("host rates add the stated host work per rank to its pass; without the
     const double int4 = 0.5 + 4.0 / 512;
     const double buffers =
         v.zero.quantized_gradients
-            ? P * 4 + P / W * 4 + 2 * (P + P / L) * int4 + P / L * 4  // pack, result, stages
-            : P * 2 + P / W * 4;                                      // the fp16 bucket and its fp32 result
+            ? packed * P * 4 + P / W * 4 + 2 * (P + P / L) * int4 + P / L * 4  // pack, result, stages
+            : P * 2 + P / W * 4;  // the fp16 bucket and its fp32 result
     const double reduce =
         (v.zero.quantized_gradients ? P * (1 + 1 / L) * (1 / 1e9 + 1 / 2e9) : P * (W - 1) / W / 3e9) +
         buffers / 2e9;

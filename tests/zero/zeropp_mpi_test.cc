@@ -24,6 +24,7 @@
 #include "tests/zero/engine_harness.h"
 #include "zero/gather.h"
 #include "zero/qgz.h"
+#include "zero/reduce.h"
 #include "zero/traffic_model.h"
 
 namespace {
@@ -722,4 +723,67 @@ TEST_CASE("LoCo in the engine: its memory line, a reset every reset_T steps and 
   gpt::testing::train_steps(engine, world(), model, spec);
   CHECK(engine.applied_steps() == 4);
   CHECK(all_zero());
+}
+
+TEST_CASE(
+    "qgZ's bucket reduction: buckets of one unit reduced in place from the unit's gradient and packed "
+    "buckets both equal qgZ of the rank-major bucket, bit for bit, and no gradient is read after add") {
+  const int W = world().size();
+  if (topology().num_nodes() < 2) return;  // qgZ runs on two or more nodes
+  const gpt::ParamTable table = gpt::make_param_table(gpt::testing::tiny_model());
+  const gpt::Partition partition(table, W, W);
+  const int U = int(partition.units().size());
+  std::vector<int> order(U);
+  for (int u = 0; u < U; ++u) order[u] = U - 1 - u;
+  std::vector<std::string> names;
+  for (const gpt::UnitInfo& unit : table.units) names.push_back(unit.name);
+  // Buckets of one block and ln_f: {ln_f, h.1} packed, {h.0} in place, {wpe, wte} packed.
+  const int64_t bucket_size = partition.unit(U - 2).numel + partition.unit(U - 1).numel;
+  const std::vector<std::vector<int>> buckets = gpt::plan_buckets(partition, order, bucket_size);
+  REQUIRE(buckets == std::vector<std::vector<int>>{{4, 3}, {2}, {1, 0}});
+  // Each unit's gradient as the loop hands it over: numel values, then zeros up to the padded size.
+  std::vector<std::vector<float>> grads(U);
+  for (int u = 0; u < U; ++u) {
+    grads[u].assign(size_t(partition.unit(u).padded), 0.0f);
+    for (int64_t i = 0; i < partition.unit(u).numel; ++i)
+      grads[u][i] = input_value(world().rank() + 8 * u, i);
+  }
+  QgzRun reference(1, 128, 4, false);
+  std::vector<float> expected(size_t(partition.shard_total()), 0.0f);
+  for (const std::vector<int>& bucket : buckets) {
+    int64_t chunk = 0;
+    for (int u : bucket) chunk += partition.unit(u).shard;
+    std::vector<float> packed(size_t(W) * chunk, 0.0f);  // rank p's part: shard p of each unit in turn
+    for (int p = 0, at = 0; p < W; ++p) {
+      for (int u : bucket) {
+        const int64_t shard = partition.unit(u).shard;
+        std::copy_n(grads[u].begin() + p * shard, shard, packed.begin() + at);
+        at += int(shard);
+      }
+    }
+    reference.chunk = chunk;
+    const std::vector<float> mean = reference.reduce(packed);
+    int64_t at = 0;
+    for (int u : bucket) {
+      const gpt::UnitPartition& unit = partition.unit(u);
+      for (int64_t i = 0; i < unit.shard; ++i) expected[unit.shard_offset + i] += mean[at + i];
+      at += unit.shard;
+    }
+  }
+  Groups groups = make_groups(1);
+  gpt::Arena arena;
+  gpt::EventLog events{false};
+  const gpt::EngineContext context{gpt::cpu_ops(), arena, arena, events};
+  std::vector<float> shard(size_t(partition.shard_total()), 0.0f);
+  gpt::QgzGroups qgz{groups.node.get(), groups.cross.get(), reference.settings};
+  gpt::GradientReducer reducer(partition, names, {order}, world(), DType::kF16, bucket_size, true,
+                               shard.data(), context, &qgz);
+  REQUIRE(reducer.buckets() == buckets);
+  for (int u : order) {
+    std::vector<float> handed = grads[u];
+    reducer.add(u, handed.data());
+    std::fill(handed.begin(), handed.end(), std::numeric_limits<float>::quiet_NaN());  // reused at once
+  }
+  reducer.finish();
+  CHECK(std::memcmp(shard.data(), expected.data(), shard.size() * sizeof(float)) == 0);
 }
