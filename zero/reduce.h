@@ -8,7 +8,9 @@
 // (at most two in flight); without, each bucket is reduced and waited for as soon as it closes.
 //
 // With qgZ (on two or more nodes) a bucket's rank-major fp32 gradients go through the quantized hierarchical
-// all-to-all of qgz.h instead of the ring; buckets, packing and accumulation are the same. A bucket's slow
+// all-to-all of qgz.h instead of the ring; buckets, packing and accumulation are the same, except that a
+// bucket of one unit is not packed: the unit's padded gradient is already rank-major (rank p's part is its
+// shard p) and qgZ quantizes it whole when the bucket is posted, so it is reduced in place. A bucket's slow
 // cross-node hop is posted when the next bucket closes, so that it runs during that bucket's backward rather
 // than while the compute thread waits for it. With LoCo's error feedback each bucket keeps its two hops'
 // errors (device memory, category kFeedbackCategory) from one reduction to the next. The two are one
