@@ -97,21 +97,35 @@ void qgz_cross(const EngineContext& context, comm::Communicator& node, comm::Com
   const size_t q1 = qgz_chunk_bytes(chunk, settings.intra_bits, settings.block);
   const size_t q2 = qgz_chunk_bytes(chunk, kQuantizedGradientBits, settings.block);
   exchange.request.wait();
-  // Stage 1's sums: for each node n, the chunk of rank n L + j summed over this node's L ranks, in fp32.
-  float* partial = static_cast<float*>(
-      context.wire.allocate("qgZ partial sums", "buffers: gradient buckets", N * chunk * 4));
-  const Tensor partials = context.view(partial, N * chunk, DType::kF32);
-  for (int source = 0; source < L; ++source) {
-    const uint8_t* arrived = static_cast<const uint8_t*>(exchange.recv) + size_t(source) * N * q1;
-    context.ops.dequantize_add(partials, context.view(arrived, int64_t(N * q1), DType::kI8), chunk, N,
-                               settings.intra_bits, settings.block);
-  }
-  exchange.release();
-  // Stage 2: requantize and exchange across nodes among the ranks with this local index.
+  context.wire.release(exchange.send);  // stage 1 has been sent
   exchange.send = context.wire.allocate("qgZ stage 2 (send)", "buffers: gradient buckets", N * q2);
-  exchange.recv = context.wire.allocate("qgZ stage 2 (received)", "buffers: gradient buckets", N * q2);
-  quantize_hop(context, exchange.send, partial, feedback.cross, chunk, N, kQuantizedGradientBits, settings);
+  // Stage 1's sums, one node's slice at a time: for node n, the chunk of rank n L + j summed over this node's
+  // L ranks in fp32, then requantized to int4 (blocks restart at each slice, so slice by slice is the same
+  // code as all at once). The first arrival is written and the others added: the same sums as adding them all
+  // into zeros, since a dequantized value is never -0.
+  float* partial = static_cast<float*>(
+      context.wire.allocate("qgZ partial sum", "buffers: gradient buckets", size_t(chunk) * 4));
+  const Tensor partial_sum = context.view(partial, chunk, DType::kF32);
+  const size_t e2 = qgz_chunk_bytes(chunk, kFeedbackBits, settings.block);
+  for (int n = 0; n < N; ++n) {
+    for (int source = 0; source < L; ++source) {
+      const uint8_t* arrived = static_cast<const uint8_t*>(exchange.recv) + (size_t(source) * N + n) * q1;
+      const Tensor codes = context.view(arrived, int64_t(q1), DType::kI8);
+      if (source == 0) {
+        context.ops.dequantize(partial_sum, codes, chunk, 1, settings.intra_bits, settings.block,
+                               DType::kF32);
+      } else {
+        context.ops.dequantize_add(partial_sum, codes, chunk, 1, settings.intra_bits, settings.block);
+      }
+    }
+    uint8_t* kept = feedback.cross ? feedback.cross + size_t(n) * e2 : nullptr;
+    quantize_hop(context, static_cast<uint8_t*>(exchange.send) + size_t(n) * q2, partial, kept, chunk, 1,
+                 kQuantizedGradientBits, settings);
+  }
   context.wire.release(partial);
+  context.wire.release(exchange.recv);
+  // Stage 2: the exchange across nodes among the ranks with this local index.
+  exchange.recv = context.wire.allocate("qgZ stage 2 (received)", "buffers: gradient buckets", N * q2);
   const std::vector<size_t> bytes(N, q2);
   context.before_communication(cross);
   exchange.request = cross.all_to_all_v(exchange.send, bytes, exchange.recv, bytes, phase);
@@ -126,11 +140,15 @@ void qgz_finish(const EngineContext& context, comm::Communicator& node, comm::Co
   const size_t q2 = qgz_chunk_bytes(exchange.chunk, kQuantizedGradientBits, settings.block);
   exchange.request.wait();
   const Tensor result = context.view(out, exchange.chunk, DType::kF32);
-  context.ops.fill(result, 0);
-  for (int n = 0; n < N; ++n) {
-    const uint8_t* arrived = static_cast<const uint8_t*>(exchange.recv) + size_t(n) * q2;
-    context.ops.dequantize_add(result, context.view(arrived, int64_t(q2), DType::kI8), exchange.chunk, 1,
-                               kQuantizedGradientBits, settings.block);
+  for (int n = 0; n < N; ++n) {  // the first written, the others added, as in qgz_cross
+    const Tensor codes =
+        context.view(static_cast<const uint8_t*>(exchange.recv) + size_t(n) * q2, int64_t(q2), DType::kI8);
+    if (n == 0) {
+      context.ops.dequantize(result, codes, exchange.chunk, 1, kQuantizedGradientBits, settings.block,
+                             DType::kF32);
+    } else {
+      context.ops.dequantize_add(result, codes, exchange.chunk, 1, kQuantizedGradientBits, settings.block);
+    }
   }
   context.ops.divide(result, float(L * N));  // one correctly rounded division
   exchange.release();

@@ -763,7 +763,7 @@ TEST_CASE("host rates add the stated host work per rank to its pass; without the
     const double int4 = 0.5 + 4.0 / 512;
     const double buffers =
         v.zero.quantized_gradients
-            ? packed * P * 4 + P / W * 4 + 2 * (P + P / L) * int4 + P / L * 4  // pack, result, stages
+            ? packed * P * 4 + P / W * 4 + 2 * (P + P / L) * int4 + P / W * 4  // pack, result, stages
             : P * 2 + P / W * 4;  // the fp16 bucket and its fp32 result
     const double reduce =
         (v.zero.quantized_gradients ? P * (1 + 1 / L) * (1 / 1e9 + 1 / 2e9) : P * (W - 1) / W / 3e9) +
