@@ -57,6 +57,17 @@ bool quantize_hop(const EngineContext& context, void* out, const float* x, uint8
   return context.ops.quantize_with_feedback(wire, values, errors, chunk, count, bits, s.block, s.err_beta);
 }
 
+// Sums dequantized slices into acc: the first call (first) writes them, the later ones add. The same sums as
+// adding every slice into zeros, since a dequantized value is never -0; and no pass to zero acc first.
+void dequantize_sum(const EngineContext& context, const Tensor& acc, const Tensor& codes, int64_t chunk,
+                    int bits, int block, bool first) {
+  if (first) {
+    context.ops.dequantize(acc, codes, chunk, 1, bits, block, DType::kF32);
+  } else {
+    context.ops.dequantize_add(acc, codes, chunk, 1, bits, block);
+  }
+}
+
 }  // namespace
 
 void qgz_start(const EngineContext& context, comm::Communicator& node, comm::Communicator& cross,
@@ -101,8 +112,7 @@ void qgz_cross(const EngineContext& context, comm::Communicator& node, comm::Com
   exchange.send = context.wire.allocate("qgZ stage 2 (send)", "buffers: gradient buckets", N * q2);
   // Stage 1's sums, one node's slice at a time: for node n, the chunk of rank n L + j summed over this node's
   // L ranks in fp32, then requantized to int4 (blocks restart at each slice, so slice by slice is the same
-  // code as all at once). The first arrival is written and the others added: the same sums as adding them all
-  // into zeros, since a dequantized value is never -0.
+  // code as all at once).
   float* partial = static_cast<float*>(
       context.wire.allocate("qgZ partial sum", "buffers: gradient buckets", size_t(chunk) * 4));
   const Tensor partial_sum = context.view(partial, chunk, DType::kF32);
@@ -110,13 +120,8 @@ void qgz_cross(const EngineContext& context, comm::Communicator& node, comm::Com
   for (int n = 0; n < N; ++n) {
     for (int source = 0; source < L; ++source) {
       const uint8_t* arrived = static_cast<const uint8_t*>(exchange.recv) + (size_t(source) * N + n) * q1;
-      const Tensor codes = context.view(arrived, int64_t(q1), DType::kI8);
-      if (source == 0) {
-        context.ops.dequantize(partial_sum, codes, chunk, 1, settings.intra_bits, settings.block,
-                               DType::kF32);
-      } else {
-        context.ops.dequantize_add(partial_sum, codes, chunk, 1, settings.intra_bits, settings.block);
-      }
+      dequantize_sum(context, partial_sum, context.view(arrived, int64_t(q1), DType::kI8), chunk,
+                     settings.intra_bits, settings.block, source == 0);
     }
     uint8_t* kept = feedback.cross ? feedback.cross + size_t(n) * e2 : nullptr;
     quantize_hop(context, static_cast<uint8_t*>(exchange.send) + size_t(n) * q2, partial, kept, chunk, 1,
@@ -140,15 +145,10 @@ void qgz_finish(const EngineContext& context, comm::Communicator& node, comm::Co
   const size_t q2 = qgz_chunk_bytes(exchange.chunk, kQuantizedGradientBits, settings.block);
   exchange.request.wait();
   const Tensor result = context.view(out, exchange.chunk, DType::kF32);
-  for (int n = 0; n < N; ++n) {  // the first written, the others added, as in qgz_cross
-    const Tensor codes =
-        context.view(static_cast<const uint8_t*>(exchange.recv) + size_t(n) * q2, int64_t(q2), DType::kI8);
-    if (n == 0) {
-      context.ops.dequantize(result, codes, exchange.chunk, 1, kQuantizedGradientBits, settings.block,
-                             DType::kF32);
-    } else {
-      context.ops.dequantize_add(result, codes, exchange.chunk, 1, kQuantizedGradientBits, settings.block);
-    }
+  for (int n = 0; n < N; ++n) {
+    const uint8_t* arrived = static_cast<const uint8_t*>(exchange.recv) + size_t(n) * q2;
+    dequantize_sum(context, result, context.view(arrived, int64_t(q2), DType::kI8), exchange.chunk,
+                   kQuantizedGradientBits, settings.block, n == 0);
   }
   context.ops.divide(result, float(L * N));  // one correctly rounded division
   exchange.release();
