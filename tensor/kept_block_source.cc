@@ -6,17 +6,26 @@
 
 namespace gpt {
 
-void* KeptBlockSource::take_locked(size_t bytes) {
+void* KeptBlockSource::take_locked(size_t bytes, size_t* size) {
+  *size = bytes;
+  if (bytes >= min_bytes_) {
+    // Exactly `bytes`, else the smallest block up to kLargestFit times it.
+    if (auto it = blocks_.lower_bound(bytes);
+        it != blocks_.end() && double(it->first) <= kLargestFit * double(bytes)) {
+      void* block = it->second;
+      *size = it->first;
+      blocks_.erase(it);
+      kept_bytes_ -= *size;
+      used_bytes_ += *size;
+      peak_used_bytes_ = std::max(peak_used_bytes_, used_bytes_);
+      if (*size != bytes) larger_.emplace(block, *size);
+      return block;
+    }
+  }
   used_bytes_ += bytes;
   peak_used_bytes_ = std::max(peak_used_bytes_, used_bytes_);
-  if (bytes < min_bytes_) return nullptr;
-  if (auto it = blocks_.find(bytes); it != blocks_.end()) {
-    void* block = it->second;
-    blocks_.erase(it);
-    kept_bytes_ -= bytes;
-    return block;
-  }
-  for (auto it = blocks_.begin(); it != blocks_.end() && used_bytes_ + kept_bytes_ > peak_used_bytes_;) {
+  const double bound = (1 + kSlack) * double(peak_used_bytes_);
+  for (auto it = blocks_.begin(); it != blocks_.end() && double(used_bytes_ + kept_bytes_) > bound;) {
     inner_.release(it->second, it->first);
     kept_bytes_ -= it->first;
     it = blocks_.erase(it);
@@ -26,12 +35,13 @@ void* KeptBlockSource::take_locked(size_t bytes) {
 
 void* KeptBlockSource::acquire(size_t bytes) {
   void* kept = nullptr;
+  size_t size = bytes;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    kept = take_locked(bytes);
+    kept = take_locked(bytes, &size);
   }
   if (kept) {
-    inner_.reuse(kept, bytes);
+    inner_.reuse(kept, bytes);  // only the bytes the caller sees need to be made ready
     return kept;
   }
   try {
@@ -49,10 +59,19 @@ void* KeptBlockSource::acquire(size_t bytes) {
 }
 
 void KeptBlockSource::release(void* block, size_t bytes) {
-  if (bytes >= min_bytes_) inner_.retire(block, bytes);
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (auto it = larger_.find(block); it != larger_.end()) {
+    bytes = it->second;
+    larger_.erase(it);
+  }
   used_bytes_ -= bytes;
-  if (bytes < min_bytes_) return inner_.release(block, bytes);
+  if (bytes < min_bytes_) {
+    lock.unlock();
+    return inner_.release(block, bytes);
+  }
+  lock.unlock();
+  inner_.retire(block, bytes);
+  lock.lock();
   blocks_.emplace(bytes, block);
   kept_bytes_ += bytes;
 }

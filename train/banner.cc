@@ -178,7 +178,8 @@ void print_banner(const TrainOptions& o, const ParallelGroups& groups, const Zer
 }
 
 // The engine's table completed with what no arena holds, counted as the guard counts it (the MPI ring's
-// staging, the engine's start-up copy, checkpoint copies) and the process baseline the guard measured: its
+// staging, the engine's start-up copy, checkpoint copies, the bound on freed blocks kept for reuse) and the
+// process baseline the guard measured: its
 // total is the predicted peak. Gather and bucket buffers and hpZ secondaries exist only once a step has run.
 void print_first_step_memory(const TrainOptions& o, const ZeroEngine& engine, int data_parallel_size,
                              const comm::Topology& host, const MemoryVerdict& memory,
@@ -200,8 +201,8 @@ void print_first_step_memory(const TrainOptions& o, const ZeroEngine& engine, in
             ? ""
             : "ZeRO formula " + line.formula + " = " + format_bytes(size_t(line.formula_bytes)));
   }
-  for (const char* state :
-       {"communication staging", "start-up copy", "checkpoint copy", "process baseline"}) {
+  for (const char* state : {"communication staging", "start-up copy", "checkpoint copy", "kept host blocks",
+                            "process baseline"}) {
     if (const double bytes = predicted.of(state); bytes > 0) {
       row(state, bytes, std::string(state) == "process baseline" ? "measured before the engine" : "counted");
     }

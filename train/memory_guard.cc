@@ -11,6 +11,7 @@
 
 #include "base/user_error.h"
 #include "model/params.h"
+#include "tensor/kept_block_source.h"
 #include "zero/partition.h"
 
 namespace gpt {
@@ -90,10 +91,16 @@ MemoryNeed rank_memory_need(const TrainOptions& o, int nodes, int ranks_per_node
       plan_memory(o.model, o.zero, nodes, ranks_per_node, o.micro_batch, o.accumulation_steps,
                   cpu ? MemoryTarget::kCpu : MemoryTarget::kGpu, o.tensor_parallel, o.pipeline, stage);
   MemoryNeed need;
+  double in_blocks = 0;  // what the host arenas' blocks hold at the peak
   for (const PlanMemoryLine& line : m.states) {
     // On a GPU only the cpu tier (pinned buffers, host-offloaded state) is RAM.
     if (line.tier == "nvme" || (!cpu && line.tier != "cpu")) continue;
     need.lines.push_back(line);
+    if (line.state != "communication staging" && line.state != "start-up copy") in_blocks += line.bytes;
+  }
+  if (in_blocks > 0) {
+    need.lines.push_back({"kept host blocks", KeptBlockSource::kSlack * in_blocks,
+                          "blocks freed and kept for reuse, at most 5% above the peak in use"});
   }
   if (const double copy = checkpoint_copy_bytes(o, nodes * ranks_per_node); copy > 0) {
     need.lines.push_back(

@@ -1,6 +1,8 @@
 // KeptBlockSource: after the first step, a step that frees and allocates the same buffers acquires nothing
-// from the source beneath; kept blocks stay under the peak of blocks in use; a refused allocation is retried
-// after the kept blocks are freed; retire and reuse bracket every kept block's second life.
+// from the source beneath; a kept block up to 1.5 times a request serves it and is kept again at its own
+// size; kept blocks stay within 5% above the peak of blocks in use, the smallest freed first; a refused
+// allocation is retried after the kept blocks are freed; retire and reuse bracket every kept block's second
+// life.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -77,7 +79,8 @@ TEST_CASE("after the first step, the same buffers come from kept blocks: nothing
   CHECK(inner.acquired == inner.released);
 }
 
-TEST_CASE("kept at every size (as the CUDA backend's pinned wire memory), nothing at all after the first step") {
+TEST_CASE(
+    "kept at every size (as the CUDA backend's pinned wire memory), nothing at all after the first step") {
   CountingSource inner;
   gpt::KeptBlockSource kept(inner, 0);
   gpt::Arena arena("pinned", gpt::Arena::kUnlimited, &kept);
@@ -87,16 +90,49 @@ TEST_CASE("kept at every size (as the CUDA backend's pinned wire memory), nothin
   CHECK(inner.reused == 5 * 4);
 }
 
-TEST_CASE("kept blocks and blocks in use never exceed the peak of blocks in use") {
+TEST_CASE("a kept block up to 1.5 times the request serves it, and is kept again at its own size") {
+  CountingSource inner;
+  gpt::KeptBlockSource kept(inner, 128 << 10);
+  gpt::Arena arena("pinned", gpt::Arena::kUnlimited, &kept);
+  void* a = arena.allocate("a", "buffers", 4 * kMiB);
+  std::memset(a, 0x5a, 4 * kMiB);
+  arena.release(a);
+  void* b = arena.allocate("b", "buffers", 3 * kMiB);  // 4 MiB <= 1.5 x 3 MiB
+  CHECK(b == a);
+  CHECK(inner.acquired == 1);
+  CHECK(inner.reused == 1);
+  const auto* bytes = static_cast<const uint8_t*>(b);
+  CHECK(std::all_of(bytes, bytes + 3 * kMiB, [](uint8_t x) { return x == 0; }));
+  arena.release(b);
+  CHECK(kept.kept_bytes() == 4 * kMiB);
+  arena.release(arena.allocate("c", "buffers", 4 * kMiB));  // the same block, at its own size again
+  CHECK(inner.acquired == 1);
+  kept.free_all();
+  CHECK(inner.held == 0);
+}
+
+TEST_CASE("kept blocks stay within 5% above the peak of blocks in use, the smallest freed first") {
   CountingSource inner;
   gpt::KeptBlockSource kept(inner, 128 << 10);
   gpt::Arena arena("pinned", gpt::Arena::kUnlimited, &kept);
   arena.release(arena.allocate("a", "buffers", 4 * kMiB));
-  // A different size at the same peak: the kept 4 MiB block goes back first.
-  void* b = arena.allocate("b", "buffers", 3 * kMiB);
+  // Too small for the kept block (4 > 1.5 x 1) and 5 MiB in all would pass 1.05 x the 4 MiB peak.
+  void* b = arena.allocate("b", "buffers", kMiB);
   CHECK(kept.kept_bytes() == 0);
-  CHECK(inner.held == 3 * kMiB);
+  CHECK(inner.held == kMiB);
   arena.release(b);
+  kept.free_all();
+
+  void* c = arena.allocate("c", "buffers", 8 * kMiB);
+  void* d = arena.allocate("d", "buffers", 12 * kMiB);
+  arena.release(c);
+  arena.release(d);                                    // a peak of 20 MiB, all of it kept
+  void* e = arena.allocate("e", "buffers", kMiB / 2);  // 20.5 MiB <= 21: nothing freed
+  CHECK(kept.kept_bytes() == 20 * kMiB);
+  void* f = arena.allocate("f", "buffers", kMiB);  // 21.5 MiB > 21: the 8 MiB block goes, not the 12
+  CHECK(kept.kept_bytes() == 12 * kMiB);
+  arena.release(e);
+  arena.release(f);
 }
 
 TEST_CASE("an allocation the source refuses is retried once the kept blocks are freed") {
@@ -108,8 +144,8 @@ TEST_CASE("an allocation the source refuses is retried once the kept blocks are 
   void* c = arena.allocate("c", "buffers", 4 * kMiB);
   arena.release(a);
   arena.release(b);  // 8 MiB kept under a peak of 12
-  // Someone else took memory meanwhile: the source now refuses beyond what it holds (8 MiB after the peak
-  // rule frees one kept block for the next request).
+  // Someone else took memory meanwhile: the source now refuses anything beyond 8 MiB, and it holds 12 (the
+  // half-MiB request fits within 5% above the peak, so the keeping alone would free nothing).
   inner.limit = 8 * kMiB;
   void* d = arena.allocate("d", "buffers", kMiB / 2);
   CHECK(kept.kept_bytes() == 0);  // freed for the retry
