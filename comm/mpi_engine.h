@@ -13,9 +13,10 @@
 // Why not spin: ranks share two cores with the compute threads, so a polling thread polls a few times, then
 // yields, then sleeps with a capped exponential backoff (the thread on a condition variable, so a new
 // operation wakes it at once), and the thread sleeps without a timeout when there is nothing in flight. Its
-// timer slack is set to 1 us so that the short sleeps are short. Any completed message resets the backoff,
-// and so does a poll that took long (over 20 us): that one copied a fragment of a large message, which
-// completes no request by itself.
+// timer slack is set to 1 us so that the short sleeps are short. Any completed message resets the backoff.
+// A poll that took long (over 20 us) copied a fragment of a large message, which completes no request by
+// itself: the backoff then restarts at its shortest sleep, so the next fragment is picked up within
+// microseconds without a poll (a system call) every microsecond in between.
 #pragma once
 
 #include <pthread.h>
@@ -102,6 +103,9 @@ class Engine final : public ProgressDriver {
     enum class Step { kPoll, kYield, kSleep };
     explicit Backoff(const EngineOptions& options) : options_(options) {}
     void reset() { idle_ = 0; }
+    // A poll moved a fragment of a large message and completed nothing: the rest arrives at the link's pace,
+    // so the next steps are the shortest sleeps (1, 2, 4 us, ...) rather than polls and yields again.
+    void streamed() { idle_ = options_.spin_polls + options_.yield_polls; }
     Step next();
     std::chrono::microseconds pause() const;
 
@@ -111,8 +115,13 @@ class Engine final : public ProgressDriver {
   };
 
   void loop();
-  // Under the token: admits what was submitted and advances what is in flight; true when that did work.
-  bool poll_once();
+  // Under the token: admits what was submitted and advances what is in flight.
+  enum class Poll {
+    kIdle,       // nothing moved
+    kStreamed,   // a fragment of a large message moved (the poll took long), nothing completed
+    kCompleted,  // an operation advanced
+  };
+  Poll poll_once();
   void admit(std::unique_lock<std::mutex>& lock);
   bool progress();
   // The watchdog: aborts the job when the front operation of a lane has not advanced for the timeout.
