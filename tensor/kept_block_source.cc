@@ -6,19 +6,17 @@
 
 namespace gpt {
 
-void* KeptBlockSource::take_locked(size_t bytes, size_t* size) {
-  *size = bytes;
+void* KeptBlockSource::take_locked(size_t bytes) {
   if (bytes >= min_bytes_) {
     // Exactly `bytes`, else the smallest block up to kLargestFit times it.
     if (auto it = blocks_.lower_bound(bytes);
         it != blocks_.end() && double(it->first) <= kLargestFit * double(bytes)) {
-      void* block = it->second;
-      *size = it->first;
+      const auto [size, block] = *it;
       blocks_.erase(it);
-      kept_bytes_ -= *size;
-      used_bytes_ += *size;
+      kept_bytes_ -= size;
+      used_bytes_ += size;
       peak_used_bytes_ = std::max(peak_used_bytes_, used_bytes_);
-      if (*size != bytes) larger_.emplace(block, *size);
+      if (size != bytes) larger_.emplace(block, size);
       return block;
     }
   }
@@ -35,10 +33,9 @@ void* KeptBlockSource::take_locked(size_t bytes, size_t* size) {
 
 void* KeptBlockSource::acquire(size_t bytes) {
   void* kept = nullptr;
-  size_t size = bytes;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    kept = take_locked(bytes, &size);
+    kept = take_locked(bytes);
   }
   if (kept) {
     inner_.reuse(kept, bytes);  // only the bytes the caller sees need to be made ready

@@ -52,8 +52,8 @@ class KeptBlockSource final : public BlockSource {
   void free_all();  // returns every kept block to inner
 
  private:
-  // A kept block that fits `bytes` (its own size in *size), or null after trimming for a fresh one.
-  void* take_locked(size_t bytes, size_t* size);
+  // A kept block that fits `bytes` (counted as used at its own size), or null after trimming for a fresh one.
+  void* take_locked(size_t bytes);
 
   BlockSource& inner_;
   const size_t min_bytes_;
