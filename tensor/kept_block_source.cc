@@ -7,21 +7,18 @@
 namespace gpt {
 
 void* KeptBlockSource::take_locked(size_t bytes) {
-  if (bytes >= min_bytes_) {
-    // Exactly `bytes`, else the smallest block up to kLargestFit times it.
-    if (auto it = blocks_.lower_bound(bytes);
-        it != blocks_.end() && double(it->first) <= kLargestFit * double(bytes)) {
-      const auto [size, block] = *it;
-      blocks_.erase(it);
-      kept_bytes_ -= size;
-      used_bytes_ += size;
-      peak_used_bytes_ = std::max(peak_used_bytes_, used_bytes_);
-      if (size != bytes) larger_.emplace(block, size);
-      return block;
-    }
-  }
-  used_bytes_ += bytes;
+  // Exactly `bytes`, else the smallest block up to kLargestFit times it.
+  auto fit = bytes < min_bytes_ ? blocks_.end() : blocks_.lower_bound(bytes);
+  if (fit != blocks_.end() && double(fit->first) > kLargestFit * double(bytes)) fit = blocks_.end();
+  used_bytes_ += fit != blocks_.end() ? fit->first : bytes;
   peak_used_bytes_ = std::max(peak_used_bytes_, used_bytes_);
+  if (fit != blocks_.end()) {
+    const auto [size, block] = *fit;
+    blocks_.erase(fit);
+    kept_bytes_ -= size;
+    if (size != bytes) larger_.emplace(block, size);
+    return block;
+  }
   const double bound = (1 + kSlack) * double(peak_used_bytes_);
   for (auto it = blocks_.begin(); it != blocks_.end() && double(used_bytes_ + kept_bytes_) > bound;) {
     inner_.release(it->second, it->first);
@@ -56,19 +53,17 @@ void* KeptBlockSource::acquire(size_t bytes) {
 }
 
 void KeptBlockSource::release(void* block, size_t bytes) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (auto it = larger_.find(block); it != larger_.end()) {
-    bytes = it->second;
-    larger_.erase(it);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = larger_.find(block); it != larger_.end()) {  // kept at its own size
+      bytes = it->second;
+      larger_.erase(it);
+    }
+    used_bytes_ -= bytes;
   }
-  used_bytes_ -= bytes;
-  if (bytes < min_bytes_) {
-    lock.unlock();
-    return inner_.release(block, bytes);
-  }
-  lock.unlock();
+  if (bytes < min_bytes_) return inner_.release(block, bytes);
   inner_.retire(block, bytes);
-  lock.lock();
+  std::lock_guard<std::mutex> lock(mutex_);
   blocks_.emplace(bytes, block);
   kept_bytes_ += bytes;
 }

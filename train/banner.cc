@@ -179,8 +179,8 @@ void print_banner(const TrainOptions& o, const ParallelGroups& groups, const Zer
 
 // The engine's table completed with what no arena holds, counted as the guard counts it (the MPI ring's
 // staging, the engine's start-up copy, checkpoint copies, the bound on freed blocks kept for reuse) and the
-// process baseline the guard measured: its
-// total is the predicted peak. Gather and bucket buffers and hpZ secondaries exist only once a step has run.
+// process baseline the guard measured: its total is the predicted peak. Gather and bucket buffers and hpZ
+// secondaries exist only once a step has run.
 void print_first_step_memory(const TrainOptions& o, const ZeroEngine& engine, int data_parallel_size,
                              const comm::Topology& host, const MemoryVerdict& memory,
                              const std::vector<double>& peaks, size_t device_peak_bytes) {

@@ -96,7 +96,7 @@ MemoryNeed rank_memory_need(const TrainOptions& o, int nodes, int ranks_per_node
     // On a GPU only the cpu tier (pinned buffers, host-offloaded state) is RAM.
     if (line.tier == "nvme" || (!cpu && line.tier != "cpu")) continue;
     need.lines.push_back(line);
-    if (line.state != "communication staging" && line.state != "start-up copy") in_blocks += line.bytes;
+    if (!line.outside_arenas) in_blocks += line.bytes;
   }
   if (in_blocks > 0) {
     need.lines.push_back({"kept host blocks", KeptBlockSource::kSlack * in_blocks,

@@ -392,7 +392,8 @@ namespace {
 // What the CPU backend holds outside the engine's arenas: the MPI ring's staging and the start-up copy.
 void add_cpu_lines(const Partition& p, const ZeroConfig& z, int nodes, PlanMemory& m) {
   const double staging = cpu_staging_bytes(p, z, nodes);
-  m.states.push_back({"communication staging", staging, "the MPI ring's buffers, outside the arenas"});
+  m.states.push_back(
+      {"communication staging", staging, "the MPI ring's buffers, outside the arenas", "device", true});
   // The engine initializes master, m and v through a host buffer of min(P/W, sub_group_size) elements each
   // (ZeroEngine::write_state; with the optimizer on NVMe, through the swap buffers instead), before the
   // step's buffers and the ring's staging exist.
@@ -403,7 +404,8 @@ void add_cpu_lines(const Partition& p, const ZeroConfig& z, int nodes, PlanMemor
   if (beyond > 0) {
     m.states.push_back({"start-up copy", beyond,
                         "the engine's host buffer for the initial state, 12 min(P/W, sub_group_size), "
-                        "beyond the step's buffers"});
+                        "beyond the step's buffers",
+                        "device", true});
   }
 }
 

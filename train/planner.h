@@ -56,6 +56,7 @@ struct PlanMemoryLine {
   // "device" (GPU memory; RAM on the CPU backend), "cpu" (host memory beside a GPU) or "nvme" (swap files:
   // not in memory, not in total).
   std::string tier = "device";
+  bool outside_arenas = false;  // the CPU backend's MPI staging and start-up copy: no arena block holds it
 };
 
 // Bytes per rank in each tier. nvme: the swap files' sizes (zero/offload_layout.h).
