@@ -100,7 +100,9 @@ MemoryNeed rank_memory_need(const TrainOptions& o, int nodes, int ranks_per_node
   }
   if (in_blocks > 0) {
     need.lines.push_back({"kept host blocks", KeptBlockSource::kSlack * in_blocks,
-                          "blocks freed and kept for reuse, at most 5% above the peak in use"});
+                          "blocks freed and kept for reuse, at most " +
+                              std::to_string(int(KeptBlockSource::kSlack * 100 + 0.5)) +
+                              "% above the peak in use"});
   }
   if (const double copy = checkpoint_copy_bytes(o, nodes * ranks_per_node); copy > 0) {
     need.lines.push_back(
