@@ -1,9 +1,10 @@
-// Block quantizer benchmark (kernels/quant): throughput of quantize, dequantize and dequantize-add in GB/s of
-// fp32 values (one thread by default), LoCo's quantize-with-feedback (qgZ), and the quantization error, for
-// int8 and int4 at block sizes 64..4096 on three distributions: Gaussian N(0, 1) (also freshly initialized
-// weights: the errors are scale-free); GPT-2-like weights, N(0, 0.02) with 0.05% outliers of 0.2..1.0;
-// gradient-like heavy tails (Student t, 3 degrees of freedom, times 1e-3). This is the measurement behind the
-// default block sizes: the error a block size buys against the 4/B bytes per value its fp32 scales cost.
+// Block quantizer benchmark (kernels/quant): throughput of quantize, dequantize (to fp32, and onto the fp16
+// grid as qwZ's gathered weights are: deq_f16) and dequantize-add in GB/s of fp32 values (one thread by
+// default), LoCo's quantize-with-feedback (qgZ), and the quantization error, for int8 and int4 at block
+// sizes 64..4096 on three distributions: Gaussian N(0, 1) (also freshly initialized weights: the errors are
+// scale-free); GPT-2-like weights, N(0, 0.02) with 0.05% outliers of 0.2..1.0; gradient-like heavy tails
+// (Student t, 3 degrees of freedom, times 1e-3). This is the measurement behind the default block sizes: the
+// error a block size buys against the 4/B bytes per value its fp32 scales cost.
 //
 // Errors over the whole array: rel_l2 = ||x - x'|| / ||x||, mean_rel = mean |x - x'| / mean |x|,
 // max_err = max |x - x'| / max |x|. Each throughput is also given against a plain memcpy of the same fp32
@@ -106,9 +107,9 @@ int run(int argc, char** argv) {
 
   std::fprintf(stderr, "quantize: %lld values, %d thread(s), median of %d; GB/s of fp32 values\n",
                static_cast<long long>(n), options.threads, options.reps);
-  std::fprintf(stderr, "%-9s %4s %5s %9s %8s %10s %10s %10s %8s %8s %8s %8s %8s\n", "data", "bits", "block",
-               "bytes/val", "scales", "rel_l2", "mean_rel", "max_err", "quant", "dequant", "deq_add",
-               "feedback", "memcpy");
+  std::fprintf(stderr, "%-9s %4s %5s %9s %8s %10s %10s %10s %8s %8s %8s %8s %8s %8s\n", "data", "bits",
+               "block", "bytes/val", "scales", "rel_l2", "mean_rel", "max_err", "quant", "dequant", "deq_f16",
+               "deq_add", "feedback", "memcpy");
   for (const std::string dist : {"gaussian", "weights", "gradients"}) {
     const std::vector<float> x = make_data(dist, n);
     std::vector<float> back(n), acc(n);
@@ -119,6 +120,9 @@ int run(int argc, char** argv) {
             median_seconds(options.reps, [&] { quantize_slice(x.data(), n, bits, block, wire.data()); });
         const double t_dequant =
             median_seconds(options.reps, [&] { dequantize_slice(wire.data(), n, bits, block, back.data()); });
+        const double t_f16 = median_seconds(options.reps, [&] {
+          dequantize_slice(wire.data(), n, bits, block, back.data(), gpt::DType::kF16);  // qwZ's fp16 weights
+        });
         const double t_add =
             median_seconds(options.reps, [&] { dequantize_add(wire.data(), n, bits, block, acc.data()); });
         std::vector<uint8_t> kept(quantized_bytes(n, 8, block), 0);  // LoCo's kept errors (qgZ)
@@ -133,21 +137,23 @@ int run(int argc, char** argv) {
         const Errors err = measure_errors(x, back);
         const double bytes_per_value = double(wire.size()) / double(n);
         const double scale_share = 4.0 / block / (bits / 8.0);  // scale bytes / code bytes
-        std::fprintf(stderr,
-                     "%-9s %4d %5d %9.5f %7.2f%% %10.3e %10.3e %10.3e %8.2f %8.2f %8.2f %8.2f %8.2f\n",
-                     dist.c_str(), bits, block, bytes_per_value, 100 * scale_share, err.rel_l2, err.mean_rel,
-                     err.max_err, gb / t_quant, gb / t_dequant, gb / t_add, gb / t_feedback, gb / t_copy);
+        std::fprintf(
+            stderr, "%-9s %4d %5d %9.5f %7.2f%% %10.3e %10.3e %10.3e %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n",
+            dist.c_str(), bits, block, bytes_per_value, 100 * scale_share, err.rel_l2, err.mean_rel,
+            err.max_err, gb / t_quant, gb / t_dequant, gb / t_f16, gb / t_add, gb / t_feedback, gb / t_copy);
         std::printf(
             "{\"bench\": \"quantize\", \"data\": \"%s\", \"bits\": %d, \"block\": %d, \"values\": %lld, "
             "\"threads\": %d, \"bytes_per_value\": %.6f, \"scale_bytes_per_value\": %.6f, "
             "\"scale_share\": %.6f, \"rel_l2\": %.6e, \"mean_rel\": %.6e, \"max_err\": %.6e, "
-            "\"quantize_gb_s\": %.3f, \"dequantize_gb_s\": %.3f, \"dequantize_add_gb_s\": %.3f, "
+            "\"quantize_gb_s\": %.3f, \"dequantize_gb_s\": %.3f, \"dequantize_f16_gb_s\": %.3f, "
+            "\"dequantize_add_gb_s\": %.3f, "
             "\"quantize_feedback_gb_s\": %.3f, \"memcpy_gb_s\": %.3f, \"quant_vs_copy\": %.3f, "
             "\"dequant_vs_copy\": %.3f, "
             "\"dequant_add_vs_copy\": %.3f}\n",
             dist.c_str(), bits, block, static_cast<long long>(n), options.threads, bytes_per_value,
             4.0 / block, scale_share, err.rel_l2, err.mean_rel, err.max_err, gb / t_quant, gb / t_dequant,
-            gb / t_add, gb / t_feedback, gb / t_copy, t_copy / t_quant, t_copy / t_dequant, t_copy / t_add);
+            gb / t_f16, gb / t_add, gb / t_feedback, gb / t_copy, t_copy / t_quant, t_copy / t_dequant,
+            t_copy / t_add);
         std::fflush(stdout);
       }
     }

