@@ -1,4 +1,5 @@
-// Arena: individually tracked, aligned, zero-filled blocks with per-category accounting (see arena.h).
+// Arena: individually tracked, aligned blocks (zero-filled, or as they come for a buffer its caller
+// overwrites) with per-category accounting (see arena.h).
 #include "tensor/arena.h"
 
 #include <algorithm>
@@ -18,6 +19,7 @@ class AlignedBlockSource final : public BlockSource {
  public:
   void* acquire(size_t bytes) override { return allocate_zeroed_host(bytes); }
   void release(void* block, size_t bytes) override { free_host(block, bytes); }
+  void reuse_for_overwrite(void*, size_t) override {}  // nothing else touches host memory: no wait
   Device device() const override { return Device::kCPU; }
 };
 
@@ -33,6 +35,10 @@ KeptBlockSource& kept_host_blocks() {
 
 void* HostBlockSource::acquire(size_t bytes) {
   return kept_host_blocks().acquire(bytes);
+}
+
+void* HostBlockSource::acquire_for_overwrite(size_t bytes) {
+  return kept_host_blocks().acquire_for_overwrite(bytes);
 }
 
 void HostBlockSource::release(void* block, size_t bytes) {
@@ -55,6 +61,14 @@ size_t Arena::index_of_locked(std::string_view category) {
 }
 
 void* Arena::allocate(std::string_view name, std::string_view category, size_t bytes) {
+  return allocate_from(name, category, bytes, false);
+}
+
+void* Arena::allocate_for_overwrite(std::string_view name, std::string_view category, size_t bytes) {
+  return allocate_from(name, category, bytes, true);
+}
+
+void* Arena::allocate_from(std::string_view name, std::string_view category, size_t bytes, bool overwrite) {
   // Zero-byte requests get one aligned unit so each allocation keeps a distinct address to release by.
   const size_t reserved = std::max<size_t>((bytes + kAlignment - 1) / kAlignment * kAlignment, kAlignment);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -64,7 +78,7 @@ void* Arena::allocate(std::string_view name, std::string_view category, size_t b
                     " of its " + format_bytes(capacity_) +
                     " are in use; reduce the model or batch size, or " + "spread the state over more ranks");
   }
-  void* data = source_->acquire(reserved);
+  void* data = overwrite ? source_->acquire_for_overwrite(reserved) : source_->acquire(reserved);
   const size_t category_index = index_of_locked(category);
   const size_t part_mark = category.find(": ");
   const size_t whole_index =

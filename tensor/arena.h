@@ -41,6 +41,11 @@ class BlockSource {
   // and zero-fill the block). The defaults suit memory the host addresses and nothing else touches.
   virtual void retire(void* /*block*/, size_t /*bytes*/) {}
   virtual void reuse(void* block, size_t bytes) { std::memset(block, 0, bytes); }
+  // For a caller that writes every byte before anything reads one (Arena::allocate_for_overwrite): a block
+  // whose contents do not matter. A fresh block is zero-filled anyway; a kept one need not be filled again
+  // (reuse_for_overwrite: the same wait as reuse, no fill). Both default to the zero-filled ones.
+  virtual void* acquire_for_overwrite(size_t bytes) { return acquire(bytes); }
+  virtual void reuse_for_overwrite(void* block, size_t bytes) { reuse(block, bytes); }
 };
 
 // Host memory from aligned_alloc, zero-filled. Large blocks given back are kept (KeptBlockSource, one list
@@ -50,6 +55,7 @@ class BlockSource {
 class HostBlockSource final : public BlockSource {
  public:
   void* acquire(size_t bytes) override;
+  void* acquire_for_overwrite(size_t bytes) override;
   void release(void* block, size_t bytes) override;
   Device device() const override { return Device::kCPU; }
 };
@@ -95,6 +101,9 @@ class Arena {
   // A category may name a part of a larger one, "buffers: gradient buckets": the block counts in both, so
   // the part has its own peak and the whole ("buffers") the peak of all its parts together.
   void* allocate(std::string_view name, std::string_view category, size_t bytes);
+  // The same, for a buffer the caller fills completely before reading any of it (a receive buffer, a
+  // quantizer's output): its bytes are unspecified, which spares a kept block its zero-fill.
+  void* allocate_for_overwrite(std::string_view name, std::string_view category, size_t bytes);
   // The same, described as a tensor on the arena's device.
   Tensor allocate_tensor(std::string_view name, std::string_view category, std::vector<int64_t> shape,
                          DType dtype);
@@ -117,6 +126,7 @@ class Arena {
 
  private:
   size_t index_of_locked(std::string_view category);  // in categories_, added when new
+  void* allocate_from(std::string_view name, std::string_view category, size_t bytes, bool overwrite);
 
   std::string label_;
   size_t capacity_;

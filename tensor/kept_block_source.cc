@@ -29,13 +29,26 @@ void* KeptBlockSource::take_locked(size_t bytes) {
 }
 
 void* KeptBlockSource::acquire(size_t bytes) {
+  return acquire_from(bytes, false);
+}
+
+void* KeptBlockSource::acquire_for_overwrite(size_t bytes) {
+  return acquire_from(bytes, true);
+}
+
+void* KeptBlockSource::acquire_from(size_t bytes, bool overwrite) {
   void* kept = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     kept = take_locked(bytes);
   }
   if (kept) {
-    inner_.reuse(kept, bytes);  // only the bytes the caller sees need to be made ready
+    // Only the bytes the caller sees need to be made ready.
+    if (overwrite) {
+      inner_.reuse_for_overwrite(kept, bytes);
+    } else {
+      inner_.reuse(kept, bytes);
+    }
     return kept;
   }
   try {

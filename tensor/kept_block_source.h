@@ -43,6 +43,8 @@ class KeptBlockSource final : public BlockSource {
 
   // A kept block that fits `bytes` (see above), made ready by inner.reuse(), or a fresh one from inner.
   void* acquire(size_t bytes) override;
+  // The same, made ready by inner.reuse_for_overwrite() (no zero-fill on the host).
+  void* acquire_for_overwrite(size_t bytes) override;
   // Keeps the block (after inner.retire()) when it is large enough, else returns it to inner. `bytes` is what
   // acquire was asked for; a larger kept block that served it is kept at its own size.
   void release(void* block, size_t bytes) override;
@@ -54,6 +56,7 @@ class KeptBlockSource final : public BlockSource {
  private:
   // A kept block that fits `bytes` (counted as used at its own size), or null after trimming for a fresh one.
   void* take_locked(size_t bytes);
+  void* acquire_from(size_t bytes, bool overwrite);
 
   BlockSource& inner_;
   const size_t min_bytes_;

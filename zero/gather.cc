@@ -131,8 +131,8 @@ const void* WeightGatherer::quantized_own_shard(int unit) {
   if (!quantized_own_[unit]) {
     const UnitPartition& u = partition_.unit(unit);
     const size_t bytes = shard_wire_bytes(unit);
-    quantized_own_[unit] =
-        context_.wire.allocate("qwZ quantized shard " + names_[unit], "buffers: quantized shards", bytes);
+    quantized_own_[unit] = context_.wire.allocate_for_overwrite("qwZ quantized shard " + names_[unit],
+                                                                "buffers: quantized shards", bytes);
     ops_.quantize(context_.view(quantized_own_[unit], int64_t(bytes), DType::kI8),
                   context_.view(own_shard(unit), u.shard, config_.precision), u.shard, 1,
                   kQuantizedWeightBits, config_.weight_block);
@@ -337,7 +337,8 @@ void WeightGatherer::release(int unit) {
       // Keep this rank's slice of the group's share: the bytes of shards [j W/h, (j+1) W/h), j = rank mod h,
       // exactly as they arrived. Copied by an op: wire memory may be device memory (under NCCL).
       const size_t bytes = secondary_bytes(unit);
-      secondaries_[unit] = context_.wire.allocate("hpZ secondary " + names_[unit], "hpZ secondary", bytes);
+      secondaries_[unit] =
+          context_.wire.allocate_for_overwrite("hpZ secondary " + names_[unit], "hpZ secondary", bytes);
       keep_secondary(*it, secondaries_[unit]);
       secondary_peak_ = std::max(secondary_peak_, secondary_bytes_held());
     }

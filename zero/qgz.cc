@@ -79,10 +79,12 @@ void qgz_start(const EngineContext& context, comm::Communicator& node, comm::Com
   exchange.chunk = chunk;
   exchange.wire = &context.wire;
   exchange.crossed = false;
-  exchange.send =
-      context.wire.allocate("qgZ stage 1 (send)", "buffers: gradient buckets", size_t(L) * N * qb);
-  exchange.recv =
-      context.wire.allocate("qgZ stage 1 (received)", "buffers: gradient buckets", size_t(L) * N * qb);
+  // Every buffer of the two hops is written whole before it is read (the quantizer's codes and scales, what
+  // arrives, the first dequantized slice), so none needs a zero-fill.
+  exchange.send = context.wire.allocate_for_overwrite("qgZ stage 1 (send)", "buffers: gradient buckets",
+                                                      size_t(L) * N * qb);
+  exchange.recv = context.wire.allocate_for_overwrite("qgZ stage 1 (received)", "buffers: gradient buckets",
+                                                      size_t(L) * N * qb);
   // Order by local peer j', then node n: peer j' receives the chunks of ranks n L + j' for n = 0 .. N-1.
   bool ok = true;
   for (int peer = 0; peer < L; ++peer) {
@@ -109,12 +111,13 @@ void qgz_cross(const EngineContext& context, comm::Communicator& node, comm::Com
   const size_t q2 = qgz_chunk_bytes(chunk, kQuantizedGradientBits, settings.block);
   exchange.request.wait();
   context.wire.release(exchange.send);  // stage 1 has been sent
-  exchange.send = context.wire.allocate("qgZ stage 2 (send)", "buffers: gradient buckets", N * q2);
+  exchange.send =
+      context.wire.allocate_for_overwrite("qgZ stage 2 (send)", "buffers: gradient buckets", N * q2);
   // Stage 1's sums, one node's slice at a time: for node n, the chunk of rank n L + j summed over this node's
   // L ranks in fp32, then requantized to int4 (blocks restart at each slice, so slice by slice is the same
   // code as all at once).
   float* partial = static_cast<float*>(
-      context.wire.allocate("qgZ partial sum", "buffers: gradient buckets", size_t(chunk) * 4));
+      context.wire.allocate_for_overwrite("qgZ partial sum", "buffers: gradient buckets", size_t(chunk) * 4));
   const Tensor partial_sum = context.view(partial, chunk, DType::kF32);
   const size_t e2 = qgz_chunk_bytes(chunk, kFeedbackBits, settings.block);
   for (int n = 0; n < N; ++n) {
@@ -130,7 +133,8 @@ void qgz_cross(const EngineContext& context, comm::Communicator& node, comm::Com
   context.wire.release(partial);
   context.wire.release(exchange.recv);
   // Stage 2: the exchange across nodes among the ranks with this local index.
-  exchange.recv = context.wire.allocate("qgZ stage 2 (received)", "buffers: gradient buckets", N * q2);
+  exchange.recv =
+      context.wire.allocate_for_overwrite("qgZ stage 2 (received)", "buffers: gradient buckets", N * q2);
   const std::vector<size_t> bytes(N, q2);
   context.before_communication(cross);
   exchange.request = cross.all_to_all_v(exchange.send, bytes, exchange.recv, bytes, phase);

@@ -2,7 +2,7 @@
 // from the source beneath; a kept block up to 1.5 times a request serves it and is kept again at its own
 // size; kept blocks stay within 5% above the peak of blocks in use, the smallest freed first; a refused
 // allocation is retried after the kept blocks are freed; retire and reuse bracket every kept block's second
-// life.
+// life; a block allocated for overwrite is made ready without the zero-fill, accounted like any other.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -39,6 +39,9 @@ struct CountingSource : gpt::BlockSource {
     ++reused;
     gpt::BlockSource::reuse(block, bytes);
   }
+  // As a host source would: the block as it was (the default would zero-fill it through reuse).
+  void reuse_for_overwrite(void*, size_t) override { ++reused_for_overwrite; }
+  int reused_for_overwrite = 0;
   gpt::Device device() const override { return gpt::Device::kCPU; }
 };
 
@@ -155,4 +158,47 @@ TEST_CASE("an allocation the source refuses is retried once the kept blocks are 
   CHECK_NOTHROW(arena.release(arena.allocate("after", "buffers", 3 * kMiB)));
   arena.release(c);
   arena.release(d);
+}
+
+TEST_CASE(
+    "allocate_for_overwrite: a kept block keeps its old bytes (no zero-fill); accounting is unchanged") {
+  CountingSource inner;
+  gpt::KeptBlockSource kept(inner, 128 << 10);
+  gpt::Arena arena("host", gpt::Arena::kUnlimited, &kept);
+  void* first = arena.allocate_for_overwrite("received", "communication", kMiB);
+  CHECK(inner.acquired == 1);  // a fresh block: from the source beneath, zero-filled there
+  std::memset(first, 0x5a, kMiB);
+  arena.release(first);
+  void* again = arena.allocate_for_overwrite("received", "communication", kMiB);
+  CHECK(again == first);
+  CHECK(inner.acquired == 1);
+  CHECK(inner.reused_for_overwrite == 1);
+  CHECK(inner.reused == 0);
+  CHECK(static_cast<const uint8_t*>(again)[kMiB - 1] == 0x5a);
+  CHECK(arena.current_bytes() == kMiB);
+  CHECK(arena.usage_by_category().at(0).current_bytes == kMiB);
+  arena.release(again);
+  void* zeroed = arena.allocate("bucket", "gradients", kMiB);  // the same kept block, zero-filled
+  CHECK(zeroed == first);
+  CHECK(inner.reused == 1);
+  CHECK(static_cast<const uint8_t*>(zeroed)[kMiB - 1] == 0);
+  arena.release(zeroed);
+}
+
+TEST_CASE("a source that does not say otherwise zero-fills a block allocated for overwrite as well") {
+  struct ZeroingOnly : gpt::BlockSource {  // reuse alone, as the device sources define it
+    void* acquire(size_t bytes) override { return std::aligned_alloc(64, bytes); }
+    void release(void* block, size_t) override { std::free(block); }
+    gpt::Device device() const override { return gpt::Device::kCPU; }
+  } inner;
+  gpt::KeptBlockSource kept(inner, 128 << 10);
+  gpt::Arena arena("device", gpt::Arena::kUnlimited, &kept);
+  void* block = arena.allocate("bucket", "gradients", kMiB);
+  std::memset(block, 0x5a, kMiB);
+  arena.release(block);
+  void* again = arena.allocate_for_overwrite("received", "communication", kMiB);
+  CHECK(again == block);
+  CHECK(static_cast<const uint8_t*>(again)[0] == 0);  // the default reuse_for_overwrite is reuse
+  arena.release(again);
+  kept.free_all();
 }
