@@ -11,7 +11,9 @@
 // Each instruction is the IEEE operation the scalar functions of quantize_block.h name (a true division,
 // round-half-even, one rounding per product, the F16C conversion that round_to_f16 uses), so the bytes equal
 // theirs; tests/quant holds both to the same float64 reference. Measured on one core here (4M values): int4
-// codes 3.7 -> 6.5 G values/s, int8 decode to fp16 5.4 -> 11.3 G values/s.
+// codes 3.7 -> 6.5 G values/s, int8 decode to fp16 5.4 -> 11.3 G values/s. Inside a ZeRO++ step on the CPU
+// the decode gains less: its fp32 output, two full models a rank a step, is bound by memory writes
+// (bench/results/README.md, cpu_profile_codecs).
 #include "kernels/quant/quantize.h"
 
 #if defined(__AVX512F__)
