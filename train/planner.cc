@@ -27,7 +27,6 @@
 #include "zero/offload_layout.h"
 #include "zero/partition.h"
 #include "zero/pipeline_schedule.h"
-#include "zero/qgz.h"
 #include "zero/reduce.h"
 #include "zero/tensor_parallel_traffic.h"
 #include "zero/traffic_model.h"
@@ -226,17 +225,15 @@ double per_rate(double amount, double rate) {
   return rate > 0 ? amount / rate : 0;
 }
 
-// The zero-filled buffers one reduction of every bucket allocates per rank (zero/reduce.cc, zero/qgz.cc): the
-// packed buckets (P elements in the wire dtype; for qgZ fp32, and only the buckets of two or more units) and
-// their results (P/W fp32), and qgZ's stages: the int4 chunks sent and received in each hop (P, then P/L
-// elements) and the fp32 partial sum, one node's slice at a time (P/W).
+// The zero-filled buffers one reduction of every bucket allocates per rank (zero/reduce.cc): the packed
+// buckets (P elements in the wire dtype; for qgZ fp32, and only the buckets of two or more units) and their
+// results (P/W fp32). qgZ's stages (zero/qgz.cc) are written whole before they are read and come without a
+// fill (Arena::allocate_for_overwrite).
 double reduction_buffer_bytes(const Plan& plan, const ZeroConfig& z) {
   if (z.stage < 2) return 0;
   const double P = double(plan.padded_params), W = plan.data_parallel;
-  const double L = double(plan.cluster.gpus_per_node) / plan.tensor_parallel;
   if (!(z.quantized_gradients && plan.cluster.nodes > 1)) return P * dtype_size(z.precision) + P / W * 4;
-  const double int4 = double(qgz_chunk_bytes(1 << 20, 4, z.gradient_block)) / double(1 << 20);
-  return plan.packed_share * P * 4 + P / W * 4 + 2 * (P + P / L) * int4 + P / W * 4;
+  return plan.packed_share * P * 4 + P / W * 4;
 }
 
 // The host work of one step per rank (PlanTiming's host_forward, host_backward, optimizer) at PlanOptions'

@@ -759,12 +759,9 @@ TEST_CASE("host rates add the stated host work per rank to its pass; without the
     const double decode = v.zero.quantized_weights ? P / 2e9 : P / 4e9;
     const double own = v.zero.quantized_weights ? P / W / 1e9 : 0;
     CHECK(t.host_forward == doctest::Approx(sent(Phase::kParamGatherFwd) / 5e8 + decode + own));
-    // qgZ's int4 chunks: half a byte per value and a 4-byte scale per 512 (zeropp_gradient_block_size).
-    const double int4 = 0.5 + 4.0 / 512;
-    const double buffers =
-        v.zero.quantized_gradients
-            ? packed * P * 4 + P / W * 4 + 2 * (P + P / L) * int4 + P / W * 4  // pack, result, stages
-            : P * 2 + P / W * 4;  // the fp16 bucket and its fp32 result
+    // Zero-filled: qgZ's packed buckets and results (its stages are written whole, without a fill), or the
+    // fp16 bucket and its fp32 result.
+    const double buffers = v.zero.quantized_gradients ? packed * P * 4 + P / W * 4 : P * 2 + P / W * 4;
     const double reduce =
         (v.zero.quantized_gradients ? P * (1 + 1 / L) * (1 / 1e9 + 1 / 2e9) : P * (W - 1) / W / 3e9) +
         buffers / 2e9;
