@@ -100,13 +100,12 @@ struct AddF32 {
   AddF32 at(int64_t offset) const { return {p + offset}; }
 };
 
-// quantize_value for a value of a finite block: x / scale is then finite, so quantize_value's NaN guard
-// changes nothing, and without it (the code formed as a float, converted once) the loops vectorize.
-inline int finite_code(float x, float scale, float qmax_f) {
+// quantize_value for a value of a finite block, as a float: x / scale is then finite, so quantize_value's NaN
+// guard changes nothing, and without it and the integer conversion the loops that use this vectorize.
+inline float finite_code(float x, float scale, float qmax_f) {
   float r = std::nearbyint(x / scale);
   r = r > qmax_f ? qmax_f : r;
-  r = r < -qmax_f ? -qmax_f : r;
-  return static_cast<int>(r);
+  return r < -qmax_f ? -qmax_f : r;
 }
 
 #if defined(__AVX512F__)
@@ -146,58 +145,56 @@ void codes_of_finite_block(const float* x, int64_t len, float scale, uint8_t* co
     }
   }
 #endif
+  auto code = [&](int64_t k) { return static_cast<int>(finite_code(x[k], scale, qmax_f)); };
   if constexpr (kBits == 8) {
-    for (; i < len; ++i) codes[i] = static_cast<uint8_t>(finite_code(x[i], scale, qmax_f));
+    for (; i < len; ++i) codes[i] = static_cast<uint8_t>(code(i));
   } else {
-    for (; i + 1 < len; i += 2)
-      codes[i / 2] = pack_int4(finite_code(x[i], scale, qmax_f), finite_code(x[i + 1], scale, qmax_f));
-    if (i < len) codes[i / 2] = pack_int4(finite_code(x[i], scale, qmax_f), 0);
+    for (; i + 1 < len; i += 2) codes[i / 2] = pack_int4(code(i), code(i + 1));
+    if (i < len) codes[i / 2] = pack_int4(code(i), 0);
   }
 }
 
-// int8 codes times their scale, rounded to fp16 and widened back (what WriteRoundedF16 gives): one pass
-// instead of a store of the products and a second pass that rounds them.
-void dequantize_int8_to_f16_grid(const uint8_t* codes, float scale, int64_t len, float* out) {
-  int64_t i = 0;
 #if defined(__AVX512F__)
-  const __m512 scale16 = _mm512_set1_ps(scale);
-  for (; i + 16 <= len; i += 16) {
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i));
-    const __m512 value = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)), scale16);
-    const __m256i half = _mm512_cvtps_ph(value, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(half));
-  }
-#endif
-  const int64_t rest = i;
-  for (; i < len; ++i) out[i] = dequantize_value(static_cast<int8_t>(codes[i]), scale);
-  round_to_f16(out + rest, out + rest, len - rest);
+// int8 codes times their scale, rounded to fp16 and widened back (what WriteRoundedF16 gives), 16 at a time:
+// one pass instead of a store of the products and a second pass that rounds them.
+void int8_to_f16_grid16(const uint8_t* codes, __m512 scale, float* out) {
+  const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
+  const __m512 value = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)), scale);
+  const __m256i half = _mm512_cvtps_ph(value, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  _mm512_storeu_ps(out, _mm512_cvtph_ps(half));
 }
 
-// int4 codes times their scale, stored (out = x') or added (out += x', two roundings): qgZ's decode.
-template <bool kAdd>
-void dequantize_int4(const uint8_t* codes, float scale, int64_t len, float* out) {
-  int64_t i = 0;
-#if defined(__AVX512F__)
-  const __m512 scale16 = _mm512_set1_ps(scale);
+// 16 values of int4 codes (8 bytes) times their scale. One byte per 64-bit lane: its low nibble to the
+// lane's low half (element 2k), its high nibble to the high half (2k + 1), each sign-extended as (n ^ 8) - 8.
+__m512 int4_values16(const uint8_t* codes, __m512 scale) {
   const __m512i nibble = _mm512_set1_epi64(0xf), eight = _mm512_set1_epi32(8);
-  for (; i + 16 <= len; i += 16) {
-    // One byte per 64-bit lane: its low nibble to the lane's low half (element 2k), its high nibble to the
-    // high half (2k + 1), each then sign-extended as (n ^ 8) - 8.
-    const __m512i bytes =
-        _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i / 2)));
-    const __m512i high = _mm512_slli_epi64(_mm512_and_si512(_mm512_srli_epi64(bytes, 4), nibble), 32);
-    const __m512i pairs = _mm512_or_si512(_mm512_and_si512(bytes, nibble), high);
-    const __m512i q = _mm512_sub_epi32(_mm512_xor_si512(pairs, eight), eight);
-    __m512 value = _mm512_mul_ps(_mm512_cvtepi32_ps(q), scale16);
-    if constexpr (kAdd) value = _mm512_add_ps(_mm512_loadu_ps(out + i), value);
-    _mm512_storeu_ps(out + i, value);
+  const __m512i bytes = _mm512_cvtepu8_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  const __m512i high = _mm512_slli_epi64(_mm512_and_si512(_mm512_srli_epi64(bytes, 4), nibble), 32);
+  const __m512i pairs = _mm512_or_si512(_mm512_and_si512(bytes, nibble), high);
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_xor_si512(pairs, eight), eight)), scale);
+}
+#endif
+
+// The vector part of a block's decode, for the writers that dominate a ZeRO++ step (qwZ's weights onto the
+// fp16 grid, qgZ's int4 hops stored or added, two roundings): the values [0, n) it wrote, n a multiple of 16
+// (0 without AVX-512, or for other writers). dequantize_block does the rest.
+template <int kBits, class Write>
+int64_t decode_vectors(const uint8_t* codes, float scale, int64_t len, const Write& out) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 scale16 = _mm512_set1_ps(scale);
+  if constexpr (kBits == 8 && std::is_same_v<Write, WriteRoundedF16>) {
+    for (; i + 16 <= len; i += 16) int8_to_f16_grid16(codes + i, scale16, out.p + i);
+  } else if constexpr (kBits == 4 && std::is_same_v<Write, WriteF32>) {
+    for (; i + 16 <= len; i += 16) _mm512_storeu_ps(out.p + i, int4_values16(codes + i / 2, scale16));
+  } else if constexpr (kBits == 4 && std::is_same_v<Write, AddF32>) {
+    for (; i + 16 <= len; i += 16) {
+      const __m512 sum = _mm512_add_ps(_mm512_loadu_ps(out.p + i), int4_values16(codes + i / 2, scale16));
+      _mm512_storeu_ps(out.p + i, sum);
+    }
   }
 #endif
-  for (; i < len; ++i) {
-    const uint8_t byte = codes[i / 2];
-    const float value = dequantize_value(i % 2 == 0 ? unpack_int4_low(byte) : unpack_int4_high(byte), scale);
-    out[i] = kAdd ? out[i] + value : value;
-  }
+  return i;
 }
 
 // Quantizes one block of len values; writes its codes and its scale (unaligned). Returns whether it was
@@ -280,16 +277,10 @@ void dequantize_all(const uint8_t* in, int64_t slice_len, int64_t count, int blo
     std::memcpy(&scale, base + codes_bytes + 4 * at.index, sizeof scale);
     const Write block_out = out.at(at.slice * slice_len + at.first);
     const uint8_t* codes = base + data_bytes(at.first, kBits);
-    if constexpr (kBits == 8 && std::is_same_v<Write, WriteRoundedF16>) {
-      dequantize_int8_to_f16_grid(codes, scale, at.len, block_out.p);
-    } else if constexpr (kBits == 4 && std::is_same_v<Write, WriteF32>) {
-      dequantize_int4<false>(codes, scale, at.len, block_out.p);
-    } else if constexpr (kBits == 4 && std::is_same_v<Write, AddF32>) {
-      dequantize_int4<true>(codes, scale, at.len, block_out.p);
-    } else {
-      dequantize_block<kBits>(codes, scale, at.len, block_out);
-      block_out.finish(at.len);
-    }
+    const int64_t done = decode_vectors<kBits>(codes, scale, at.len, block_out);  // even: whole bytes
+    const Write rest = block_out.at(done);
+    dequantize_block<kBits>(codes + data_bytes(done, kBits), scale, at.len - done, rest);
+    rest.finish(at.len - done);
     return true;
   });
 }
@@ -315,16 +306,12 @@ bool quantize_block_with_feedback(const float* x, int64_t len, float beta, uint8
   std::memcpy(&scale, scale_slot, sizeof scale);
   // feedback_error of quantize_block.h, written so that the loops vectorize: this file is compiled with
   // -ffp-contract=off, so plain operators fuse nothing (the header's barriers, which keep that promise under
-  // any flags, would keep the loop scalar), and the code is formed as a float without quantize_value's NaN
-  // guard and integer conversion, which block vectorization and change nothing in a finite block (|code| <=
-  // qmax). The tests hold this and the header to the same float64 reference.
+  // any flags, would keep the loop scalar), and the code is finite_code's float. The tests hold this and the
+  // header to the same float64 reference.
   const float qmax_f = static_cast<float>(qmax), one_minus_beta = 1.0f - beta;
   for (int64_t i = 0; i < len; ++i) {
     const float h = scratch[i];
-    float code = std::nearbyint(h / scale);
-    code = code > qmax_f ? qmax_f : code;
-    code = code < -qmax_f ? -qmax_f : code;
-    scratch[i] = h - code * scale;  // what the wire lost
+    scratch[i] = h - finite_code(h, scale, qmax_f) * scale;  // what the wire lost
   }
   for (int64_t i = 0; i < len; ++i) scratch[i] = beta * kept(i) + one_minus_beta * scratch[i];
   quantize_block<8>(scratch, len, kept_codes, kept_scale_slot);
