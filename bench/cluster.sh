@@ -13,8 +13,9 @@
 # predicted_ms_per_step is gpt_train --plan's step for the same configuration, from rates bench/calibrate
 # measured before any row: compute, host codecs and sending on an unshaped cluster, the links (bandwidth,
 # latency) on each shaped one; the --plan line is printed per bandwidth and the calibrations are kept
-# (--out FILE: FILE's name with _calibration.jsonl). A table follows, then the planner's median and worst
-# error over the rows; the cluster is torn down on every path.
+# (--out FILE: FILE's name with _calibration.jsonl); ucx_rndv_thresh is the MPI transport's setting the row
+# ran with (below). A table follows, then the planner's median and worst error over the rows; the cluster is
+# torn down on every path.
 #   bench/cluster.sh [--steps N] [--bandwidths "none 10gbit 1gbit 200mbit"] [--configs "..."] [--out FILE]
 # Needs root with network namespaces (scripts/cluster probe); ~20-30 minutes on 2 cores.
 set -euo pipefail
@@ -35,6 +36,14 @@ while (($#)); do
   esac
 done
 source scripts/env.sh
+# UCX's switch from eager messages to its rendezvous protocol (MPICH over UCX, TCP between the nodes), the same
+# for every configuration and calibration. A rendezvous waits for a handshake whose packets queue behind up to
+# 100 ms of the other rank's data in the shaped link (tbf, scripts/cluster), which each cross-node message of
+# the hierarchical gather (a block's quantized shard, 1.8 MB here) paid at UCX's default. At 2 MB those go
+# eager, and the larger messages (the spread inside the node, ZeRO-3's fp16 ring, 3.5 MB) keep their zero-copy
+# rendezvous; every message eager (inf) costs CPU in copies. Measurements: docs/benchmarks.md.
+export UCX_RNDV_THRESH=${UCX_RNDV_THRESH:-2mb}
+echo "bench/cluster.sh: UCX_RNDV_THRESH=$UCX_RNDV_THRESH" >&2
 bazel build //train:gpt_train //bench:calibrate >/dev/null 2>&1
 train=$PWD/bazel-bin/train/gpt_train
 calibrate=$PWD/bazel-bin/bench/calibrate
@@ -140,9 +149,9 @@ for bandwidth in $bandwidths; do
     tps=$(while read -r l; do field tokens_per_s <<<"$l"; done <"$work/timed.jsonl" | awk '{s += $1} END {printf "%.2f", s / NR}')
     inter=$(while read -r l; do field bytes_inter_node <<<"$l"; done <"$work/m.jsonl" | awk '{s += $1} END {printf "%.0f", s / NR}')
     ms=$(while read -r l; do field ms <<<"$l"; done <"$work/timed.jsonl" | awk '{s += $1} END {printf "%.0f", s / NR}')
-    printf '{"config": "%s", "bandwidth": "%s", "tokens_per_s": %s, "bytes_inter_node_per_step": %s, "link_bytes_per_step": %.0f, "ms_per_step": %s, "predicted_ms_per_step": %s, "timed_steps": %d, "cpu_busy_share": %s, "cpu_system_share": %s}\n' \
+    printf '{"config": "%s", "bandwidth": "%s", "tokens_per_s": %s, "bytes_inter_node_per_step": %s, "link_bytes_per_step": %.0f, "ms_per_step": %s, "predicted_ms_per_step": %s, "timed_steps": %d, "cpu_busy_share": %s, "cpu_system_share": %s, "ucx_rndv_thresh": "%s"}\n' \
       "$config" "$bandwidth" "$tps" "$inter" "$(awk -v l="$link" -v s="$steps" 'BEGIN {print l / s}')" "$ms" \
-      "$predicted" "$n" "$busy" "$system" |
+      "$predicted" "$n" "$busy" "$system" "$UCX_RNDV_THRESH" |
       tee -a "$results"
   done
   scripts/cluster down >/dev/null
