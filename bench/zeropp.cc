@@ -128,9 +128,14 @@ Result run_config(gpt::comm::Communicator& world, const gpt::TrainOptions& o, co
   Result result;
   double seconds = 0, loss = 0, val_loss = -1;
   for (int step = 1; step <= bench.steps; ++step) {
+    const bool evaluates =
+        valid && ((bench.eval_interval > 0 && step % bench.eval_interval == 0) || step == bench.steps);
+    // As gpt_train: a step followed straight by the next lets stage 3 send that one's first gather early.
+    const auto next = step < bench.steps && !evaluates ? gpt::ZeroEngine::NextCall::kTrainStep
+                                                       : gpt::ZeroEngine::NextCall::kUnknown;
     const auto start = std::chrono::steady_clock::now();
     const gpt::ZeroEngine::StepResult r =
-        engine.train_step(batches.at(step - 1), o.schedule.at(engine.applied_steps()));
+        engine.train_step(batches.at(step - 1), o.schedule.at(engine.applied_steps()), false, next);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     total += traffic.collect();
     loss = r.loss;
@@ -139,7 +144,7 @@ Result run_config(gpt::comm::Communicator& world, const gpt::TrainOptions& o, co
                                     {"grad_norm", r.grad_norm},
                                     {"loss_scale", r.loss_scale},
                                     {"skipped", r.skipped}};
-    if (valid && ((bench.eval_interval > 0 && step % bench.eval_interval == 0) || step == bench.steps)) {
+    if (evaluates) {
       val_loss = gpt::validation_loss(engine, *valid, o.micro_batch, T, bench.eval_iters, world);
       point["val_loss"] = val_loss;
     }

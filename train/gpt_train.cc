@@ -147,6 +147,10 @@ class Run {
   void start_from_model_file_or_checkpoint();
   StepMetrics measure(const ZeroEngine::StepResult& r, double lr, double ms);
   void after_step(const ZeroEngine::StepResult& r, const StepMetrics& s, bool& exit_now);
+  // Whether step `step` (1-based) is followed straight by the next: not the last, and no validation,
+  // checkpoint or --exit-interval stop after it (after_step's schedule). The engine then sends the next
+  // forward's first gather from this step's optimizer.
+  bool next_step_follows(int64_t step) const;
   void print_progress(const ZeroEngine::StepResult& r, const StepMetrics& s);
   double evaluate();
   void save(const char* why);
@@ -258,7 +262,10 @@ void Run::loop() {
     const auto start = std::chrono::steady_clock::now();
     const double lr = o_.schedule.at(engine_.applied_steps());
     hang_if_asked(iteration_ + 1);
-    const ZeroEngine::StepResult r = engine_.train_step(batches_.at(iteration_), lr, stop_signal != 0);
+    const ZeroEngine::StepResult r =
+        engine_.train_step(batches_.at(iteration_), lr, stop_signal != 0,
+                           next_step_follows(iteration_ + 1) ? ZeroEngine::NextCall::kTrainStep
+                                                             : ZeroEngine::NextCall::kUnknown);
     ++iteration_;  // the data position advances on skipped steps too
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -299,6 +306,12 @@ StepMetrics Run::measure(const ZeroEngine::StepResult& r, double lr, double ms) 
   s.stage_busy_ms = r.stage_busy_ms;
   s.stage_pipeline_ms = r.stage_pipeline_ms;
   return s;
+}
+
+bool Run::next_step_follows(int64_t step) const {
+  auto every = [step](int64_t interval) { return interval > 0 && step % interval == 0; };
+  return step < o_.train_iters && !(valid_.loader && every(o_.eval_interval)) &&
+         !(!o_.save.empty() && every(o_.save_interval)) && !every(o_.exit_interval);
 }
 
 // Validation, the progress line, checkpoints and stopping, in that order, after every step.

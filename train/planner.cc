@@ -328,7 +328,10 @@ PlanTiming predict_time(const Plan& plan, const PlanVariant& v, const PlanWork& 
   // head opens the backward) and the last gradient reduced; its share of P is that unit.
   const double forward_work = t.compute_forward + t.tensor_forward + t.host_forward;
   const double backward_work = t.compute_backward + t.tensor_backward + t.host_backward;
-  t.exposed = plan.first_unit_share * (std::min(forward_work, fwd) + std::min(backward_work, bwd + reduce));
+  const double first_gather = plan.first_unit_share * std::min(forward_work, fwd);
+  if (ZeroEngine::gathers_ahead(v.zero, plan.pipeline.stages))
+    t.ahead = std::min(first_gather, (1 - plan.first_unit_share) * t.optimizer);
+  t.exposed = first_gather - t.ahead + plan.first_unit_share * std::min(backward_work, bwd + reduce);
   t.forward_pass = std::max({forward_work, fwd, hidden_fwd_read});
   t.backward_pass = std::max({backward_work, bwd + reduce, hidden_bwd_read});
   t.step = t.forward_pass + t.backward_pass + t.exposed + serial + disk_serial + t.optimizer + t.latency;

@@ -115,6 +115,10 @@ struct PlanTiming {
   // What overlap cannot hide: one unit (the tied embedding's share) of the shorter of each pass's compute
   // and links (compute waits for the first gather; the links for the last unit's compute).
   double exposed = 0;
+  // What of the forward's exposed first gather crosses during the optimizer instead: gpt_train's steps follow
+  // each other, and stage 3 with overlap_comm posts that gather once the first unit's share of the update is
+  // done, so the rest of the update, (1 - its share) x optimizer, hides as much of it.
+  double ahead = 0;
   // The two passes as the step adds them: max(forward work, its gathers, its NVMe reads) and the backward's.
   double forward_pass = 0, backward_pass = 0;
   // Pipeline stages (p > 1): the simulated timeline of the step's micro-batches (its bubble included) at

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "train/planner.h"
+#include "zero/engine.h"
 #include "zero/qgz.h"
 
 namespace gpt {
@@ -457,6 +458,12 @@ void timing_model(std::ostream& out, const Plan& plan) {
         "                the backward): one unit of the shorter side, the tied embedding's share of P,\n"
         "                as it opens both passes and closes the reduction\n",
         plan.first_unit_share);
+    if (ZeroEngine::gathers_ahead(z, plan.pipeline.stages)) {
+      out << format(
+          "                  - min(that forward part, %.3f x optimizer): the next step's first gather\n"
+          "                leaves from the optimizer once its unit is updated, and crosses during the rest\n",
+          1 - plan.first_unit_share);
+    }
     out << "                overlap_comm: stage 3's gathers hide behind the compute of their pass and the\n";
     out << "                bucket reductions behind the backward, whose gathers and reductions share the\n";
     out << "                links; what runs between passes (stages 0-2) adds to the step\n";
@@ -578,6 +585,7 @@ nlohmann::json time_json(const PlanTiming& t) {
           {"optimizer", t.optimizer},
           {"latency", t.latency},
           {"exposed", t.exposed},
+          {"ahead", t.ahead},
           {"step", t.step}};
 }
 

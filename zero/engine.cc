@@ -348,20 +348,26 @@ double ZeroEngine::local_sum_of_squares() {
   return sum;
 }
 
-void ZeroEngine::update_weights(double lr, float grad_scale) {
+void ZeroEngine::update_weights(double lr, float grad_scale, bool gather_ahead) {
   AdamWHyper hyper = config_.adam;
   hyper.lr = lr;
-  optimizer_state_->update([&](const SubGroup& g, float* master, float* m, float* v) {
+  const OptimizerState::Visit step = [&](const SubGroup& g, float* master, float* m, float* v) {
     auto view = [&](float* data) { return context_.view(data, g.size(), DType::kF32); };
     const AdamWState state{view(master), view(gradients_->shard() + g.begin), view(m), view(v)};
     for_each_owned_range(g.begin, g.size(), [&](int64_t model_begin, int64_t model_end, int64_t at) {
       adamw_step_range(ops_, table_, model_begin, model_end, state, at, hyper, applied_steps_, grad_scale);
     });
-  });
+  };
+  if (!gather_ahead) return optimizer_state_->update(step);
+  const std::vector<int>& forward = loop_.schedule().forward;
+  const UnitPartition& first = partition_.unit(forward.front());
+  const OptimizerState::UpdateFirst update_first{first.shard_offset, first.shard_offset + first.shard,
+                                                 [&] { weights_->begin_forward_ahead(forward); }};
+  optimizer_state_->update(step, &update_first);
 }
 
 ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& micro_batches, double lr,
-                                              bool stop_request) {
+                                              bool stop_request, NextCall next) {
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -414,7 +420,11 @@ ZeroEngine::StepResult ZeroEngine::train_step(const std::vector<MicroBatch>& mic
   }
   ++applied_steps_;
   if (config_.loco && applied_steps_ % config_.loco_reset_T == 0) reset_feedback();
-  update_weights(lr, float(clip / result.loss_scale));
+  const bool gather_ahead = next == NextCall::kTrainStep && !result.stop && gathers_ahead();
+  update_weights(lr, float(clip / result.loss_scale), gather_ahead);
+  // The gather begun ahead crossed during the rest of the update; it ends in this step, so each step's
+  // bytes are counted in a fixed step (the first step's include the second's first gather).
+  if (gather_ahead) weights_->finish_forward_ahead();
   result.optimizer_ms = since(optimizer_start);
   return result;
 }

@@ -107,10 +107,26 @@ class ZeroEngine {
              const Pipeline* pipeline = nullptr);
   ~ZeroEngine();
 
+  // What the caller does after a step. kTrainStep promises that its next call is train_step, with nothing
+  // in between that gathers or changes weights (an evaluation, a checkpoint load, a weight import). Stage 3
+  // with overlap_comm (one pipeline stage, shards in memory) then updates the next forward's first unit
+  // before the rest of the shard and posts its gather from there: it crosses while the rest updates, instead
+  // of opening the next step, and is complete when the step returns (so the meter counts it in this step:
+  // the first step of a run carries one more first-unit gather, the last one fewer). A step that is skipped
+  // or stops posts nothing; should something else come first anyway, the gather is dropped (its bytes
+  // wasted, nothing wrong).
+  enum class NextCall { kUnknown, kTrainStep };
   // One optimizer step over this rank's micro-batches (the accumulation steps), at learning rate lr.
   // stop_request travels in the step's one agreement all-reduce, so all ranks learn of a stop at the same
   // step.
-  StepResult train_step(const std::vector<MicroBatch>& micro_batches, double lr, bool stop_request = false);
+  StepResult train_step(const std::vector<MicroBatch>& micro_batches, double lr, bool stop_request = false,
+                        NextCall next = NextCall::kUnknown);
+  // Whether an engine of this configuration and pipeline depth posts the next forward's first gather from
+  // the optimizer when told NextCall::kTrainStep (the planner's steady state assumes it).
+  static bool gathers_ahead(const ZeroConfig& config, int pipeline_stages) {
+    return config.stage == 3 && config.overlap_comm && pipeline_stages == 1 &&
+           !config.offload.swaps_through_wire();
+  }
   // Mean loss of one micro-batch per rank, averaged over ranks, without dropout or gradients (phase eval).
   double evaluate(const MicroBatch& micro_batch);
 
@@ -230,12 +246,14 @@ class ZeroEngine {
     return config_.hierarchical_allgather && config_.stage == 3 && dp_topology_.num_nodes() >= 2 &&
            dp_topology_.ranks_per_node >= 2;
   }
+  bool gathers_ahead() const { return gathers_ahead(config_, pipeline_ ? pipeline_->layout.stages : 1); }
   bool local_overflow();
   double local_sum_of_squares();
   // LoCo's kept errors to zero, when there are any.
   void reset_feedback();
-  // AdamW on this rank's shard, then the compute weights recomputed from the new master.
-  void update_weights(double lr, float grad_scale);
+  // AdamW on this rank's shard, then the compute weights recomputed from the new master; gather_ahead: the
+  // next forward's first unit first, its gather posted before the rest is updated.
+  void update_weights(double lr, float grad_scale, bool gather_ahead);
   Tensor state_tensor(float* data) const;  // shard_total fp32 elements on the device
 
   GPTConfig model_;

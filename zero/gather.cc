@@ -94,6 +94,7 @@ WeightGatherer::~WeightGatherer() {
     context_.wire.release(slot.wire);
     context_.device.release(slot.weights);
   }
+  slots_.clear(), ahead_ = false;
   weights_changed();  // the kept weights go back to the pool, released next
   for (const FreeBuffer& b : free_buffers_) b.arena->release(b.data);
 }
@@ -115,6 +116,7 @@ size_t WeightGatherer::secondary_bytes_held() const {
 }
 
 void WeightGatherer::weights_changed() {
+  if (ahead_) drop_posted(), ahead_ = false;  // it carries the old weights
   for (std::vector<void*>* copies : {&secondaries_, &quantized_own_}) {
     for (void*& copy : *copies) {
       context_.wire.release(copy);
@@ -150,6 +152,11 @@ bool WeightGatherer::needs_own_shard(int unit) const {
 }
 
 void WeightGatherer::begin_pass(std::vector<int> schedule, comm::Phase phase, const void* shard) {
+  if (ahead_) {
+    ahead_ = false;
+    if (schedule == schedule_ && phase == phase_) return;  // its first gather is already on the way
+    drop_posted();  // another pass came first (an evaluation): the gather begun ahead served nothing
+  }
   if (!idle()) throw std::logic_error("WeightGatherer: a pass began while units were still gathered");
   schedule_ = std::move(schedule);
   next_ = 0;
@@ -159,6 +166,29 @@ void WeightGatherer::begin_pass(std::vector<int> schedule, comm::Phase phase, co
     if (needs_own_shard(unit)) reads.push_back(unit);
   }
   own_->begin_pass(shard, std::move(reads));
+}
+
+void WeightGatherer::begin_pass_ahead(std::vector<int> schedule, comm::Phase phase, const void* shard) {
+  begin_pass(std::move(schedule), phase, shard);
+  if (!schedule_.empty() && !kept_[schedule_[0]]) post(0);
+  ahead_ = true;
+}
+
+void WeightGatherer::finish_ahead() {
+  if (!ahead_) return;
+  for (Slot& slot : slots_) slot.request.wait();
+}
+
+void WeightGatherer::drop_posted() {
+  for (Slot& slot : slots_) {
+    if (slot.acquired)
+      throw std::logic_error("WeightGatherer: " + names_[slot.unit] + " dropped while in use");
+    slot.request.wait();  // the cross-node step alone, when its spread was never posted (on every rank alike)
+    if (slot.holds_own_shard) own_->release(slot.unit);
+    give_buffer(context_.wire, slot.wire, slot.wire_capacity);
+    give_buffer(context_.device, slot.weights, slot.weight_capacity);
+  }
+  slots_.clear();
 }
 
 void* WeightGatherer::take_buffer(Arena& arena, size_t bytes, const char* name, size_t* capacity) {

@@ -62,8 +62,19 @@ class WeightGatherer {
 
   // Starts a pass: the units to gather, in order, all in one phase. `shard` is this rank's compute-weight
   // shard (dtype of the precision, in wire memory), which the optimizer updates between steps; null when the
-  // shards are read from the swap (which is then told the units whose shards this pass sends).
+  // shards are read from the swap (which is then told the units whose shards this pass sends). A pass begun
+  // ahead with the same schedule and phase is taken up as it is (its first gather is on the way); another
+  // pass waits for that one's gather and drops it.
   void begin_pass(std::vector<int> schedule, comm::Phase phase, const void* shard);
+  // Begins a pass before its compute is due, and posts its first unit's gather now: the engine calls it from
+  // the optimizer, once that unit's shard holds the new weights, so the gather crosses while the rest of the
+  // shard updates. The next begin_pass takes it up; a weight change before then drops it.
+  void begin_pass_ahead(std::vector<int> schedule, comm::Phase phase, const void* shard);
+  // Waits until the gather begun ahead has sent and received its bytes (its cross-node step, when
+  // hierarchical: the spread goes out when the unit is acquired). The engine calls it as its step ends, so
+  // the meter counts those bytes in that step whatever the timing; the next forward would wait for them
+  // first thing anyway.
+  void finish_ahead();
   // The full weights of the next scheduled unit in the loop dtype (Real: float, or double with fp64 compute
   // weights; context.h) on the device (model layout, numel elements). Waits for its gather and, with overlap,
   // posts the following one.
@@ -76,8 +87,8 @@ class WeightGatherer {
   void release(int unit);
   // Everything acquired has been released and no gather is in flight.
   bool idle() const;
-  // Forgets every hpZ secondary and quantized own shard: the weights changed (optimizer step, checkpoint
-  // load).
+  // Forgets every hpZ secondary, quantized own shard and kept unit, and drops a pass begun ahead: the weights
+  // are changing (optimizer step, checkpoint load).
   void weights_changed();
 
   // Bytes one rank sends for unit u on a primary gather (the shard, raw or quantized) and P_u/h's share that
@@ -103,6 +114,8 @@ class WeightGatherer {
   };
   const void* acquire_weights(int unit);
   void post(size_t index);
+  // Waits for every posted gather and gives its buffers back unread (a pass begun ahead, not taken up).
+  void drop_posted();
   // With overlap_comm: posts the gather of schedule entry `index` unless it is kept, posted or past the end.
   void prefetch(size_t index);
   Slot* slot_of(int unit);
@@ -146,7 +159,8 @@ class WeightGatherer {
   const bool decode_on_arrival_;
 
   std::vector<int> schedule_;
-  size_t next_ = 0;  // next schedule entry to acquire
+  size_t next_ = 0;     // next schedule entry to acquire
+  bool ahead_ = false;  // the pass was begun ahead and no begin_pass has taken it up yet
   comm::Phase phase_ = comm::Phase::kParamGatherFwd;
   std::vector<Slot> slots_;  // posted or acquired, not yet released
   struct FreeBuffer {

@@ -24,9 +24,25 @@ class ResidentOptimizerState final : public OptimizerState {
     // The host sees the state a chunk at a time: at most a sub-group's worth of each array.
     chunk_ = std::max<int64_t>(1, std::min(total_, p.config.offload.sub_group_size));
   }
-  void update(const Visit& step) override {
-    step(SubGroup{0, total_, {}}, master_, m_, v_);
-    refresh_weights();
+  void update(const Visit& step, const UpdateFirst* first) override {
+    if (!first) {
+      step(SubGroup{0, total_, {}}, master_, m_, v_);
+      return refresh_weights();
+    }
+    SubGroupRefresh<float>* refresh = weights_.by_sub_group();
+    if (!refresh) throw std::logic_error("an update in two parts needs stage 3's weight source");
+    auto update_range = [&](int64_t begin, int64_t end) {
+      if (begin >= end) return;
+      const SubGroup group{begin, end, {}};
+      step(group, master_ + begin, m_ + begin, v_ + begin);
+      refresh->refresh_group(master_ + begin, group);
+    };
+    refresh->refresh_begin();
+    update_range(first->begin, first->end);
+    first->then();
+    update_range(0, first->begin);
+    update_range(first->end, total_);
+    refresh->refresh_done();
   }
   void refresh_weights() override { weights_.refresh(master_); }
   void stream(bool overwrite, const HostChunk& visit) override;
@@ -66,7 +82,9 @@ class SwappedOptimizerState final : public OptimizerState {
  public:
   SwappedOptimizerState(OffloadStore& store, SubGroupRefresh<float>& weights)
       : swapped_(store), weights_(weights) {}
-  void update(const Visit& step) override {
+  void update(const Visit& step, const UpdateFirst* first) override {
+    if (first) throw std::logic_error("the swapped optimizer state updates its sub-groups in their order");
+    weights_.refresh_begin();
     swapped_.for_each_group(SwappedOptimizer::Mode::kUpdate,
                             [&](const SubGroup& g, float* master, float* m, float* v) {
                               step(g, master, m, v);
@@ -75,6 +93,7 @@ class SwappedOptimizerState final : public OptimizerState {
     weights_.refresh_done();
   }
   void refresh_weights() override {
+    weights_.refresh_begin();
     swapped_.for_each_group(
         SwappedOptimizer::Mode::kRead,
         [&](const SubGroup& g, float* master, float*, float*) { weights_.refresh_group(master, g); });

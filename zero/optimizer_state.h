@@ -29,9 +29,18 @@ class OptimizerState {
   // visit(begin, n, master, m, v): flat shard elements [begin, begin+n) of each array in host memory.
   using HostChunk = std::function<void(int64_t begin, int64_t n, float* master, float* m, float* v)>;
 
+  // A range of the flat shard to update before the rest, and what to do as soon as its compute weights are
+  // new (the engine posts the next forward's first gather there, so it crosses while the rest updates).
+  struct UpdateFirst {
+    int64_t begin = 0, end = 0;
+    std::function<void()> then;
+  };
+
   virtual ~OptimizerState() = default;
-  // Runs `step` on every group, then recomputes the compute weights from the new master.
-  virtual void update(const Visit& step) = 0;
+  // Runs `step` on every group, then recomputes the compute weights from the new master. With `first`
+  // (stage 3, resident state), its range is stepped and refreshed first, then first->then() runs, then the
+  // rest follows: AdamW is elementwise, so the order changes no value.
+  virtual void update(const Visit& step, const UpdateFirst* first = nullptr) = 0;
   // The master changed (a checkpoint load, an import): recomputes the compute weights from it.
   virtual void refresh_weights() = 0;
   // Hands the state to the host in shard order, no more than a sub-group's worth at a time (the state may

@@ -17,6 +17,11 @@ void EngineWeights<Real>::begin_pass(Pass pass, const std::vector<int>& schedule
 }
 
 template <typename Real>
+void EngineWeights<Real>::begin_forward_ahead(const std::vector<int>&) {
+  throw std::logic_error("only stage 3 gathers its weights, and so only it can begin a pass ahead");
+}
+
+template <typename Real>
 const Real* EngineWeights<Real>::acquire(int unit) {
   const Real* weights = fetch(unit);
   events_.add(EngineEvent::Kind::kComputeBegin, names_[unit], backward_);
@@ -188,16 +193,20 @@ class GatheredWeights final : public EngineWeights<Real>, public SubGroupRefresh
                                                  p.context, home_->swap(), p.node_group, p.cross_group);
   }
   void refresh(const Real* master) override {
+    refresh_begin();
     home_->write_all(master);
     refresh_done();
   }
   SubGroupRefresh<Real>* by_sub_group() override { return this; }
+  // hpZ copies and quantized shards never outlive a weight change.
+  void refresh_begin() override { gatherer_->weights_changed(); }
   void refresh_group(const Real* master, const SubGroup& group) override { home_->write(master, group); }
-  void refresh_done() override {
-    home_->finish();
-    gatherer_->weights_changed();  // hpZ copies and quantized shards never outlive a weight change
-  }
+  void refresh_done() override { home_->finish(); }
   size_t secondary_peak_bytes() const override { return gatherer_->secondary_bytes_peak(); }
+  void begin_forward_ahead(const std::vector<int>& schedule) override {
+    gatherer_->begin_pass_ahead(schedule, comm::Phase::kParamGatherFwd, home_->shard());
+  }
+  void finish_forward_ahead() override { gatherer_->finish_ahead(); }
   void release(int unit) override { gatherer_->release(unit); }
 
  protected:

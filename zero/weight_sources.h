@@ -30,9 +30,13 @@ struct SubGroup;
 
 // Compute weights recomputed one sub-group of the master at a time, for a master that is itself swapped in by
 // sub-groups (offload_optimizer "nvme", which needs stage 3: only stage 3's source is one).
+// Also the resident optimizer state's, when the next forward's first gather leaves from inside its update.
 template <typename Real>
 class SubGroupRefresh {
  public:
+  // Before the first group: the weights are changing, so whatever was derived from the old ones (stage 3's
+  // hpZ secondaries, quantized shards, kept units) is dropped.
+  virtual void refresh_begin() = 0;
   // master holds the group's values; refresh_done() follows the last group.
   virtual void refresh_group(const Real* master, const SubGroup& group) = 0;
   virtual void refresh_done() = 0;
@@ -55,6 +59,11 @@ class EngineWeights : public WeightSource<Real> {
   virtual SubGroupRefresh<Real>* by_sub_group() { return nullptr; }
   // The most bytes of hpZ secondaries held at once (payload).
   virtual size_t secondary_peak_bytes() const { return 0; }
+  // Begins the next training forward now, its first unit's gather posted (stage 3, from the optimizer once
+  // that unit's weights are refreshed); the loop's begin_pass for it takes it up (WeightGatherer).
+  virtual void begin_forward_ahead(const std::vector<int>& schedule);
+  // Waits for the bytes of that gather (WeightGatherer::finish_ahead); nothing when none was begun.
+  virtual void finish_forward_ahead() {}
 
   void begin_pass(Pass pass, const std::vector<int>& schedule) override;
   // The unit's weights; the event log records that its compute begins.

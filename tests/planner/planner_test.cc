@@ -24,6 +24,7 @@
 #include "model/params.h"
 #include "tests/sanitized_build.h"
 #include "train/activation_formulas.h"
+#include "zero/engine.h"
 #include "zero/partition.h"
 #include "zero/tensor_parallel_traffic.h"
 #include "zero/traffic_model.h"
@@ -776,7 +777,14 @@ TEST_CASE("host rates add the stated host work per rank to its pass; without the
     CHECK(t.step > before.step);
     CHECK(t.step <= before.step + (1 + with.first_unit_share) * (t.host_forward + t.host_backward) +
                         t.optimizer + t.latency + 1e-12);
-    CHECK(t.exposed >= before.exposed);
+    // The next step's first gather crosses during the rest of the optimizer (gpt_train's steps follow each
+    // other): as much of the forward's exposed part as (1 - the first unit's share) x optimizer.
+    const double first_gather =
+        with.first_unit_share * std::min(t.compute_forward + t.tensor_forward + t.host_forward, t.comm[0]);
+    const double ahead = std::min(first_gather, (1 - with.first_unit_share) * t.optimizer);
+    CHECK(t.ahead == doctest::Approx(gpt::ZeroEngine::gathers_ahead(v.zero, 1) ? ahead : 0.0));
+    CHECK(t.ahead > 0);
+    CHECK(t.exposed + t.ahead >= before.exposed);
   }
   // Without rates: each pass the longer of its compute and its links, plus one unit (the tied embedding's
   // share of P) of the shorter.

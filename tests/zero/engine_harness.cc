@@ -40,6 +40,11 @@ std::string synthetic_shard(const GPTConfig& model) {
 
 namespace {
 
+ZeroEngine::NextCall next_call(const RunSpec& spec, int step) {
+  return spec.gather_ahead && step + 1 < spec.steps ? ZeroEngine::NextCall::kTrainStep
+                                                    : ZeroEngine::NextCall::kUnknown;
+}
+
 TrainBatches synthetic_batches(comm::Communicator& group, const GPTConfig& model, const RunSpec& spec) {
   return TrainBatches(synthetic_shard(model), model.vocab, model.seq_len, spec.micro_batch, spec.accumulation,
                       group, spec.seed);
@@ -49,7 +54,7 @@ TrainBatches synthetic_batches(comm::Communicator& group, const GPTConfig& model
 
 void train_steps(ZeroEngine& engine, comm::Communicator& group, const GPTConfig& model, const RunSpec& spec) {
   TrainBatches batches = synthetic_batches(group, model, spec);
-  for (int s = 0; s < spec.steps; ++s) engine.train_step(batches.at(s), spec.lr);
+  for (int s = 0; s < spec.steps; ++s) engine.train_step(batches.at(s), spec.lr, false, next_call(spec, s));
 }
 
 RunResult run(comm::Communicator& group, const GPTConfig& model, const RunSpec& spec) {
@@ -60,7 +65,7 @@ RunResult run(comm::Communicator& group, const GPTConfig& model, const RunSpec& 
   for (int s = 0; s < spec.steps; ++s) {
     engine.events().clear();
     const comm::TrafficCounts before = group.meter().snapshot();
-    result.steps.push_back(engine.train_step(batches.at(s), spec.lr));
+    result.steps.push_back(engine.train_step(batches.at(s), spec.lr, false, next_call(spec, s)));
     result.traffic.push_back(group.meter().snapshot() - before);
   }
   result.events = engine.events().events();

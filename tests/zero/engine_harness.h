@@ -24,6 +24,9 @@ struct RunSpec {
   double lr = 1e-3;
   ZeroEngine::GradientHook hook;  // installed on the engine when set
   Ops* ops = nullptr;             // the engine's backend (null: the CPU's)
+  // Tell the engine that another step follows every step but the last (ZeroEngine::NextCall), as gpt_train
+  // does: stage 3 then posts the next forward's first gather from the optimizer.
+  bool gather_ahead = false;
 };
 
 struct RunResult {

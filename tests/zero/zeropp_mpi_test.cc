@@ -22,6 +22,7 @@
 #include "tests/comm/mpi_test_env.h"
 #include "tests/quant/reference.h"
 #include "tests/zero/engine_harness.h"
+#include "train/batches.h"
 #include "zero/gather.h"
 #include "zero/qgz.h"
 #include "zero/reduce.h"
@@ -331,6 +332,94 @@ TEST_CASE("gathering once per step: bit for bit the re-gathering run, one forwar
       }
     }
   }
+}
+
+// gpt_train tells the engine when another step follows (ZeroEngine::NextCall): stage 3 with overlap_comm then
+// updates the next forward's first unit before the rest of the shard and posts its gather from the
+// optimizer. AdamW is elementwise and the gather carries the same bytes, so losses, gradient norms and
+// weights are bit for bit those of gathering at the forward's start, with qwZ, hpZ, qgZ, the hierarchical
+// gather and gathering once per step on and off, and the run moves the same bytes by phase and link.
+TEST_CASE("the next forward's first gather from the optimizer: bit for bit, the same bytes over the run") {
+  const gpt::GPTConfig model = gpt::testing::tiny_model();
+  const bool nodes = topology().num_nodes() >= 2 && topology().ranks_per_node >= 2;
+  for (bool zeropp : {false, true}) {
+    for (bool hierarchical : {false, true}) {
+      for (bool once : {false, true}) {
+        if (hierarchical && !nodes) continue;
+        RunSpec plain = zeropp_spec(zeropp, zeropp ? topology().ranks_per_node : 1, zeropp);
+        plain.steps = 3;
+        plain.zero.hierarchical_allgather = hierarchical;
+        plain.zero.gather_once_per_step = once;
+        plain.zero.record_events = true;
+        RunSpec ahead = plain;
+        ahead.gather_ahead = true;
+        const RunResult a = gpt::testing::run(world(), model, plain);
+        const RunResult b = gpt::testing::run(world(), model, ahead);
+        INFO("ZeRO++ " << zeropp << ", hierarchical " << hierarchical << ", once per step " << once);
+        for (size_t s = 0; s < a.steps.size(); ++s) {
+          CHECK(a.steps[s].loss == b.steps[s].loss);
+          CHECK(a.steps[s].grad_norm == b.steps[s].grad_norm);
+        }
+        CHECK(a.master == b.master);
+        gpt::comm::TrafficCounts ta, tb;
+        for (size_t s = 0; s < a.traffic.size(); ++s) ta += a.traffic[s], tb += b.traffic[s];
+        for (int p = 0; p < gpt::comm::kNumPhases; ++p) {
+          for (Link link : {Link::kIntraNode, Link::kInterNode}) {
+            CHECK(ta.at(Phase(p), link) == tb.at(Phase(p), link));
+          }
+        }
+        // The gather begun ahead is complete when its step returns: the meter counts it there, so the
+        // first step carries one more first-unit gather, the last one fewer, and the others are unchanged.
+        auto forward_bytes = [](const gpt::comm::TrafficCounts& t) {
+          return t.at(Phase::kParamGatherFwd, Link::kIntraNode) +
+                 t.at(Phase::kParamGatherFwd, Link::kInterNode);
+        };
+        CHECK(forward_bytes(b.traffic.front()) > forward_bytes(a.traffic.front()));
+        CHECK(forward_bytes(b.traffic.back()) < forward_bytes(a.traffic.back()));
+        for (int p = 0; p < gpt::comm::kNumPhases; ++p) {
+          for (Link link : {Link::kIntraNode, Link::kInterNode}) {
+            CHECK(a.traffic[1].at(Phase(p), link) == b.traffic[1].at(Phase(p), link));
+          }
+        }
+        // The last step's forward found its first gather posted by the step before (the events are the
+        // last step's).
+        auto forward_posts = [](const RunResult& r) {
+          std::vector<std::string> units;
+          for (const gpt::EngineEvent& e : r.events) {
+            if (e.kind == gpt::EngineEvent::Kind::kPostGather && !e.backward) units.push_back(e.what);
+          }
+          return units;
+        };
+        const std::vector<std::string> posted = forward_posts(a);
+        REQUIRE(!posted.empty());
+        CHECK(std::vector<std::string>(posted.begin() + 1, posted.end()) == forward_posts(b));
+      }
+    }
+  }
+}
+
+// A pass begun ahead that the next call does not take up is waited for and dropped: an evaluation (another
+// phase), or a weight import (the gather carries the old weights). Both give the results of an engine that
+// never gathered ahead.
+TEST_CASE("a gather begun ahead is dropped by an evaluation or a weight import, with the same results") {
+  const gpt::GPTConfig model = gpt::testing::tiny_model();
+  RunSpec spec = zeropp_spec(true, topology().ranks_per_node, true);
+  spec.zero.hierarchical_allgather = topology().num_nodes() >= 2 && topology().ranks_per_node >= 2;
+  gpt::TrainBatches batches(gpt::testing::synthetic_shard(model), model.vocab, model.seq_len,
+                            spec.micro_batch, spec.accumulation, world(), spec.seed);
+  auto after_one_step = [&](bool ahead) {
+    gpt::ZeroEngine engine(model, spec.zero, spec.micro_batch, world(), spec.seed);
+    const auto next = ahead ? gpt::ZeroEngine::NextCall::kTrainStep : gpt::ZeroEngine::NextCall::kUnknown;
+    engine.train_step(batches.at(0), spec.lr, false, next);
+    std::vector<double> seen = {engine.evaluate(batches.at(1).front())};
+    engine.train_step(batches.at(1), spec.lr, false, next);
+    const std::vector<float> whole = engine.gather_master();
+    engine.load_model_weights(whole.data());
+    seen.push_back(engine.train_step(batches.at(2), spec.lr).loss);
+    seen.push_back(engine.evaluate(batches.at(3).front()));
+    return seen;
+  };
+  CHECK(after_one_step(false) == after_one_step(true));
 }
 
 TEST_CASE("an inf in one rank's gradient with qgZ on makes every rank skip the step") {
