@@ -146,11 +146,16 @@ class Run {
  private:
   void start_from_model_file_or_checkpoint();
   StepMetrics measure(const ZeroEngine::StepResult& r, double lr, double ms);
-  void after_step(const ZeroEngine::StepResult& r, const StepMetrics& s, bool& exit_now);
-  // Whether step `step` (1-based) is followed straight by the next: not the last, and no validation,
-  // checkpoint or --exit-interval stop after it (after_step's schedule). The engine then sends the next
-  // forward's first gather from this step's optimizer.
-  bool next_step_follows(int64_t step) const;
+  // What comes after step `step` (1-based) by the run's schedule; a stop signal adds to it. A step with
+  // none of it is followed straight by the next, and the engine then sends that one's first gather from
+  // this step's optimizer.
+  struct AfterStep {
+    bool last = false, evaluate = false, exit = false, save = false;  // exit: --exit-interval
+    bool next_step_follows() const { return !last && !evaluate && !exit && !save; }
+  };
+  AfterStep scheduled_after(int64_t step) const;
+  void after_step(const ZeroEngine::StepResult& r, const StepMetrics& s, const AfterStep& after,
+                  bool& exit_now);
   void print_progress(const ZeroEngine::StepResult& r, const StepMetrics& s);
   double evaluate();
   void save(const char* why);
@@ -262,18 +267,16 @@ void Run::loop() {
     const auto start = std::chrono::steady_clock::now();
     const double lr = o_.schedule.at(engine_.applied_steps());
     hang_if_asked(iteration_ + 1);
-    const ZeroEngine::StepResult r =
-        engine_.train_step(batches_.at(iteration_), lr, stop_signal != 0,
-                           next_step_follows(iteration_ + 1) ? ZeroEngine::NextCall::kTrainStep
-                                                             : ZeroEngine::NextCall::kUnknown);
+    const AfterStep after = scheduled_after(iteration_ + 1);
+    const ZeroEngine::StepResult r = engine_.train_step(
+        batches_.at(iteration_), lr, stop_signal != 0,
+        after.next_step_follows() ? ZeroEngine::NextCall::kTrainStep : ZeroEngine::NextCall::kUnknown);
     ++iteration_;  // the data position advances on skipped steps too
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     StepMetrics s = measure(r, lr, ms);
     s.traffic = traffic.collect();
-    const bool final_step = iteration_ == o_.train_iters || r.stop ||
-                            (o_.exit_interval > 0 && iteration_ % o_.exit_interval == 0);
-    if (final_step) {  // every rank's peak so far, in the last metrics line
+    if (after.last || after.exit || r.stop) {  // every rank's peak so far, in the last metrics line
       s.peak_rss_bytes_per_rank = peak_rss_of_ranks();
       s.predicted_peak_bytes = memory_.need;
     }
@@ -283,7 +286,7 @@ void Run::loop() {
       print_memory_after_first_step();
       traffic.skip();  // its gather of every rank's peak RSS is no step's traffic
     }
-    after_step(r, s, exit_now);
+    after_step(r, s, after, exit_now);
   }
   const std::vector<double> peaks = peak_rss_of_ranks();  // checkpoints included
   if (rank0_) print_peak_rss(peaks, memory_);
@@ -308,21 +311,24 @@ StepMetrics Run::measure(const ZeroEngine::StepResult& r, double lr, double ms) 
   return s;
 }
 
-bool Run::next_step_follows(int64_t step) const {
+Run::AfterStep Run::scheduled_after(int64_t step) const {
   auto every = [step](int64_t interval) { return interval > 0 && step % interval == 0; };
-  return step < o_.train_iters && !(valid_.loader && every(o_.eval_interval)) &&
-         !(!o_.save.empty() && every(o_.save_interval)) && !every(o_.exit_interval);
+  AfterStep after;
+  after.last = step == o_.train_iters;
+  after.evaluate = valid_.loader && (every(o_.eval_interval) || after.last);
+  after.exit = every(o_.exit_interval);
+  after.save = !o_.save.empty() && (every(o_.save_interval) || after.last || after.exit);
+  return after;
 }
 
 // Validation, the progress line, checkpoints and stopping, in that order, after every step.
-void Run::after_step(const ZeroEngine::StepResult& r, const StepMetrics& s, bool& exit_now) {
-  const bool last = iteration_ == o_.train_iters;
-  if (valid_.loader && (iteration_ % o_.eval_interval == 0 || last)) last_val_ = evaluate();
-  if (rank0_ && (iteration_ % o_.log_interval == 0 || last || r.stop)) print_progress(r, s);
-  exit_now = r.stop || (o_.exit_interval > 0 && iteration_ % o_.exit_interval == 0);
-  if (!o_.save.empty() &&
-      ((o_.save_interval > 0 && iteration_ % o_.save_interval == 0) || last || exit_now)) {
-    save(r.stop ? "stop signal" : last ? "end of training" : "interval");
+void Run::after_step(const ZeroEngine::StepResult& r, const StepMetrics& s, const AfterStep& after,
+                     bool& exit_now) {
+  if (after.evaluate) last_val_ = evaluate();
+  if (rank0_ && (iteration_ % o_.log_interval == 0 || after.last || r.stop)) print_progress(r, s);
+  exit_now = r.stop || after.exit;
+  if (after.save || (r.stop && !o_.save.empty())) {
+    save(r.stop ? "stop signal" : after.last ? "end of training" : "interval");
   }
   if (exit_now && rank0_) {
     std::printf("gpt_train: stopping after step %lld (%s)\n", static_cast<long long>(iteration_),

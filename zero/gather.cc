@@ -170,7 +170,7 @@ void WeightGatherer::begin_pass(std::vector<int> schedule, comm::Phase phase, co
 
 void WeightGatherer::begin_pass_ahead(std::vector<int> schedule, comm::Phase phase, const void* shard) {
   begin_pass(std::move(schedule), phase, shard);
-  if (!schedule_.empty() && !kept_[schedule_[0]]) post(0);
+  prefetch(0);  // the engine begins a pass ahead only with overlap_comm
   ahead_ = true;
 }
 
