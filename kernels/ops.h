@@ -18,9 +18,10 @@
 // still use it.
 //
 // Float ops take fp32 or fp64 tensors (fp64 for the gradient checks), all float tensors of one call the same
-// dtype. The CUDA backend's layer ops also take a mixed-precision contract (Megatron / llm.c style; the CPU
-// backend keeps fp32 and fp64 only and reports it as UnsupportedOp), decided by the activations' dtype T,
-// fp16 or bf16:
+// dtype. The CUDA backend's layer ops also take a mixed-precision contract (Megatron / llm.c style; CpuOps
+// keeps fp32 and fp64 only and reports it as UnsupportedOp, and MixedPrecisionCpuOps, kernels/cpu, is its
+// reference on the CPU), decided by the activations' dtype T, fp16 or bf16 (kernels/mixed_precision.h checks
+// it):
 //   embedding_forward(_rows)    out, wte, wpe in T
 //   embedding_backward(_rows)   dout in T; dwte, dwpe fp32
 //   layernorm_forward           out, x, w, b in T; mean, rstd fp32

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cuda/runtime.h"
+#include "kernels/mixed_precision.h"
 #include "kernels/ops.h"
 #include "tensor/tensor.h"
 
@@ -29,18 +30,12 @@ inline uint16_t* bits16(const Tensor& t) {
   return static_cast<uint16_t*>(t.data);
 }
 
-// A tensor of an op's call under the name its dtype error gives it.
-struct Named {
-  const char* name;
-  const Tensor& tensor;
-};
-
-// The layer ops' dtype contract: the `compute` tensors hold the activations' dtype T (fp32, fp16 or bf16; the
-// first non-empty one decides, so list the activation first), the `fp32` ones are fp32 whatever T is
-// (LayerNorm's statistics, parameter gradients, losses). Empty tensors are absent optional arguments. Returns
-// T; any other combination throws UnsupportedOp with one line naming the op and every tensor's dtype.
-DType check_dtypes(const char* op, std::initializer_list<Named> compute,
-                   std::initializer_list<Named> fp32 = {});
+// The layer ops' dtype contract (kernels/mixed_precision.h) for CudaOps' `op`: returns the activations'
+// dtype T.
+inline DType check_dtypes(const char* op, std::initializer_list<Named> compute,
+                          std::initializer_list<Named> fp32 = {}) {
+  return check_mixed_dtypes("CudaOps", op, compute, fp32);
+}
 
 // The tensor's data as T (null when empty); check_dtypes has checked the dtype.
 template <typename T>

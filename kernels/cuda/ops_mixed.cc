@@ -1,51 +1,11 @@
-// The mixed-precision contract of CudaOps' layer ops (see ops_internal.h): the dtype check and Widened, the
-// fp32 scratch through which a kernel that takes fp32 only runs on fp16/bf16 tensors.
+// The mixed-precision contract of CudaOps' layer ops (see ops_internal.h): Widened, the fp32 scratch through
+// which a kernel that takes fp32 only runs on fp16/bf16 tensors.
 #include <string>
 
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/ops_internal.h"
 
 namespace gpt::cuda {
-namespace {
-
-bool is_compute_dtype(DType d) {
-  return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16;
-}
-
-// "out bf16, x f16, mean f32" over the non-empty tensors of a list.
-void describe_dtypes(std::string& text, std::initializer_list<Named> tensors) {
-  for (const Named& n : tensors) {
-    if (n.tensor.empty()) continue;
-    text += (text.empty() ? "" : ", ") + std::string(n.name) + " " + dtype_name(n.tensor.dtype);
-  }
-}
-
-std::string names(std::initializer_list<Named> tensors) {
-  std::string text;
-  for (const Named& n : tensors) text += (text.empty() ? "" : ", ") + std::string(n.name);
-  return text;
-}
-
-}  // namespace
-
-DType check_dtypes(const char* op, std::initializer_list<Named> compute, std::initializer_list<Named> fp32) {
-  DType t = DType::kF32;
-  for (const Named& n : compute) {
-    if (n.tensor.empty()) continue;
-    t = n.tensor.dtype;
-    break;
-  }
-  bool ok = is_compute_dtype(t);
-  for (const Named& n : compute) ok = ok && (n.tensor.empty() || n.tensor.dtype == t);
-  for (const Named& n : fp32) ok = ok && (n.tensor.empty() || n.tensor.dtype == DType::kF32);
-  if (ok) return t;
-  std::string got;
-  describe_dtypes(got, compute);
-  describe_dtypes(got, fp32);
-  std::string want = names(compute) + " in one of f32, f16, bf16";
-  if (fp32.size() > 0) want += "; " + names(fp32) + " f32";
-  throw UnsupportedOp(std::string("CudaOps::") + op + ": dtypes " + got + " (want " + want + ")");
-}
 
 float* Widened::at(const Tensor& t, bool read, bool written) {
   if (t.empty()) return nullptr;
