@@ -31,6 +31,8 @@
 //                               log-sum-exp, is kept in T)
 //   gelu_*, add, dropout_*      every tensor in T
 //   cross_entropy_*             logits, probs, dlogits in T; losses, dlosses, stats fp32
+//   classifier_*                lnf, wte, dlnf and the logits' scratch in T; losses, dlosses, dwte fp32
+//                               (CudaOps' fused classifier takes fp32 only so far)
 // Every value is computed in fp32 and each output rounded to its dtype once; with T fp32 these are the plain
 // fp32 ops. Any other combination throws UnsupportedOp naming the op and its tensors' dtypes.
 // Shapes give the sizes: [N, C] rows for LayerNorm and linear, [B, T, C] activations, [B, NH, T, T] attention

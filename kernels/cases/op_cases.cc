@@ -299,13 +299,13 @@ void add_classifier(std::vector<OpCase>& cases, const Sizes& s) {
   const int V = s.V;
   const std::string shape = shape_text({N, C}, "x" + std::to_string(Vp) + " chunks of " + std::to_string(R));
   std::vector<Arg> args = {in("lnf", {N, C}), in("wte", {Vp, C}, 0.02), tokens("targets", {N}, V),
-                           out("losses", {N}, 0), out("scratch", {R, Vp}, 0)};
+                           fp32(out("losses", {N}, 0)), out("scratch", {R, Vp}, 0)};
   cases.push_back({"classifier", "classifier_forward", shape, args, {"losses"}});
   cases.back().flops = 2.0 * N * C * Vp;
   cases.back().run = [V](Ops& o, const CaseTensors& t) {
     o.classifier_forward(t["losses"], t["lnf"], t["wte"], t["targets"], V, t["scratch"]);
   };
-  for (Arg a : {in("dlosses", {N}), out("dlnf", {N, C}), out("dwte", {Vp, C})}) args.push_back(a);
+  for (Arg a : {fp32(in("dlosses", {N})), out("dlnf", {N, C}), fp32(out("dwte", {Vp, C}))}) args.push_back(a);
   cases.push_back({"classifier", "classifier_backward", shape, args, {"dlnf", "dwte", "losses"}});
   cases.back().flops = 6.0 * N * C * Vp;  // the recomputed logits and the two backward GEMMs
   cases.back().run = [V](Ops& o, const CaseTensors& t) {
