@@ -77,22 +77,25 @@ cpu_shares() {  # "busy system total" before, after -> busy share, system share
   awk -v a="$1" -v b="$2" 'BEGIN {split(a, x, " "); split(b, y, " "); t = y[3] - x[3]; if (t <= 0) t = 1
     printf "%.3f %.3f", (y[1] - x[1]) / t, (y[2] - x[2]) / t}'
 }
-at_step() {  # STEP PID: /proc/stat's CPU times once the metrics file has STEP lines (or PID has ended)
-  # Bash builtins only: a grep and a sleep forked every 50 ms took 2.9 CPU seconds in 10 (15% of this 2-core
-  # machine, measured alone) from the ranks, which slowed the CPU-bound rows (ZeRO++) more than the
-  # link-bound ones (ZeRO-3 at 1 Gb/s); this loop takes 0.1. read -t on a pipe that nobody writes (opened
-  # once, read-write) sleeps without a fork.
+wait_for_steps() {  # FILE STEPS PID: returns once FILE has STEPS metrics lines with a loss, or PID has ended
+  # Bash builtins only (bench/cpu_profile.sh takes this function too): a grep and a sleep forked every 50 ms
+  # took 2.9 CPU seconds in 10 (15% of this 2-core machine, measured alone) from the ranks, which slowed the
+  # CPU-bound rows (ZeRO++) more than the link-bound ones (ZeRO-3 at 1 Gb/s); this loop takes 0.1. read -t
+  # on a pipe that nobody writes (opened once, read-write) sleeps without a fork.
   local n line pause
   exec {pause}<> <(:)
-  while kill -0 "$2" 2>/dev/null; do
+  while kill -0 "$3" 2>/dev/null; do
     n=0
-    if [[ -f $work/m.jsonl ]]; then
-      while IFS= read -r line; do [[ $line == *'"loss"'* ]] && n=$((n + 1)); done <"$work/m.jsonl"
+    if [[ -f $1 ]]; then
+      while IFS= read -r line; do [[ $line == *'"loss"'* ]] && n=$((n + 1)); done <"$1"
     fi
-    ((n >= $1)) && break
+    ((n >= $2)) && break
     read -r -t 0.05 -u "$pause" || true
   done
   exec {pause}>&-
+}
+at_step() {  # STEP PID: /proc/stat's CPU times once the metrics file has STEP lines (or PID has ended)
+  wait_for_steps "$work/m.jsonl" "$1" "$2"
   cpu_times
 }
 model=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 64 --micro-batch-size 1 --fp16)

@@ -28,8 +28,8 @@ work=$(mktemp -d)
 export GPT_CLUSTER_NAME=gptp
 cleanup() { scripts/cluster down >/dev/null 2>&1 || true; rm -rf "$work"; }
 trap cleanup EXIT INT TERM
-# bench/cluster.sh's JSON for the configuration.
-source <(sed -n '/^json_for() {/,/^}/p' bench/cluster.sh)
+# bench/cluster.sh's JSON for the configuration, and its fork-free wait for metrics lines.
+source <(sed -n '/^json_for() {/,/^}/p; /^wait_for_steps() {/,/^}/p' bench/cluster.sh)
 json_for "$config" >"$work/config.json"
 scripts/cluster up --nodes 2 --ranks-per-node 2 --bandwidth "$bandwidth" >/dev/null
 frequency=499
@@ -42,19 +42,14 @@ perf_control() {  # enable | disable
   echo "$1" >&3
   read -r -t 10 _ <&4 || true
 }
-steps_done() {
-  local n
-  n=$(grep -c '"loss"' "$work/m.jsonl" 2>/dev/null)
-  echo "${n:-0}"
-}
 scripts/cluster run -- "$PWD/bazel-bin/train/gpt_train" --num-layers 12 --hidden-size 768 \
   --num-attention-heads 12 --seq-length 64 --micro-batch-size 1 --fp16 --threads 1 --data-path "$data" \
   --split 100,0,0 --deepspeed_config "$work/config.json" --train-iters $((1 + steps)) \
   --metrics-file "$work/m.jsonl" >"$work/run.log" 2>&1 &
 train_pid=$!
-until (($(steps_done) >= 1)); do sleep 0.05; done
+wait_for_steps "$work/m.jsonl" 1 "$train_pid"
 perf_control enable
-until (($(steps_done) >= 1 + steps)); do sleep 0.05; done
+wait_for_steps "$work/m.jsonl" $((1 + steps)) "$train_pid"
 perf_control disable
 wait "$train_pid" || { echo "bench/cpu_profile.sh: gpt_train failed:" >&2; tail -3 "$work/run.log" >&2; exit 1; }
 kill -INT "$perf_pid"
