@@ -104,7 +104,7 @@ class SlicedWeights final : public gpt::WeightSource<float>, public gpt::Gradien
     }
   }
   void begin_pass(gpt::Pass, const std::vector<int>&) override {}
-  const float* acquire(int unit) override { return params_.data() + table_.units[unit].offset; }
+  gpt::WeightView acquire(int unit) override { return params_.data() + table_.units[unit].offset; }
   void release(int) override {}
   float* open(int unit) override { return grads_.data() + table_.units[unit].offset; }
   void ready(int) override {}

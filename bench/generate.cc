@@ -68,7 +68,9 @@ class ParamSlices final : public gpt::WeightSource<float> {
  public:
   explicit ParamSlices(const gpt::GPT2<float>& model) : model_(model) {}
   void begin_pass(gpt::Pass, const std::vector<int>&) override {}
-  const float* acquire(int unit) override { return model_.params.data() + model_.table().units[unit].offset; }
+  gpt::WeightView acquire(int unit) override {
+    return model_.params.data() + model_.table().units[unit].offset;
+  }
   void release(int) override {}
 
  private:

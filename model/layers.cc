@@ -22,10 +22,14 @@ bool hidden_on(const Dropout& dropout) {
   return dropout.active() && dropout.hidden > 0;
 }
 
-// A view of the memory at p, with this shape, on the ops' device.
+// A view of the memory at p (gradients, in Real) or of weights (in the loop's compute dtype), with this
+// shape, on the ops' device.
 template <typename Real>
 Tensor view(const Ops& ops, const Real* p, std::vector<int64_t> shape) {
   return Tensor{const_cast<Real*>(p), std::move(shape), dtype_of<Real>(), ops.device()};
+}
+Tensor view(const Ops& ops, WeightView w, std::vector<int64_t> shape) {
+  return Tensor{const_cast<void*>(w.data), std::move(shape), w.dtype, ops.device()};
 }
 
 // Where this rank's part of each sequence of a residual-stream tensor x [B, T', C] begins among the
@@ -78,8 +82,8 @@ struct SmallTensors {
   Tensor ln1_w, ln1_b, qkv_b, attn_proj_b, ln2_w, ln2_b, fc_b, fc_proj_b;
 };
 // On one of t tensor-parallel ranks (the column-parallel layers' biases are split).
-template <typename Real>
-SmallTensors small_tensors(const Ops& ops, const BlockParams<Real>& p, int C, int t) {
+template <typename Ptr>
+SmallTensors small_tensors(const Ops& ops, const BlockParams<Ptr>& p, int C, int t) {
   const int64_t c = C, s = C / t;
   return {view(ops, p.ln1_w, {c}),       view(ops, p.ln1_b, {c}),    view(ops, p.qkv_b, {3 * s}),
           view(ops, p.attn_proj_b, {c}), view(ops, p.ln2_w, {c}),    view(ops, p.ln2_b, {c}),
@@ -106,10 +110,9 @@ void tiled_linear_forward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, c
     return;
   }
   const int64_t rows = m.out / N;
-  const Real* b = static_cast<const Real*>(bias.data);
   for (int k = 0; k < N; ++k) {
     ops.linear_forward_columns(out, k * rows, x, view(ops, w.matrix(linear, k), {rows, m.in}),
-                               view(ops, b + k * rows, {rows}));
+                               bias.empty() ? Tensor{} : element_range(bias, k * rows, rows));
     w.matrix_done(linear, k);
   }
 }
@@ -143,11 +146,10 @@ void tiled_linear_backward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, 
     return;
   }
   const int64_t rows = m.out / N;
-  const Real* db = static_cast<const Real*>(dbias.data);
   for (int k = 0; k < N; ++k) {
     ops.linear_backward_columns(dx, view(ops, w.matrix_gradient(linear, k), {rows, m.in}),
-                                view(ops, db + k * rows, {rows}), dout, k * rows, x,
-                                view(ops, w.matrix(linear, k), {rows, m.in}));
+                                dbias.empty() ? Tensor{} : element_range(dbias, k * rows, rows), dout,
+                                k * rows, x, view(ops, w.matrix(linear, k), {rows, m.in}));
     w.matrix_done(linear, k);
   }
 }
@@ -333,8 +335,7 @@ size_t HeadActivations::bytes() const {
   return total;
 }
 
-template <typename Real>
-void embed_forward(Ops& ops, const GPTConfig& config, const Real* wte, const Real* wpe, const Tensor& tokens,
+void embed_forward(Ops& ops, const GPTConfig& config, WeightView wte, WeightView wpe, const Tensor& tokens,
                    const Tensor& x0, const Dropout& dropout, const TensorParallel& tp) {
   const int64_t C = config.hidden, rows = config.padded_vocab() / tp.size();
   const Tensor positions = view(ops, wpe, {config.max_positions, C});
@@ -369,14 +370,14 @@ void embed_backward(Ops& ops, const GPTConfig& config, Real* dwte, Real* dwpe, c
 }
 
 template <typename Real>
-WholeBlock<Real>::WholeBlock(const Real* weights, Real* grads, int C, int t)
+WholeBlock<Real>::WholeBlock(WeightView weights, Real* grads, int C, int t)
     : w_(block_params(weights, C, t)) {
   if (grads) g_ = block_params(grads, C, t);  // a forward has none
 }
 
 template <typename Real>
-const Real* WholeBlock<Real>::matrix(BlockLinear linear, int) {
-  const Real* const matrices[] = {w_.qkv_w, w_.attn_proj_w, w_.fc_w, w_.fc_proj_w};
+WeightView WholeBlock<Real>::matrix(BlockLinear linear, int) {
+  const WeightView matrices[] = {w_.qkv_w, w_.attn_proj_w, w_.fc_w, w_.fc_proj_w};
   return matrices[int(linear)];
 }
 
@@ -409,10 +410,9 @@ void block_forward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weight
   ops.add(x_out, a.residual2, x_out);
 }
 
-template <typename Real>
-void block_forward(Ops& ops, const GPTConfig& config, const Real* weights, const Tensor& x_in,
+void block_forward(Ops& ops, const GPTConfig& config, WeightView weights, const Tensor& x_in,
                    const Tensor& x_out, BlockActivations& acts, const Dropout& dropout, int layer) {
-  WholeBlock<Real> whole(weights, nullptr, config.hidden);
+  WholeBlock<float> whole(weights, nullptr, config.hidden);  // a forward: no gradients, whatever their dtype
   block_forward(ops, config, whole, x_in, x_out, acts, dropout, layer);
 }
 
@@ -425,19 +425,16 @@ void DecodeActivations::allocate(Arena& arena, DType dtype, const GPTConfig& con
   att = gpt::allocate(arena, dtype, {config.heads, config.max_positions});
 }
 
-template <typename Real>
-void block_decode(Ops& ops, const GPTConfig& config, const Real* weights, const Tensor& x_in,
+void block_decode(Ops& ops, const GPTConfig& config, WeightView weights, const Tensor& x_in,
                   const Tensor& x_out, DecodeActivations& a, const Tensor& qkv_cache, int pos) {
-  const BlockParams<const Real*> p = block_params(weights, config.hidden);
+  const BlockParams<WeightView> p = block_params(weights, config.hidden);
   const SmallTensors w = small_tensors(ops, p, config.hidden, 1);
   const int64_t C = config.hidden, C3 = 3 * C;
-  const Real* cache = static_cast<const Real*>(qkv_cache.data);
-  const Tensor rows = view(ops, cache, {pos + 1, C3});  // this token's row and the earlier ones
-  const Tensor row = view(ops, cache + pos * C3, {1, C3});
+  const Tensor rows = row_range(qkv_cache, 0, pos + 1);  // this token's row and the earlier ones
+  const Tensor row = row_range(qkv_cache, pos, 1);
   ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, w.ln1_w, w.ln1_b);
   ops.linear_forward(row, a.ln1, view(ops, p.qkv_w, {C3, C}), w.qkv_b);
-  ops.attention_decode(a.atty, view(ops, static_cast<const Real*>(a.att.data), {config.heads, pos + 1}),
-                       rows);
+  ops.attention_decode(a.atty, Tensor{a.att.data, {config.heads, pos + 1}, a.att.dtype, a.att.device}, rows);
   ops.linear_forward(x_out, a.atty, view(ops, p.attn_proj_w, {C, C}), w.attn_proj_b);
   ops.add(a.residual2, x_in, x_out);
   ops.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b);
@@ -489,21 +486,20 @@ void block_backward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weigh
   norm_backward(ops, tp, dresidual, g.ln1_w, g.ln1_b, s.d_ln1, x_in, w.ln1_w, a.ln1_mean, a.ln1_rstd);
 }
 
-template <typename Real>
-Real head_forward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const Real* lnf_b, const Real* wte,
-                  const Tensor& x, const Tensor& targets, HeadActivations& a, const TensorParallel& tp) {
+double head_forward(Ops& ops, const GPTConfig& config, WeightView lnf_w, WeightView lnf_b, WeightView wte,
+                    const Tensor& x, const Tensor& targets, HeadActivations& a, const TensorParallel& tp) {
   const int64_t C = config.hidden, rows = config.padded_vocab() / tp.size();
   ops.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, view(ops, lnf_w, {C}), view(ops, lnf_b, {C}));
   if (a.fused() && !targets.empty()) {
     // Chunk by chunk: the losses only; the backward recomputes each chunk's logits.
     ops.classifier_forward(a.losses, a.lnf, view(ops, wte, {rows, C}), targets, config.vocab, a.logits_chunk);
-    return static_cast<Real>(ops.sum(a.losses) / double(a.losses.numel()));
+    return ops.sum(a.losses) / double(a.losses.numel());
   }
   if (a.probs.empty()) throw std::logic_error("head_forward: the fused head's logits need probs allocated");
   if (tp.sequence_parallel) gather_sequence(tp, a.lnf_full, a.lnf);  // kept for the backward's dwte
   ops.linear_forward(a.probs, tp.sequence_parallel ? a.lnf_full : a.lnf, view(ops, wte, {rows, C}), Tensor{});
   if (tp.size() == 1) {
-    if (targets.empty()) return Real(0);
+    if (targets.empty()) return 0;
     ops.cross_entropy_forward(a.losses, a.probs, a.probs, targets, config.vocab);
   } else {
     if (targets.empty()) throw std::invalid_argument("the vocabulary-parallel head needs targets");
@@ -514,11 +510,11 @@ Real head_forward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const Re
     ops.cross_entropy_merge(a.losses, a.probs, a.probs, a.stats_all, first, config.vocab);
   }
   // Summed in double so the mean does not depend on the summation order's rounding more than necessary.
-  return static_cast<Real>(ops.sum(a.losses) / double(a.losses.numel()));
+  return ops.sum(a.losses) / double(a.losses.numel());
 }
 
 template <typename Real>
-void head_backward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const Real* wte, Real* dlnf_w,
+void head_backward(Ops& ops, const GPTConfig& config, WeightView lnf_w, WeightView wte, Real* dlnf_w,
                    Real* dlnf_b, Real* dwte, const Tensor& x, const Tensor& targets, HeadActivations& a,
                    Real dloss_per_token, const Tensor& dx, const TensorParallel& tp) {
   const int64_t C = config.hidden, rows = config.padded_vocab() / tp.size();
@@ -549,24 +545,16 @@ void head_backward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const R
 }
 
 #define GPT_INSTANTIATE_LAYERS(Real)                                                                        \
-  template void embed_forward<Real>(Ops&, const GPTConfig&, const Real*, const Real*, const Tensor&,        \
-                                    const Tensor&, const Dropout&, const TensorParallel&);                  \
   template void embed_backward<Real>(Ops&, const GPTConfig&, Real*, Real*, const Tensor&, const Tensor&,    \
                                      const Tensor&, const Dropout&, const TensorParallel&);                 \
   template class WholeBlock<Real>;                                                                          \
   template void block_forward<Real>(Ops&, const GPTConfig&, BlockWeights<Real>&, const Tensor&,             \
                                     const Tensor&, BlockActivations&, const Dropout&, int, bool,            \
                                     const TensorParallel&);                                                 \
-  template void block_forward<Real>(Ops&, const GPTConfig&, const Real*, const Tensor&, const Tensor&,      \
-                                    BlockActivations&, const Dropout&, int);                                \
   template void block_backward<Real>(Ops&, const GPTConfig&, BlockWeights<Real>&, const Tensor&,            \
                                      const BlockActivations&, BlockScratch&, const Tensor&, const Dropout&, \
                                      int, bool, const TensorParallel&);                                     \
-  template void block_decode<Real>(Ops&, const GPTConfig&, const Real*, const Tensor&, const Tensor&,       \
-                                   DecodeActivations&, const Tensor&, int);                                 \
-  template Real head_forward<Real>(Ops&, const GPTConfig&, const Real*, const Real*, const Real*,           \
-                                   const Tensor&, const Tensor&, HeadActivations&, const TensorParallel&);  \
-  template void head_backward<Real>(Ops&, const GPTConfig&, const Real*, const Real*, Real*, Real*, Real*,  \
+  template void head_backward<Real>(Ops&, const GPTConfig&, WeightView, WeightView, Real*, Real*, Real*,    \
                                     const Tensor&, const Tensor&, HeadActivations&, Real, const Tensor&,    \
                                     const TensorParallel&);
 

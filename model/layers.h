@@ -55,6 +55,30 @@ struct Dropout {
 // layer, site).
 uint64_t dropout_key(uint64_t seed, int64_t window, int layer, DropoutSite site);
 
+// Weights as the layer functions read them: the memory of a unit (or of a part of one) on the ops' device and
+// the dtype it holds, the loop's compute dtype (its Real, or fp16/bf16 in a half layer loop, loop.h). Offsets
+// count elements, as a pointer's do, so block_params() (params.h) lays out a unit of any dtype. A typed
+// pointer converts to it with its own dtype.
+struct WeightView {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+
+  WeightView() = default;
+  WeightView(const void* data, DType dtype) : data(data), dtype(dtype) {}
+  template <typename Real>
+  WeightView(const Real* values)
+      : data(values), dtype(dtype_of<Real>()) {}  // NOLINT(google-explicit-constructor)
+  WeightView& operator+=(int64_t elements) {
+    data = static_cast<const char*>(data) + dtype_bytes(dtype, elements);
+    return *this;
+  }
+  WeightView operator+(int64_t elements) const {
+    WeightView w = *this;
+    return w += elements;
+  }
+  explicit operator bool() const { return data != nullptr; }
+};
+
 // Activations are tensors of the backend's device, allocated once from an arena (category "activations").
 // What one block's backward needs from its forward (the block input is kept by the caller).
 struct BlockActivations {
@@ -128,8 +152,7 @@ struct DecodeActivations {
 
 // x0[b,t,:] = drop(wte[tokens[b,t]] + wpe[t]) (hidden dropout, site kEmbedding).
 // Tensor parallelism: wte holds this rank's vocabulary rows; x0 is [B,T/t,C] with sequence parallelism.
-template <typename Real>
-void embed_forward(Ops& ops, const GPTConfig& config, const Real* wte, const Real* wpe, const Tensor& tokens,
+void embed_forward(Ops& ops, const GPTConfig& config, WeightView wte, WeightView wpe, const Tensor& tokens,
                    const Tensor& x0, const Dropout& dropout = Dropout{},
                    const TensorParallel& tp = TensorParallel{});
 // Accumulates into dwte and dwpe (either may be null) from dx0; dropout must be the forward's. `scratch`
@@ -149,10 +172,11 @@ class BlockWeights {
   virtual ~BlockWeights() = default;
   virtual int tiles() const = 0;
   // The LayerNorm and bias members are valid until the block function returns; the matrix members are unused.
-  virtual BlockParams<const Real*> small() = 0;
+  // Weights are in the loop's compute dtype, gradients in Real.
+  virtual BlockParams<WeightView> small() = 0;
   virtual BlockParams<Real*> small_gradients() = 0;  // the backward's, accumulated into
   // Tile k of a matrix: rows [k*OC/N, (k+1)*OC/N), valid until matrix_done(linear, k).
-  virtual const Real* matrix(BlockLinear linear, int k) = 0;
+  virtual WeightView matrix(BlockLinear linear, int k) = 0;
   // Where tile k's gradient accumulates (backward); final once matrix_done(linear, k) is called.
   virtual Real* matrix_gradient(BlockLinear linear, int k) = 0;
   virtual void matrix_done(BlockLinear linear, int k) = 0;
@@ -163,16 +187,16 @@ class BlockWeights {
 template <typename Real>
 class WholeBlock final : public BlockWeights<Real> {
  public:
-  WholeBlock(const Real* weights, Real* grads, int C, int t = 1);
+  WholeBlock(WeightView weights, Real* grads, int C, int t = 1);
   int tiles() const override { return 1; }
-  BlockParams<const Real*> small() override { return w_; }
+  BlockParams<WeightView> small() override { return w_; }
   BlockParams<Real*> small_gradients() override { return g_; }
-  const Real* matrix(BlockLinear linear, int k) override;
+  WeightView matrix(BlockLinear linear, int k) override;
   Real* matrix_gradient(BlockLinear linear, int k) override;
   void matrix_done(BlockLinear, int) override {}
 
  private:
-  BlockParams<const Real*> w_;
+  BlockParams<WeightView> w_;
   BlockParams<Real*> g_{};
 };
 
@@ -185,8 +209,7 @@ void block_forward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weight
                    const Tensor& x_out, BlockActivations& acts, const Dropout& dropout = Dropout{},
                    int layer = -1, bool need_output = true, const TensorParallel& tp = TensorParallel{});
 // The same over the block's unit (block_params layout).
-template <typename Real>
-void block_forward(Ops& ops, const GPTConfig& config, const Real* weights, const Tensor& x_in,
+void block_forward(Ops& ops, const GPTConfig& config, WeightView weights, const Tensor& x_in,
                    const Tensor& x_out, BlockActivations& acts, const Dropout& dropout = Dropout{},
                    int layer = -1);
 
@@ -204,8 +227,7 @@ void block_backward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weigh
 // block. Its qkv row is written into row pos of qkv_cache [capacity > pos, 3C], whose rows 0..pos-1 hold the
 // earlier tokens' rows, and its query attends over rows 0..pos. Writes x_out [1,C]. The same arithmetic as
 // block_forward's row pos, one row at a time.
-template <typename Real>
-void block_decode(Ops& ops, const GPTConfig& config, const Real* weights, const Tensor& x_in,
+void block_decode(Ops& ops, const GPTConfig& config, WeightView weights, const Tensor& x_in,
                   const Tensor& x_out, DecodeActivations& acts, const Tensor& qkv_cache, int pos);
 
 // Final LayerNorm and tied output projection: leaves logits [B*T,Vp] in acts.probs. With targets, turns them
@@ -214,16 +236,15 @@ void block_decode(Ops& ops, const GPTConfig& config, const Real* weights, const 
 // no probabilities; without targets it needs acts.probs allocated. Tensor parallelism: the
 // vocabulary-parallel head (this rank's Vp/t logits; the loss of every token on every rank); it needs
 // targets.
-template <typename Real>
-Real head_forward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const Real* lnf_b, const Real* wte,
-                  const Tensor& x, const Tensor& targets, HeadActivations& acts,
-                  const TensorParallel& tp = TensorParallel{});
+double head_forward(Ops& ops, const GPTConfig& config, WeightView lnf_w, WeightView lnf_b, WeightView wte,
+                    const Tensor& x, const Tensor& targets, HeadActivations& acts,
+                    const TensorParallel& tp = TensorParallel{});
 
 // dloss_per_token is d(objective)/d(loss of each token) (1/(B*T) for the mean, times accumulation and loss
 // scaling factors). Accumulates into dlnf_w, dlnf_b, dwte; overwrites dx [B,T,C]. Consumes acts.probs (the
 // fused head recomputes each chunk's logits instead).
 template <typename Real>
-void head_backward(Ops& ops, const GPTConfig& config, const Real* lnf_w, const Real* wte, Real* dlnf_w,
+void head_backward(Ops& ops, const GPTConfig& config, WeightView lnf_w, WeightView wte, Real* dlnf_w,
                    Real* dlnf_b, Real* dwte, const Tensor& x, const Tensor& targets, HeadActivations& acts,
                    Real dloss_per_token, const Tensor& dx, const TensorParallel& tp = TensorParallel{});
 

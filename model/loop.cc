@@ -91,12 +91,12 @@ class SourcedTiles final : public BlockWeights<Real> {
  public:
   SourcedTiles(const BlockUnits& units, int C, WeightSource<Real>& weights)
       : units_(units), C_(C), weights_(weights) {
-    const Real* small[BlockUnits::kSmallUnits];
+    WeightView small[BlockUnits::kSmallUnits];
     for (int i = 0; i < BlockUnits::kSmallUnits; ++i) small[i] = weights_.acquire(units_.small(i));
     small_ = arrange(small);
   }
   int tiles() const override { return units_.tiles; }
-  BlockParams<const Real*> small() override { return small_; }
+  BlockParams<WeightView> small() override { return small_; }
   BlockParams<Real*> small_gradients() override { return small_gradients_; }
   // From here on the block runs its backward: gradients open, and each tile's is final when it is done.
   void begin_backward(GradientSink<Real>& gradients) {
@@ -105,7 +105,7 @@ class SourcedTiles final : public BlockWeights<Real> {
     for (int i = 0; i < BlockUnits::kSmallUnits; ++i) small[i] = gradients.open(units_.small(i));
     small_gradients_ = arrange(small);
   }
-  const Real* matrix(BlockLinear linear, int k) override { return weights_.acquire(units_.tile(linear, k)); }
+  WeightView matrix(BlockLinear linear, int k) override { return weights_.acquire(units_.tile(linear, k)); }
   Real* matrix_gradient(BlockLinear linear, int k) override {
     return gradients_->open(units_.tile(linear, k));
   }
@@ -140,7 +140,7 @@ class SourcedTiles final : public BlockWeights<Real> {
   int C_;
   WeightSource<Real>& weights_;
   GradientSink<Real>* gradients_ = nullptr;
-  BlockParams<const Real*> small_{};
+  BlockParams<WeightView> small_{};
   BlockParams<Real*> small_gradients_{};
 };
 
@@ -331,9 +331,9 @@ Real LayerLoop<Real>::forward(WeightSource<Real>& weights, const int32_t* inputs
   const Dropout drop = this->dropout();
   tp_.traffic = TensorTraffic::kForward;
   weights.begin_pass(Pass::kForward, schedule_.forward);
-  const Real* wte = chunk_.embedding || chunk_.head ? weights.acquire(ParamTable::kWte) : nullptr;
+  const WeightView wte = chunk_.embedding || chunk_.head ? weights.acquire(ParamTable::kWte) : WeightView{};
   if (chunk_.embedding) {
-    const Real* wpe = weights.acquire(ParamTable::kWpe);
+    const WeightView wpe = weights.acquire(ParamTable::kWpe);
     embed_forward(ops_, config_, wte, wpe, inputs_, residual(0), drop, tp_);
     weights.release(ParamTable::kWpe);
   }
@@ -345,9 +345,9 @@ Real LayerLoop<Real>::forward(WeightSource<Real>& weights, const int32_t* inputs
   Real loss = 0;
   if (chunk_.head) {
     const int lnf_unit = table_.final_norm_unit();
-    const Real* lnf = weights.acquire(lnf_unit);
-    loss = head_forward(ops_, config_, lnf, lnf + C, wte, residual(L), has_targets_ ? targets_ : Tensor{},
-                        head_, tp_);
+    const WeightView lnf = weights.acquire(lnf_unit);
+    loss = static_cast<Real>(head_forward(ops_, config_, lnf, lnf + C, wte, residual(L),
+                                          has_targets_ ? targets_ : Tensor{}, head_, tp_));
     weights.release(lnf_unit);
   }
   if (wte) weights.release(ParamTable::kWte);
@@ -358,8 +358,8 @@ template <typename Real>
 Real* LayerLoop<Real>::backward_head(WeightSource<Real>& weights, GradientSink<Real>& gradients,
                                      Real dloss_per_token) {
   const int lnf_unit = table_.final_norm_unit();
-  const Real* lnf = weights.acquire(lnf_unit);
-  const Real* wte = weights.acquire(ParamTable::kWte);
+  const WeightView lnf = weights.acquire(lnf_unit);
+  const WeightView wte = weights.acquire(ParamTable::kWte);
   Real* dlnf = gradients.open(lnf_unit);
   // wte is tied to the output projection: its gradient stays open until the embedding's backward.
   Real* dwte = gradients.open(ParamTable::kWte);
@@ -395,7 +395,7 @@ void LayerLoop<Real>::backward_block(WeightSource<Real>& weights, GradientSink<R
   }
   const int unit = table_.block_unit(layer);
   const Dropout drop = dropout();
-  const Real* w = weights.acquire(unit);
+  const WeightView w = weights.acquire(unit);
   BlockActivations& acts = activations(layer);
   if (recompute) {
     // Recompute this block's forward from its saved input, with the weights of this same acquisition.

@@ -33,8 +33,9 @@ class WeightSource {
   // A pass begins: the loop will acquire exactly `schedule`'s units, in that order (a gatherer prefetches
   // from it).
   virtual void begin_pass(Pass pass, const std::vector<int>& schedule) = 0;
-  // Unit u's full weights (model layout, table.units[u].numel elements), valid until release(u).
-  virtual const Real* acquire(int unit) = 0;
+  // Unit u's full weights (model layout, table.units[u].numel elements), valid until release(u), in the
+  // loop's compute dtype (LayerLoop::compute_dtype()).
+  virtual WeightView acquire(int unit) = 0;
   virtual void release(int unit) = 0;
 };
 

@@ -59,7 +59,7 @@ class GPT2 {
    public:
     explicit Slices(GPT2& model) : model_(model) {}
     void begin_pass(Pass, const std::vector<int>&) override {}
-    const Real* acquire(int unit) override { return model_.params.data() + offset(unit); }
+    WeightView acquire(int unit) override { return model_.params.data() + offset(unit); }
     void release(int) override {}
     Real* open(int unit) override { return model_.grads.data() + offset(unit); }
     void ready(int) override {}

@@ -22,7 +22,7 @@ void EngineWeights<Real>::begin_forward_ahead(const std::vector<int>&) {
 }
 
 template <typename Real>
-const Real* EngineWeights<Real>::acquire(int unit) {
+WeightView EngineWeights<Real>::acquire(int unit) {
   const Real* weights = fetch(unit);
   events_.add(EngineEvent::Kind::kComputeBegin, names_[unit], backward_);
   return weights;

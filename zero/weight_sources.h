@@ -67,7 +67,7 @@ class EngineWeights : public WeightSource<Real> {
 
   void begin_pass(Pass pass, const std::vector<int>& schedule) override;
   // The unit's weights; the event log records that its compute begins.
-  const Real* acquire(int unit) final;
+  WeightView acquire(int unit) final;
 
  protected:
   virtual void start_pass(const std::vector<int>& schedule, comm::Phase phase) = 0;

@@ -33,7 +33,7 @@ class FlatSlices : public WeightSource<float>, public GradientSink<float> {
   FlatSlices(const ParamTable& table, std::vector<float> weights)
       : params(std::move(weights)), grads(table.total, 0.0f), table_(table) {}
   void begin_pass(Pass, const std::vector<int>&) override {}
-  const float* acquire(int unit) override { return params.data() + table_.units[unit].offset; }
+  WeightView acquire(int unit) override { return params.data() + table_.units[unit].offset; }
   void release(int) override {}
   float* open(int unit) override { return grads.data() + table_.units[unit].offset; }
   void ready(int) override {}

@@ -30,7 +30,7 @@ class RecordingSlices final : public gpt::test::FlatSlices {
     announced = schedule;
     acquired.clear();
   }
-  const float* acquire(int unit) override {
+  gpt::WeightView acquire(int unit) override {
     acquired.push_back(unit);
     ++held_[unit];
     return FlatSlices::acquire(unit);
