@@ -248,6 +248,12 @@ Tensor allocate(Arena& arena, DType dtype, std::vector<int64_t> shape) {
   return arena.allocate_tensor("activation", "activations", std::move(shape), dtype);
 }
 
+// What the mixed-precision contract keeps in fp32 next to fp16/bf16 activations (LayerNorm's statistics,
+// the losses and their softmax statistics; kernels/ops.h); with fp32 or fp64 activations, their own dtype.
+DType statistics_dtype(DType activations) {
+  return activations == DType::kF16 || activations == DType::kBF16 ? DType::kF32 : activations;
+}
+
 }  // namespace
 
 uint64_t dropout_key(uint64_t seed, int64_t window, int layer, DropoutSite site) {
@@ -268,7 +274,8 @@ void BlockActivations::allocate(Arena& arena, DType dtype, const GPTConfig& conf
                                 bool own_probs, const TensorParallel& tp, AttentionResidual residual) {
   const int64_t C = config.hidden, t = tp.size(), Tl = tp.local_positions(T), BTl = int64_t(B) * Tl;
   for (Tensor* x : {&ln1, &residual2, &ln2}) *x = gpt::allocate(arena, dtype, {B, Tl, C});
-  for (Tensor* x : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) *x = gpt::allocate(arena, dtype, {BTl});
+  for (Tensor* x : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd})
+    *x = gpt::allocate(arena, statistics_dtype(dtype), {BTl});
   atty = gpt::allocate(arena, dtype, {B, T, C / t});
   qkv = gpt::allocate(arena, dtype, {B, T, 3 * C / t});
   owns_probs = own_probs;
@@ -307,19 +314,20 @@ void HeadActivations::allocate(Arena& arena, DType dtype, const GPTConfig& confi
                 BTl = B * Tl;
   lnf = gpt::allocate(arena, dtype, {B, Tl, C});
   dlnf = gpt::allocate(arena, dtype, {B, Tl, C});
-  lnf_mean = gpt::allocate(arena, dtype, {BTl});
-  lnf_rstd = gpt::allocate(arena, dtype, {BTl});
+  const DType statistics = statistics_dtype(dtype);
+  lnf_mean = gpt::allocate(arena, statistics, {BTl});
+  lnf_rstd = gpt::allocate(arena, statistics, {BTl});
   if (classifier_rows > 0) {
     if (t > 1) throw std::invalid_argument("the fused classifier is not vocabulary-parallel");
     logits_chunk = gpt::allocate(arena, dtype, {classifier_rows, config.padded_vocab()});
   } else {
     probs = gpt::allocate(arena, dtype, {BT, config.padded_vocab() / t});
   }
-  losses = gpt::allocate(arena, dtype, {BT});
-  dlosses = gpt::allocate(arena, dtype, {BT});
+  losses = gpt::allocate(arena, statistics, {BT});
+  dlosses = gpt::allocate(arena, statistics, {BT});
   if (t > 1) {
-    stats = gpt::allocate(arena, dtype, {BT, 3});
-    stats_all = gpt::allocate(arena, dtype, {t, BT, 3});
+    stats = gpt::allocate(arena, statistics, {BT, 3});
+    stats_all = gpt::allocate(arena, statistics, {t, BT, 3});
   }
   if (tp.sequence_parallel) lnf_full = gpt::allocate(arena, dtype, {B, T, C});
 }
@@ -419,7 +427,8 @@ void block_forward(Ops& ops, const GPTConfig& config, WeightView weights, const 
 void DecodeActivations::allocate(Arena& arena, DType dtype, const GPTConfig& config) {
   const int64_t C = config.hidden;
   for (Tensor* row : {&ln1, &atty, &residual2, &ln2}) *row = gpt::allocate(arena, dtype, {1, C});
-  for (Tensor* stat : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd}) *stat = gpt::allocate(arena, dtype, {1});
+  for (Tensor* stat : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd})
+    *stat = gpt::allocate(arena, statistics_dtype(dtype), {1});
   fch = gpt::allocate(arena, dtype, {1, 4 * C});
   fch_gelu = gpt::allocate(arena, dtype, {1, 4 * C});
   att = gpt::allocate(arena, dtype, {config.heads, config.max_positions});

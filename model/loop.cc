@@ -185,7 +185,7 @@ Slots plan_slots(const Recompute& recompute, int L, bool kept_away) {
 template <typename Real>
 LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, const Recompute& recompute, Ops& ops,
                            Arena& arena, int tile_factor, const TensorParallel& tensor_parallel,
-                           const std::optional<PipelineChunk>& chunk)
+                           const std::optional<PipelineChunk>& chunk, DType compute)
     : config_(config),
       table_(make_param_table(config, tile_factor, tensor_parallel.slice())),
       schedule_(loop_schedule(int(table_.units.size()), tile_factor, recompute, chunk)),
@@ -195,9 +195,10 @@ LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, const Recom
       recompute_(recompute),
       ops_(ops),
       arena_(arena),
+      compute_(compute),
       tp_(tensor_parallel) {
   const int64_t B = B_, T = tp_.local_positions(T_), C = config.hidden;
-  const DType dtype = dtype_of<Real>();
+  const DType dtype = compute;
   auto allocate = [&](std::vector<int64_t> shape, DType type) {
     return arena.allocate_tensor("activation", "activations", std::move(shape), type);
   };
@@ -216,7 +217,7 @@ LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, const Recom
   residual_ = allocate({slots.residuals, B, T, C}, dtype);
   const int64_t kept = B * T * C / (partitioned_ ? tp_.size() : 1);  // elements of one kept checkpoint
   if (slots.partitions > 0 && recompute.checkpoints_on_host) {
-    host_checkpoints_.resize(size_t(slots.partitions * kept));
+    host_checkpoints_.resize(dtype_bytes(dtype, slots.partitions * kept));
     if (partitioned_) partitions_ = allocate({1, kept}, dtype);  // the way back to the device, then gathered
   } else if (slots.partitions > 0) {
     partitions_ = allocate({slots.partitions, kept}, dtype);
@@ -237,7 +238,7 @@ LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, const Recom
   if (tp_.sequence_parallel) {
     tp_.gathered = allocate({B, T_, C}, dtype);
     tp_.partial = allocate({B, T_, C}, dtype);
-    tp_.norm_grads = allocate({2, C}, dtype);
+    tp_.norm_grads = allocate({2, C}, dtype_of<Real>());  // parameter gradients: Real
   }
   dresidual_ = allocate({B, T, C}, dtype);
   if (recompute.is_full()) recompute_out_ = allocate({B, T, C}, dtype);
@@ -249,30 +250,28 @@ LayerLoop<Real>::LayerLoop(const GPTConfig& config, int micro_batch, const Recom
 template <typename Real>
 Tensor LayerLoop<Real>::residual(int layer) const {
   const int T = tp_.local_positions(T_);
-  const size_t BTC = size_t(B_) * T * config_.hidden;
-  return Tensor{static_cast<Real*>(residual_.data) + size_t(residual_slot_[layer - chunk_.first_layer]) * BTC,
-                {B_, T, config_.hidden},
-                residual_.dtype,
-                residual_.device};
+  const int64_t BTC = int64_t(B_) * T * config_.hidden;
+  Tensor slot = element_range(residual_, residual_slot_[layer - chunk_.first_layer] * BTC, BTC);
+  slot.shape = {B_, T, config_.hidden};
+  return slot;
 }
 
 template <typename Real>
 Tensor LayerLoop<Real>::own_part(int layer) const {
   const Tensor whole = residual(layer);
   const int64_t n = whole.numel() / (partitioned_ ? tp_.size() : 1);
-  return Tensor{
-      static_cast<Real*>(whole.data) + (partitioned_ ? tp_.rank() * n : 0), {n}, whole.dtype, whole.device};
+  return element_range(whole, partitioned_ ? tp_.rank() * n : 0, n);
 }
 
 template <typename Real>
 Tensor LayerLoop<Real>::stored_part(int row) const {
   const int64_t n = partitions_.shape[1];
-  return Tensor{static_cast<Real*>(partitions_.data) + row * n, {n}, partitions_.dtype, partitions_.device};
+  return element_range(partitions_, row * n, n);
 }
 
 template <typename Real>
-Real* LayerLoop<Real>::host_part(int slot, int64_t n) {
-  return host_checkpoints_.data() + slot * n;
+void* LayerLoop<Real>::host_part(int slot, int64_t n) {
+  return host_checkpoints_.data() + dtype_bytes(compute_, slot * n);
 }
 
 template <typename Real>
@@ -321,7 +320,7 @@ Real LayerLoop<Real>::forward(WeightSource<Real>& weights, const int32_t* inputs
   has_targets_ = targets != nullptr;
   if (has_targets_) ops_.upload(targets_, targets);
   // The fused head keeps no logits; a forward without targets hands them all out, so it gets them (once).
-  if (!has_targets_ && head_.probs.empty()) head_.allocate_probs(arena_, dtype_of<Real>(), config_, B_, T_);
+  if (!has_targets_ && head_.probs.empty()) head_.allocate_probs(arena_, compute_, config_, B_, T_);
   dropout_ = dropout;
   if (dropout.windows) {
     windows_.assign(dropout.windows, dropout.windows + B_);

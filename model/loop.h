@@ -86,11 +86,15 @@ class LayerLoop {
   // its input comes in through chunk_input() and its input's gradient goes out through boundary_gradient(),
   // and without the head, the other way round (chunk_output(), boundary_gradient()). Units keep the whole
   // model's indices.
+  // compute: the dtype of the activations and of the weights the source hands out; Real (the dtype of the
+  // gradients and the loss) unless the backend takes fp16 or bf16 in the mixed-precision contract
+  // (kernels/ops.h, Ops::compute_dtype): the half layer loop, with parameter gradients still in Real.
   LayerLoop(const GPTConfig& config, int micro_batch, const Recompute& recompute, Ops& ops, Arena& arena,
             int tile_factor = 1, const TensorParallel& tensor_parallel = TensorParallel{},
-            const std::optional<PipelineChunk>& chunk = std::nullopt);
+            const std::optional<PipelineChunk>& chunk = std::nullopt, DType compute = dtype_of<Real>());
 
   const ParamTable& table() const { return table_; }
+  DType compute_dtype() const { return compute_; }
 
   const LoopSchedule& schedule() const { return schedule_; }
 
@@ -137,7 +141,7 @@ class LayerLoop {
   // residual(layer) (gathered from the group when partitioned) before its chunk is recomputed.
   Tensor own_part(int layer) const;      // the part of residual(layer) this rank keeps
   Tensor stored_part(int row) const;     // a row of partitions_
-  Real* host_part(int slot, int64_t n);  // slot `slot` of host_checkpoints_, n elements each
+  void* host_part(int slot, int64_t n);  // slot `slot` of host_checkpoints_, n elements each
   void keep_checkpoint(int layer);
   void restore_checkpoint(int layer);
   // Where block `layer` keeps its activations for the backward (a recomputed chunk's blocks share theirs).
@@ -152,6 +156,7 @@ class LayerLoop {
   Recompute recompute_;
   Ops& ops_;
   Arena& arena_;  // the fused head's probs, allocated by the first forward without targets
+  DType compute_;
   TensorParallel tp_;
   // Block inputs (and the final output) in slots of [B,T,C]: residual_slot_[l - first] for l in first..end
   // of the pipeline chunk (0..L for the whole model). With full recomputation the inner inputs of a chunk
@@ -163,7 +168,7 @@ class LayerLoop {
   // partition_slot_[l - first] for a chunk's first block (-1 for the others). The chunks' whole inputs take
   // two residual slots in turn.
   Tensor partitions_;
-  std::vector<Real> host_checkpoints_;
+  std::vector<std::byte> host_checkpoints_;
   std::vector<int> partition_slot_;
   bool partitioned_ = false;
   // Activation sets: block_slot_[l - first] for l in first..end-1. Every kept block has its own; the blocks
