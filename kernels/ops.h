@@ -256,7 +256,8 @@ class Ops {
 
   // Engine ops, on fp32 state and fp32/fp16/bf16 compute weights and wire buffers (and on fp64 ones, for the
   // double-precision gradient checks, where a backend supports fp64).
-  // dst = round_to_dst_dtype(src * scale); between fp32, fp16 and bf16 (widening is exact), or fp64 to fp64.
+  // dst = round_to_dst_dtype(src * scale); between fp32, fp16 and bf16 (widening is exact), or fp64 to fp64;
+  // fp16 to fp16 and bf16 to bf16 with scale 1 (a copy).
   virtual void cast(const Tensor& dst, const Tensor& src, float scale = 1.0f) = 0;
   // dst += src (fp32, or fp64 to fp64).
   virtual void add_into(const Tensor& dst, const Tensor& src) = 0;
@@ -274,7 +275,8 @@ class Ops {
   // by the new kept error: qgZ's LoCo error feedback (kernels/quant/quantize.h), beta in [0, 1).
   virtual bool quantize_with_feedback(const Tensor& out, const Tensor& x, const Tensor& error,
                                       int64_t slice_len, int64_t count, int bits, int block, float beta) = 0;
-  // The inverse into out (fp32), each value rounded through round_to (fp32, fp16 or bf16).
+  // The inverse into out, each value rounded through round_to (fp32, fp16 or bf16); out is fp32, or round_to
+  // itself (the half layer loop's weights, loop.h).
   virtual void dequantize(const Tensor& out, const Tensor& in, int64_t slice_len, int64_t count, int bits,
                           int block, DType round_to) = 0;
   // The inverse added into acc (fp32, count * slice_len values): slice i of in into acc[i * slice_len, ...),

@@ -66,6 +66,16 @@ std::vector<std::vector<int>> gradient_order(const LayerLoop<float>& loop, const
   return order;
 }
 
+// The layer loop's compute dtype: the backend's for the run's precision (fp16 or bf16 on CUDA, which takes
+// the ops' mixed-precision contract: the half layer loop), else the loop dtype of context.h. Tensor and
+// pipeline parallelism keep the fp32 loop so far (their collectives and boundary messages move fp32
+// activations); a GPU then rounds the GEMMs' inputs (Ops::set_matmul_inputs).
+DType layer_loop_compute(const ZeroConfig& config, const Ops& ops, bool tensor_parallel, bool pipeline) {
+  const DType compute = ops.compute_dtype(config.precision);
+  const bool half = compute == DType::kF16 || compute == DType::kBF16;
+  return half && !tensor_parallel && !pipeline ? compute : loop_dtype(config.precision);
+}
+
 }  // namespace
 
 ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int micro_batch,
@@ -91,7 +101,8 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
       loop_(
           model, micro_batch, config.recompute, ops_, arena_, config.tile_factor,
           TensorParallel{tensor_group_.get(), config.sequence_parallel, config.distribute_saved_activations},
-          chunk_of(model, pipeline)) {
+          chunk_of(model, pipeline),
+          layer_loop_compute(config, ops_, tensor_group_ != nullptr, pipeline != nullptr)) {
   if (pipeline_) {
     slots_.resize(pipeline_->chunks.size());
     slots_[0].push_back(&loop_);
@@ -116,7 +127,8 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
   const bool hierarchical = gathers_hierarchically(), qgz = reduces_by_qgz();
   weights_ = make_weight_source<float>({config_, partition_, unit_names_, dp_, hpz_group_.get(), context_,
                                         offload_.get(), hierarchical ? node_group_.get() : nullptr,
-                                        hierarchical ? cross_group_.get() : nullptr});
+                                        hierarchical ? cross_group_.get() : nullptr,
+                                        loop_.compute_dtype() != loop_dtype(config_.precision)});
   optimizer_state_ = make_optimizer_state({config_, partition_, context_, *weights_, offload_.get()});
   gradient_order_ = gradient_order(loop_, model, config, pipeline);
   gradients_ = make_gradient_sink<float>({config_, partition_, unit_names_, gradient_order_, dp_,
@@ -203,7 +215,7 @@ void ZeroEngine::ensure_slots(int k) {
           model_, loop_.micro_batch(), config_.recompute, ops_, arena_, config_.tile_factor,
           TensorParallel{tensor_group_.get(), config_.sequence_parallel,
                          config_.distribute_saved_activations},
-          chunk_of(model_, &*pipeline_, c)));
+          chunk_of(model_, &*pipeline_, c), loop_.compute_dtype()));
       slots_[size_t(c)].push_back(extra_loops_.back().get());
     }
   }

@@ -61,7 +61,7 @@ class SwappedShards final : public OwnShards {
 WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
                                comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config,
                                const EngineContext& context, ParamSwap* swap, comm::Communicator* node,
-                               comm::Communicator* cross)
+                               comm::Communicator* cross, bool half_loop)
     : partition_(partition),
       names_(unit_names),
       dp_(dp),
@@ -70,7 +70,7 @@ WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std
       cross_(cross),
       config_(config),
       element_bytes_(dtype_size(config.precision)),
-      loop_dtype_(loop_dtype(config.precision)),
+      weights_dtype_(half_loop ? config.precision : loop_dtype(config.precision)),
       context_(context),
       ops_(context.ops),
       events_(context.events),
@@ -80,12 +80,14 @@ WeightGatherer::WeightGatherer(const Partition& partition, const std::vector<std
       // the planner's runs of large worlds fast, and allocates the same buffers.
       decode_on_arrival_(context.ops.device() == Device::kCPU && context.ops.computes()),
       secondaries_(partition.units().size(), nullptr),
+      quantized_own_(partition.units().size(), nullptr),
       kept_(partition.units().size(), nullptr),
-      kept_capacity_(partition.units().size(), 0),
-      quantized_own_(partition.units().size(), nullptr) {
-  if (config.quantized_weights && loop_dtype_ != DType::kF32)
-    throw std::invalid_argument("qwZ dequantizes gathered weights into fp32; the loop computes in " +
-                                std::string(dtype_name(loop_dtype_)));
+      kept_capacity_(partition.units().size(), 0) {
+  if (config.quantized_weights && loop_dtype(config.precision) != DType::kF32)
+    throw std::invalid_argument(
+        "qwZ dequantizes gathered weights into fp32 or the compute dtype; the loop "
+        "computes in " +
+        std::string(dtype_name(loop_dtype(config.precision))));
 }
 
 WeightGatherer::~WeightGatherer() {
@@ -226,7 +228,7 @@ void WeightGatherer::post(size_t index) {
   slot.unit = unit;
   slot.wire_bytes = per_rank * size_t(dp_.size());
   slot.wire = take_buffer(context_.wire, slot.wire_bytes, "gathered unit", &slot.wire_capacity);
-  slot.weight_bytes = dtype_bytes(loop_dtype_, u.padded);
+  slot.weight_bytes = dtype_bytes(weights_dtype_, u.padded);
   slot.weights = take_buffer(context_.device, slot.weight_bytes, "gathered unit in the loop dtype",
                              &slot.weight_capacity);
   slot.from_secondary = secondaries_[unit] != nullptr;
@@ -283,17 +285,18 @@ void WeightGatherer::decode(const Slot& slot, int first, int shards, int at) {
   const UnitPartition& u = partition_.unit(slot.unit);
   const int64_t begin = first * u.shard;  // the first element of those shards in the unit
   const size_t shard_bytes = shard_wire_bytes(slot.unit), wire_at = size_t(at) * shard_bytes;
-  void* weights = static_cast<char*>(slot.weights) + dtype_bytes(loop_dtype_, begin);
+  void* weights = static_cast<char*>(slot.weights) + dtype_bytes(weights_dtype_, begin);
   const void* wire = static_cast<const char*>(slot.wire) + wire_at;
   if (config_.quantized_weights) {
     // Every shard, this rank's own included, becomes dequant(quant(shard)) rounded to the compute dtype.
-    ops_.dequantize(context_.view(weights, shards * u.shard, DType::kF32),
+    ops_.dequantize(context_.view(weights, shards * u.shard, weights_dtype_),
                     context_.view(wire, int64_t(shards * shard_bytes), DType::kI8), u.shard, shards,
                     kQuantizedWeightBits, config_.weight_block, config_.precision);
   } else {
     // The padding after the last parameter is not model state: only [begin, numel) is cast.
     const int64_t n = std::clamp<int64_t>(u.numel - begin, 0, shards * u.shard);
-    if (n > 0) ops_.cast(context_.view(weights, n, loop_dtype_), context_.view(wire, n, config_.precision));
+    if (n > 0)
+      ops_.cast(context_.view(weights, n, weights_dtype_), context_.view(wire, n, config_.precision));
   }
 }
 

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "model/layers.h"
 #include "tensor/arena.h"
 #include "zero/config.h"
 #include "zero/context.h"
@@ -53,11 +54,12 @@ class WeightGatherer {
   // hpz: the hpZ group (h consecutive ranks of one node), or null when hpZ is off. swap: where this rank's
   // shards are read from when they live on NVMe (offload_param), or null.
   // node, cross: the hierarchical gather's groups (this rank's node; the ranks with its local index on every
-  // node), or null for the flat ring.
+  // node), or null for the flat ring. half_loop: the layer loop computes in the compute weights' own fp16 or
+  // bf16 (LayerLoop's compute dtype), so acquire() hands them out as they are, not widened to fp32.
   WeightGatherer(const Partition& partition, const std::vector<std::string>& unit_names,
                  comm::Communicator& dp, comm::Communicator* hpz, const ZeroConfig& config,
                  const EngineContext& context, ParamSwap* swap = nullptr, comm::Communicator* node = nullptr,
-                 comm::Communicator* cross = nullptr);
+                 comm::Communicator* cross = nullptr, bool half_loop = false);
   ~WeightGatherer();
 
   // Starts a pass: the units to gather, in order, all in one phase. `shard` is this rank's compute-weight
@@ -75,14 +77,10 @@ class WeightGatherer {
   // the meter counts those bytes in that step whatever the timing; the next forward would wait for them
   // first thing anyway.
   void finish_ahead();
-  // The full weights of the next scheduled unit in the loop dtype (Real: float, or double with fp64 compute
-  // weights; context.h) on the device (model layout, numel elements). Waits for its gather and, with overlap,
-  // posts the following one.
-  template <typename Real = float>
-  const Real* acquire(int unit) {
-    if (dtype_of<Real>() != loop_dtype_) throw std::logic_error("WeightGatherer: acquired in another dtype");
-    return static_cast<const Real*>(acquire_weights(unit));
-  }
+  // The full weights of the next scheduled unit on the device (model layout, numel elements), in the loop's
+  // compute dtype: the loop dtype of context.h (fp32, or fp64 with fp64 compute weights), or the compute
+  // weights' fp16/bf16 in a half loop. Waits for its gather and, with overlap, posts the following one.
+  WeightView acquire(int unit) { return {acquire_weights(unit), weights_dtype_}; }
   // The unit's weights are no longer needed (hpZ keeps this rank's secondary slice of a primary gather).
   void release(int unit);
   // Everything acquired has been released and no gather is in flight.
@@ -148,7 +146,7 @@ class WeightGatherer {
   comm::Communicator* cross_;
   ZeroConfig config_;
   size_t element_bytes_;
-  DType loop_dtype_;  // of the weights acquire() hands out
+  DType weights_dtype_;  // of the weights acquire() hands out
   const EngineContext& context_;
   Ops& ops_;
   EventLog& events_;
@@ -172,7 +170,7 @@ class WeightGatherer {
   std::vector<void*> secondaries_;    // per unit: this rank's hpZ slice, or null
   std::vector<void*> quantized_own_;  // per unit with qwZ: this rank's shard quantized since the last change
   // stage3_gather_once_per_step: per unit, its full weights kept since its first gather after the last
-  // weight change (device, loop dtype), or null, and the pooled buffer's capacity.
+  // weight change (device, the loop's compute dtype), or null, and the pooled buffer's capacity.
   std::vector<void*> kept_;
   std::vector<size_t> kept_capacity_;
   size_t secondary_peak_ = 0;

@@ -23,31 +23,32 @@ void EngineWeights<Real>::begin_forward_ahead(const std::vector<int>&) {
 
 template <typename Real>
 WeightView EngineWeights<Real>::acquire(int unit) {
-  const Real* weights = fetch(unit);
+  const WeightView weights = fetch(unit);
   events_.add(EngineEvent::Kind::kComputeBegin, names_[unit], backward_);
   return weights;
 }
 
 namespace {
 
-// Full compute weights on every rank (padded layout), in Real on the device for the loop.
+// Full compute weights on every rank (padded layout), on the device for the loop in its compute dtype (Real,
+// or the compute weights' own fp16/bf16 in a half loop).
 template <typename Real>
 class ReplicatedWeights : public EngineWeights<Real> {
  public:
   // gathered: the compute weights arrive by all-gather, so they live in wire memory and always get a device
-  // copy; otherwise they are computed on the device, which needs a widened copy only when they are 16-bit.
+  // copy; otherwise they are computed on the device, which needs a copy only when the loop widens them.
   ReplicatedWeights(const WeightSourceParts& p, bool gathered)
       : EngineWeights<Real>(p.unit_names, p.context.events),
         context_(p.context),
         partition_(p.partition),
-        dtype_(p.config.precision) {
+        dtype_(p.config.precision),
+        loop_(p.half_loop ? dtype_ : kLoop) {
     const int64_t P = partition_.padded_total();
     Arena& home = gathered ? context_.wire : context_.device;
     compute_ = home.allocate("compute weights", "compute weights", dtype_bytes(dtype_, P));
-    if (gathered || dtype_ != kLoop) {
-      widened_ = static_cast<Real*>(
-          context_.device.allocate(std::string("compute weights in ") + precision_name(kLoop),
-                                   "buffers: widened compute weights", P * sizeof(Real)));
+    if (gathered || dtype_ != loop_) {
+      widened_ = context_.device.allocate(std::string("compute weights in ") + precision_name(loop_),
+                                          "buffers: widened compute weights", dtype_bytes(loop_, P));
     }
   }
   // Stage 0: the master is the whole padded vector.
@@ -61,20 +62,21 @@ class ReplicatedWeights : public EngineWeights<Real> {
  protected:
   static constexpr DType kLoop = dtype_of<Real>();
   void start_pass(const std::vector<int>&, comm::Phase) override {}
-  const Real* fetch(int unit) override {
+  WeightView fetch(int unit) override {
     const int64_t offset = partition_.unit(unit).padded_offset;
-    return widened_ ? widened_ + offset : static_cast<const Real*>(compute_) + offset;
+    return widened_ ? WeightView(widened_, loop_) + offset : WeightView(compute_, dtype_) + offset;
   }
   void widen() {
     const int64_t P = partition_.padded_total();
-    if (widened_) context_.ops.cast(context_.view(widened_, P, kLoop), context_.view(compute_, P, dtype_));
+    if (widened_) context_.ops.cast(context_.view(widened_, P, loop_), context_.view(compute_, P, dtype_));
   }
 
   const EngineContext& context_;
   const Partition& partition_;
   DType dtype_;              // of the compute weights
+  DType loop_;               // of the weights the loop reads
   void* compute_ = nullptr;  // padded layout
-  Real* widened_ = nullptr;  // device copy of compute_ in Real, when the loop cannot use compute_ itself
+  void* widened_ = nullptr;  // device copy of compute_ in loop_, when the loop cannot use compute_ itself
 };
 
 template <typename Real>
@@ -189,8 +191,9 @@ class GatheredWeights final : public EngineWeights<Real>, public SubGroupRefresh
  public:
   explicit GatheredWeights(const WeightSourceParts& p)
       : EngineWeights<Real>(p.unit_names, p.context.events), home_(make_shard_home<Real>(p)) {
-    gatherer_ = std::make_unique<WeightGatherer>(p.partition, p.unit_names, p.dp, p.hpz_group, p.config,
-                                                 p.context, home_->swap(), p.node_group, p.cross_group);
+    gatherer_ =
+        std::make_unique<WeightGatherer>(p.partition, p.unit_names, p.dp, p.hpz_group, p.config, p.context,
+                                         home_->swap(), p.node_group, p.cross_group, p.half_loop);
   }
   void refresh(const Real* master) override {
     refresh_begin();
@@ -213,7 +216,7 @@ class GatheredWeights final : public EngineWeights<Real>, public SubGroupRefresh
   void start_pass(const std::vector<int>& schedule, comm::Phase phase) override {
     gatherer_->begin_pass(schedule, phase, home_->shard());
   }
-  const Real* fetch(int unit) override { return gatherer_->acquire<Real>(unit); }
+  WeightView fetch(int unit) override { return gatherer_->acquire(unit); }
 
  private:
   std::unique_ptr<ShardHome<Real>> home_;

@@ -71,7 +71,7 @@ class EngineWeights : public WeightSource<Real> {
 
  protected:
   virtual void start_pass(const std::vector<int>& schedule, comm::Phase phase) = 0;
-  virtual const Real* fetch(int unit) = 0;
+  virtual WeightView fetch(int unit) = 0;
 
  private:
   const std::vector<std::string>& names_;
@@ -92,6 +92,9 @@ struct WeightSourceParts {
   // with its local index on every node (stage 3), else null.
   comm::Communicator* node_group = nullptr;
   comm::Communicator* cross_group = nullptr;
+  // The layer loop computes in config.precision's fp16/bf16 (the half loop, LayerLoop's compute dtype): the
+  // source hands out the compute weights themselves, not a copy widened to Real.
+  bool half_loop = false;
 };
 // The weight source of config.stage (float, or double with config.precision kF64).
 template <typename Real>

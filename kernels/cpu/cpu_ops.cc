@@ -402,6 +402,7 @@ void CpuOps::cast(const Tensor& dst, const Tensor& src, float scale) {
     }
     return;
   }
+  if (src.dtype == dst.dtype && scale == 1.0f) return copy(dst, src);  // fp16 or bf16 as it is
   if (dst.dtype != DType::kF32 || scale != 1.0f)
     throw std::invalid_argument("CpuOps::cast: " + src.describe() + " into " + dst.describe() +
                                 " with a scale");
@@ -474,7 +475,20 @@ bool CpuOps::quantize_with_feedback(const Tensor& out, const Tensor& x, const Te
 
 void CpuOps::dequantize(const Tensor& out, const Tensor& in, int64_t slice_len, int64_t count, int bits,
                         int block, DType round_to) {
-  quant::dequantize_slices(ptr<uint8_t>(in), slice_len, count, bits, block, ptr<float>(out), round_to);
+  if (out.dtype == DType::kF32)
+    return quant::dequantize_slices(ptr<uint8_t>(in), slice_len, count, bits, block, ptr<float>(out),
+                                    round_to);
+  if (out.dtype != round_to)
+    throw std::invalid_argument("CpuOps::dequantize: into " + out.describe() + " rounded through " +
+                                dtype_name(round_to) + " (want fp32 or that dtype)");
+  // A slice at a time through fp32, then narrowed: exact, the values are already rounded to out's dtype.
+  std::vector<float> values(static_cast<size_t>(slice_len));
+  const size_t in_bytes = quant::quantized_bytes(slice_len, bits, block);
+  for (int64_t i = 0; i < count; ++i) {
+    quant::dequantize_slices(ptr<uint8_t>(in) + i * in_bytes, slice_len, 1, bits, block, values.data(),
+                             round_to);
+    cast(element_range(out, i * slice_len, slice_len), Tensor{values.data(), {slice_len}, DType::kF32}, 1.0f);
+  }
 }
 
 void CpuOps::dequantize_add(const Tensor& acc, const Tensor& in, int64_t slice_len, int64_t count, int bits,

@@ -193,6 +193,9 @@ void CudaOps::cast(const Tensor& dst, const Tensor& src, float scale) {
     f16_to_f32(context_, f32(dst, "cast"), bits16(src), n);
   } else if (dst.dtype == DType::kF32 && src.dtype == DType::kBF16 && scale == 1.0f) {
     bf16_to_f32(context_, f32(dst, "cast"), bits16(src), n);
+  } else if (dst.dtype == src.dtype && (dst.dtype == DType::kF16 || dst.dtype == DType::kBF16) &&
+             scale == 1.0f) {
+    copy(dst, src);
   } else {
     throw CudaError("CudaOps::cast: " + src.describe() + " into " + dst.describe() +
                     " is not a cast it makes");

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/ops_internal.h"
 #include "kernels/cuda/quantize.h"
 #include "kernels/quant/quantize.h"
@@ -99,11 +100,28 @@ void CudaOps::dequantize(const Tensor& out, const Tensor& in, int64_t slice_len,
                          int block, DType round_to) {
   check_arguments("dequantize", slice_len, count, bits, block);
   check_dtype("dequantize", "round to", round_to);
-  float* values = f32(out, "dequantize");
-  check_bytes("dequantize", "out", out, dtype_bytes(DType::kF32, slice_len * count));
+  const int64_t n = slice_len * count;
   check_bytes("dequantize", "in", in, wire_bytes(slice_len, count, bits, block));
-  dequantize_blocks(context_, static_cast<const uint8_t*>(in.data), slice_len, count, bits, block, values,
-                    round_to);
+  if (out.dtype == DType::kF32) {
+    check_bytes("dequantize", "out", out, dtype_bytes(DType::kF32, n));
+    dequantize_blocks(context_, static_cast<const uint8_t*>(in.data), slice_len, count, bits, block,
+                      f32(out, "dequantize"), round_to);
+    return;
+  }
+  // Into round_to itself (the half layer loop's weights): through fp32 scratch, then narrowed, exactly (the
+  // values are already rounded to it).
+  if (out.dtype != round_to || (out.dtype != DType::kF16 && out.dtype != DType::kBF16))
+    throw UnsupportedOp("CudaOps::dequantize: into " + out.describe() + " rounded through " +
+                        dtype_name(round_to) + " (want fp32 or that dtype)");
+  check_bytes("dequantize", "out", out, dtype_bytes(out.dtype, n));
+  StreamScratch values(context_, size_t(n) * sizeof(float));
+  dequantize_blocks(context_, static_cast<const uint8_t*>(in.data), slice_len, count, bits, block,
+                    values.as<float>(), round_to);
+  if (out.dtype == DType::kF16) {
+    f32_to_f16_scaled(context_, bits16(out), values.as<float>(), 1.0f, n);
+  } else {
+    f32_to_bf16_scaled(context_, bits16(out), values.as<float>(), 1.0f, n);
+  }
 }
 
 void CudaOps::dequantize_add(const Tensor& acc, const Tensor& in, int64_t slice_len, int64_t count, int bits,

@@ -181,7 +181,7 @@ TEST_CASE("qwZ: every rank gathers dequant(quant(shard)) bit for bit; with hpZ b
     int mismatched_units = 0;
     for (int u : forward) {
       const gpt::UnitPartition& up = partition.unit(u);
-      const float* w = gatherer.acquire(u);
+      const auto* w = static_cast<const float*>(gatherer.acquire(u).data);
       std::vector<float> expected(up.padded);
       for (int p = 0; p < W; ++p) {
         const std::vector<uint16_t> shard = shard_of(p);
@@ -206,7 +206,7 @@ TEST_CASE("qwZ: every rank gathers dequant(quant(shard)) bit for bit; with hpZ b
     gatherer.begin_pass(backward, Phase::kParamGatherBwd, mine.data());
     int changed_units = 0;
     for (int u : backward) {
-      const float* w = gatherer.acquire(u);
+      const auto* w = static_cast<const float*>(gatherer.acquire(u).data);
       changed_units += std::memcmp(w, seen[u].data(), seen[u].size() * sizeof(float)) != 0;
       gatherer.release(u);
     }
