@@ -249,7 +249,8 @@ Tensor allocate(Arena& arena, DType dtype, std::vector<int64_t> shape) {
 }
 
 // What the mixed-precision contract keeps in fp32 next to fp16/bf16 activations (LayerNorm's statistics,
-// the losses and their softmax statistics; kernels/ops.h); with fp32 or fp64 activations, their own dtype.
+// attention's log-sum-exp, the losses and their softmax statistics; kernels/ops.h); with fp32 or fp64
+// activations, their own dtype.
 DType statistics_dtype(DType activations) {
   return activations == DType::kF16 || activations == DType::kBF16 ? DType::kF32 : activations;
 }
@@ -281,8 +282,9 @@ void BlockActivations::allocate(Arena& arena, DType dtype, const GPTConfig& conf
   owns_probs = own_probs;
   if (own_probs) {
     const int64_t NH = config.heads / t;
-    att = residual == AttentionResidual::kLogSumExp ? gpt::allocate(arena, dtype, {B, NH, T})
-                                                    : gpt::allocate(arena, dtype, {B, NH, T, T});
+    att = residual == AttentionResidual::kLogSumExp
+              ? gpt::allocate(arena, statistics_dtype(dtype), {B, NH, T})
+              : gpt::allocate(arena, dtype, {B, NH, T, T});
   }
   fch = gpt::allocate(arena, dtype, {B, T, 4 * C / t});
   fch_gelu = gpt::allocate(arena, dtype, {B, T, 4 * C / t});

@@ -80,8 +80,8 @@ struct WeightView {
 };
 
 // Activations are tensors of the backend's device, allocated once from an arena (category "activations"), in
-// the loop's compute dtype; next to fp16/bf16 ones, LayerNorm's statistics and the losses (with their softmax
-// statistics) are fp32, as the ops' mixed-precision contract says (kernels/ops.h).
+// the loop's compute dtype; next to fp16/bf16 ones, LayerNorm's statistics, attention's log-sum-exp and the
+// losses (with their softmax statistics) are fp32, as the ops' mixed-precision contract says (kernels/ops.h).
 // What one block's backward needs from its forward (the block input is kept by the caller).
 struct BlockActivations {
   Tensor ln1, ln1_mean, ln1_rstd;  // [B,T,C], [B*T], [B*T]

@@ -32,8 +32,8 @@ class Materialized {
       const Arg& a = args[i];
       const bool tokens = a.token_below > 0;
       const bool half = dtype == DType::kF16 || dtype == DType::kBF16;
-      const DType own = tokens ? DType::kI32 : (a.fp32 && half ? DType::kF32 : dtype);
       const Arg shaped = on_backend(a, ops);
+      const DType own = tokens ? DType::kI32 : (shaped.fp32 && half ? DType::kF32 : dtype);
       int64_t n = 1;
       for (int64_t d : shaped.shape) n *= d;
       Tensor t = arena_.allocate_tensor(a.name, "op case", {n + (tokens ? 0 : offset)}, own);
@@ -48,9 +48,12 @@ class Materialized {
   CaseTensors tensors;
 
   // The Arg as this backend holds it: attention's residual [B, NH, T] where the backend keeps the
-  // log-sum-exp.
+  // log-sum-exp, which the mixed-precision contract keeps in fp32.
   static Arg on_backend(Arg a, const Ops& ops) {
-    if (a.attention_residual && ops.attention_residual() == AttentionResidual::kLogSumExp) a.shape.pop_back();
+    if (a.attention_residual && ops.attention_residual() == AttentionResidual::kLogSumExp) {
+      a.shape.pop_back();
+      a.fp32 = true;
+    }
     return a;
   }
 

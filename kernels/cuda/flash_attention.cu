@@ -226,7 +226,7 @@ __device__ __forceinline__ void row_sum(const float* s, float* m, const float* m
 
 template <typename Act, typename Mma, int kHs>
 __global__ void __launch_bounds__(kThreads)
-    flash_forward_kernel(Act* out, Act* lse, const Act* qkv, Shape sh, int b0, AttentionDropParams drop) {
+    flash_forward_kernel(Act* out, float* lse, const Act* qkv, Shape sh, int b0, AttentionDropParams drop) {
   using L = ForwardSmem<Mma, kHs>;
   extern __shared__ __align__(128) unsigned char smem[];
   Mma *q = reinterpret_cast<Mma*>(smem + L::q), *k = reinterpret_cast<Mma*>(smem + L::k);
@@ -272,8 +272,7 @@ __global__ void __launch_bounds__(kThreads)
           from_float<Act>(o_acc[o] * (1.0f / l[r]));
   }
   if (threadIdx.x < kRows && i0 + int(threadIdx.x) < T)
-    lse[(int64_t(b) * sh.NH + h) * T + i0 + threadIdx.x] =
-        from_float<Act>(m[threadIdx.x] + logf(l[threadIdx.x]));
+    lse[(int64_t(b) * sh.NH + h) * T + i0 + threadIdx.x] = m[threadIdx.x] + logf(l[threadIdx.x]);
 }
 
 // ---- backward ----
@@ -366,12 +365,12 @@ struct BackwardAt {
 // The rows i0.. of the query side: q and dout tiles, lse and Dr (rows at or past T: zeros).
 template <typename Act, typename Mma, int kHs>
 __device__ void load_query_side(const BackwardTiles<Mma, kHs>& t, const Act* q_base, const Act* dout_base,
-                                const Act* lse, const float* dr, const Shape& sh, int i0) {
+                                const float* lse, const float* dr, const Shape& sh, int i0) {
   load_rows<kHs>(t.q, BackwardSmem<Mma, kHs>::kLd, q_base, 3 * int64_t(sh.C), i0, sh.T);
   load_rows<kHs>(t.dout, BackwardSmem<Mma, kHs>::kLd, dout_base, sh.C, i0, sh.T);
   if (threadIdx.x < kRows) {
     const int i = i0 + threadIdx.x;
-    t.lse[threadIdx.x] = i < sh.T ? to_float(lse[i]) : 0.0f;
+    t.lse[threadIdx.x] = i < sh.T ? lse[i] : 0.0f;
     t.dr[threadIdx.x] = i < sh.T ? dr[i] : 0.0f;
   }
 }
@@ -428,7 +427,7 @@ __device__ __forceinline__ void add_rows(Act* dst, int64_t stride, const float (
 // block's dV = dropped(P)^T dout and dK = dS^T q added to the tile's accumulators, then into dqkv.
 template <typename Act, typename Mma, int kHs>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_kv_kernel(Act* dqkv, const float* dr, const Act* dout, const Act* qkv, const Act* lse,
+    flash_backward_kv_kernel(Act* dqkv, const float* dr, const Act* dout, const Act* qkv, const float* lse,
                              Shape sh, int b0, AttentionDropParams drop) {
   using L = BackwardSmem<Mma, kHs>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -461,7 +460,7 @@ __global__ void __launch_bounds__(kThreads)
 // the tile's accumulator, then into dqkv.
 template <typename Act, typename Mma, int kHs>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_q_kernel(Act* dqkv, const float* dr, const Act* dout, const Act* qkv, const Act* lse,
+    flash_backward_q_kernel(Act* dqkv, const float* dr, const Act* dout, const Act* qkv, const float* lse,
                             Shape sh, int b0, AttentionDropParams drop) {
   using L = BackwardSmem<Mma, kHs>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -543,7 +542,7 @@ Shape make_shape(int T, int C, int NH) {
 }  // namespace
 
 template <typename Act>
-void flash_attention_forward(const Context& ctx, Act* out, Act* lse, const Act* qkv, int B, int T, int C,
+void flash_attention_forward(const Context& ctx, Act* out, float* lse, const Act* qkv, int B, int T, int C,
                              int NH, const AttentionDropout* dropout) {
   with_head_size("flash_attention_forward", C, NH, [&](auto hs) {
     constexpr int kHs = decltype(hs)::value;
@@ -565,7 +564,7 @@ void flash_attention_forward(const Context& ctx, Act* out, Act* lse, const Act* 
 
 template <typename Act>
 void flash_attention_backward(const Context& ctx, Act* dqkv, const Act* dout, const Act* qkv, const Act* out,
-                              const Act* lse, int B, int T, int C, int NH, const AttentionDropout* dropout) {
+                              const float* lse, int B, int T, int C, int NH, const AttentionDropout* dropout) {
   with_head_size("flash_attention_backward", C, NH, [&](auto hs) {
     constexpr int kHs = decltype(hs)::value;
     if (B <= 0 || T <= 0) return;
@@ -597,10 +596,10 @@ void flash_attention_backward(const Context& ctx, Act* dqkv, const Act* dout, co
 }
 
 #define GPT_FLASH_INSTANTIATE(Act)                                                                       \
-  template void flash_attention_forward<Act>(const Context&, Act*, Act*, const Act*, int, int, int, int, \
-                                             const AttentionDropout*);                                   \
-  template void flash_attention_backward<Act>(const Context&, Act*, const Act*, const Act*, const Act*,  \
-                                              const Act*, int, int, int, int, const AttentionDropout*);
+  template void flash_attention_forward<Act>(const Context&, Act*, float*, const Act*, int, int, int, int, \
+                                             const AttentionDropout*);                                     \
+  template void flash_attention_backward<Act>(const Context&, Act*, const Act*, const Act*, const Act*,    \
+                                              const float*, int, int, int, int, const AttentionDropout*);
 GPT_FLASH_INSTANTIATE(float)
 GPT_FLASH_INSTANTIATE(__half)
 GPT_FLASH_INSTANTIATE(__nv_bfloat16)

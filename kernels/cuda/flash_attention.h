@@ -1,14 +1,14 @@
 // FlashAttention-2 on the GPU: causal multi-head attention that keeps one log-sum-exp per row ([B,NH,T])
 // for its backward instead of the [B,NH,T,T] probabilities, the CUDA twin of kernels/cpu/flash_attention.h
 // (same tiles, kernels/common/flash_tiles.h, same summation order, same dropout masks). qkv [B,T,3C], out
-// [B,T,C], lse [B,NH,T], dout and dqkv share one storage type Act (float, __half or __nv_bfloat16; the seam's
-// mixed-precision contract keeps the residual in the activations' dtype too); every value is computed in
-// fp32 and each output rounded to Act once. The matmuls run on tensor cores (WMMA m16n16k16, fp32
-// accumulation) with bf16 or fp16 inputs when the activations are half, or when they are fp32 and the
-// context asks for bf16/fp16 GEMM inputs (Context::fp32_gemm_compute); otherwise as exact fp32 fma chains in
-// the CPU reference's order (then the numbers differ from it only by expf/logf against std::exp/std::log).
-// Head sizes 64 and 128; others throw CudaError. Device pointers (the dropout keys excepted: host);
-// asynchronous on ctx.stream().
+// [B,T,C], dout and dqkv share one storage type Act (float, __half or __nv_bfloat16); lse [B,NH,T] is fp32
+// whatever Act is (the seam's mixed-precision contract: a rounded log-sum-exp would scale all of a row's
+// recomputed probabilities by one error); every value is computed in fp32 and each output rounded to Act
+// once. The matmuls run on tensor cores (WMMA m16n16k16, fp32 accumulation) with bf16 or fp16 inputs when the
+// activations are half, or when they are fp32 and the context asks for bf16/fp16 GEMM inputs
+// (Context::fp32_gemm_compute); otherwise as exact fp32 fma chains in the CPU reference's order (then the
+// numbers differ from it only by expf/logf against std::exp/std::log). Head sizes 64 and 128; others throw
+// CudaError. Device pointers (the dropout keys excepted: host); asynchronous on ctx.stream().
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,7 +27,7 @@ inline bool flash_head_size_supported(int hs) {
 // Overwrites out [B,T,C] and lse [B,NH,T] (the log of the sum of exp of each row's scaled causal scores,
 // before dropout). Dropout as attention_forward's (attention.h).
 template <typename Act>
-void flash_attention_forward(const Context& ctx, Act* out, Act* lse, const Act* qkv, int B, int T, int C,
+void flash_attention_forward(const Context& ctx, Act* out, float* lse, const Act* qkv, int B, int T, int C,
                              int NH, const AttentionDropout* dropout);
 
 // Accumulates into dqkv [B,T,3C] given dout [B,T,C] and the forward's qkv, out and lse; dropout must be the
@@ -36,6 +36,6 @@ void flash_attention_forward(const Context& ctx, Act* out, Act* lse, const Act* 
 // bit. Needs B*NH*T floats of temporary device memory (stream-ordered).
 template <typename Act>
 void flash_attention_backward(const Context& ctx, Act* dqkv, const Act* dout, const Act* qkv, const Act* out,
-                              const Act* lse, int B, int T, int C, int NH, const AttentionDropout* dropout);
+                              const float* lse, int B, int T, int C, int NH, const AttentionDropout* dropout);
 
 }  // namespace gpt::cuda

@@ -2,7 +2,7 @@
 // forward and backward run the flash-attention kernels (flash_attention.h): the residual `att` is one
 // log-sum-exp per row, [B, NH, T] (cuda_attention_residual() = kLogSumExp), the backward recomputes the
 // probabilities from it, qkv and the forward's output; the kernels take the activations' dtype (fp32, fp16
-// or bf16; the mixed-precision contract of kernels/ops.h keeps the log-sum-exp in it too) directly. The
+// or bf16) directly, and the log-sum-exp in fp32 (the mixed-precision contract of kernels/ops.h). The
 // decode keeps attention.cu's fp32 kernel (its att is the one row's probabilities [NH, n]), reached on half
 // tensors through Widened (fp32 scratch, each output rounded once). The sizes come from the tensors: att is
 // [B, NH, T] (decode: [NH, n]) and C is the last dimension of out (backward: of dout). The older T x T
@@ -58,7 +58,8 @@ DType rounded_dtype(const Context& ctx) {
 
 // fp32 tensors as half copies in stream-ordered scratch: attention's QK^T and PV then run on the tensor
 // cores, as the GEMMs do when set_matmul_inputs rounds their inputs. Unlike a GEMM's, the kernel's outputs
-// (out, the log-sum-exp, dqkv) come back rounded to the half type too: widened exactly, each rounded once.
+// (out, dqkv) come back rounded to the half type too: widened exactly, each rounded once (the log-sum-exp is
+// fp32 either way).
 class HalfCopies {
  public:
   HalfCopies(const Context& ctx, DType half) : ctx_(ctx), half_(half) {}
@@ -115,25 +116,24 @@ void CudaOps::attention_forward(const Tensor& out, const Tensor& att, const Tens
   require_rank(att, 3, kOp, "att (the log-sum-exp [B, NH, T])");
   const int B = int(att.shape[0]), NH = int(att.shape[1]), T = int(att.shape[2]), C = int(out.shape.back());
   const AttentionDropout spec = dropout ? to_kernel(*dropout) : AttentionDropout{};
-  const DType dtype = check_dtypes(kOp, {{"qkv", qkv}, {"out", out}, {"att", att}});
+  const DType dtype = check_dtypes(kOp, {{"qkv", qkv}, {"out", out}}, {{"att", att}});
   require_flash_head_size(kOp, C, NH);
+  float* lse = f32(att, kOp);
   if (dtype == DType::kF32 && rounded_dtype(context_) != DType::kF32) {
     HalfCopies half(context_, rounded_dtype(context_));
     const uint16_t* hqkv = half.rounded(qkv);
     uint16_t* hout = half.scratch(out.numel());
-    uint16_t* hatt = half.scratch(att.numel());
     half.on_half([&]<typename H>() {
-      cuda::flash_attention_forward<H>(context_, reinterpret_cast<H*>(hout), reinterpret_cast<H*>(hatt),
+      cuda::flash_attention_forward<H>(context_, reinterpret_cast<H*>(hout), lse,
                                        reinterpret_cast<const H*>(hqkv), B, T, C, NH,
                                        dropout ? &spec : nullptr);
     });
     half.widen(static_cast<float*>(out.data), hout, out.numel());
-    half.widen(static_cast<float*>(att.data), hatt, att.numel());
     return;
   }
   on_compute_dtype(dtype, [&]<typename Act>() {
-    cuda::flash_attention_forward<Act>(context_, typed<Act>(out), typed<Act>(att), typed<const Act>(qkv), B,
-                                       T, C, NH, dropout ? &spec : nullptr);
+    cuda::flash_attention_forward<Act>(context_, typed<Act>(out), lse, typed<const Act>(qkv), B, T, C, NH,
+                                       dropout ? &spec : nullptr);
   });
 }
 
@@ -156,27 +156,27 @@ void CudaOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const T
   const int B = int(att.shape[0]), NH = int(att.shape[1]), T = int(att.shape[2]), C = int(dout.shape.back());
   const AttentionDropout spec = dropout ? to_kernel(*dropout) : AttentionDropout{};
   const DType dtype =
-      check_dtypes(kOp, {{"qkv", qkv}, {"dout", dout}, {"out", out}, {"att", att}, {"dqkv", dqkv}});
+      check_dtypes(kOp, {{"qkv", qkv}, {"dout", dout}, {"out", out}, {"dqkv", dqkv}}, {{"att", att}});
   require_flash_head_size(kOp, C, NH);
+  const float* lse = f32(att, kOp);
   if (dtype == DType::kF32 && rounded_dtype(context_) != DType::kF32) {
-    // out and att came back from the half forward, so they round back to exactly what it wrote.
+    // out came back from the half forward, so it rounds back to exactly what that wrote.
     HalfCopies half(context_, rounded_dtype(context_));
-    const uint16_t *hdout = half.rounded(dout), *hqkv = half.rounded(qkv), *hout = half.rounded(out),
-                   *hatt = half.rounded(att);
+    const uint16_t *hdout = half.rounded(dout), *hqkv = half.rounded(qkv), *hout = half.rounded(out);
     uint16_t* hdqkv = half.scratch(dqkv.numel(), /*zeroed=*/true);
     half.on_half([&]<typename H>() {
       cuda::flash_attention_backward<H>(context_, reinterpret_cast<H*>(hdqkv),
                                         reinterpret_cast<const H*>(hdout), reinterpret_cast<const H*>(hqkv),
-                                        reinterpret_cast<const H*>(hout), reinterpret_cast<const H*>(hatt), B,
-                                        T, C, NH, dropout ? &spec : nullptr);
+                                        reinterpret_cast<const H*>(hout), lse, B, T, C, NH,
+                                        dropout ? &spec : nullptr);
     });
     half.widen_into(static_cast<float*>(dqkv.data), hdqkv, dqkv.numel());
     return;
   }
   on_compute_dtype(dtype, [&]<typename Act>() {
     cuda::flash_attention_backward<Act>(context_, typed<Act>(dqkv), typed<const Act>(dout),
-                                        typed<const Act>(qkv), typed<const Act>(out), typed<const Act>(att),
-                                        B, T, C, NH, dropout ? &spec : nullptr);
+                                        typed<const Act>(qkv), typed<const Act>(out), lse, B, T, C, NH,
+                                        dropout ? &spec : nullptr);
   });
 }
 

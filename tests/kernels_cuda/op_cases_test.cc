@@ -45,9 +45,7 @@ TEST_CASE("every op case on CudaOps is within its tolerance of the CPU's fp64 re
         for (const Result& r : compare_to_reference(gpu, c, v)) {
           INFO(s.describe() << ": " << r.op << " " << r.dtype << " error " << r.error << " (tolerance "
                             << r.tolerance << ") " << r.message);
-          // AdamW keeps fp32 state; the fused classifier is fp32 only on CUDA so far (kernels/ops.h).
-          const bool fp32_only = c.family == "adamw" || c.family == "classifier";
-          if (flash_lacks(c, s) || (v.dtype != DType::kF32 && fp32_only))
+          if (flash_lacks(c, s) || (v.dtype != DType::kF32 && c.family == "adamw"))
             CHECK(r.verdict == Verdict::kUnsupported);
           else
             CHECK(r.verdict == Verdict::kPass);
