@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/common/random.h"
+#include "kernels/mixed_precision.h"
 #include "model/params.h"
 
 namespace gpt {
@@ -252,7 +253,7 @@ Tensor allocate(Arena& arena, DType dtype, std::vector<int64_t> shape) {
 // attention's log-sum-exp, the losses and their softmax statistics; kernels/ops.h); with fp32 or fp64
 // activations, their own dtype.
 DType statistics_dtype(DType activations) {
-  return activations == DType::kF16 || activations == DType::kBF16 ? DType::kF32 : activations;
+  return is_half(activations) ? DType::kF32 : activations;
 }
 
 }  // namespace

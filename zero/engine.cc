@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/mixed_precision.h"
 #include "model/init.h"
 #include "zero/memory_model.h"
 #include "zero/optimizer.h"
@@ -72,8 +73,7 @@ std::vector<std::vector<int>> gradient_order(const LayerLoop<float>& loop, const
 // activations); a GPU then rounds the GEMMs' inputs (Ops::set_matmul_inputs).
 DType layer_loop_compute(const ZeroConfig& config, const Ops& ops, bool tensor_parallel, bool pipeline) {
   const DType compute = ops.compute_dtype(config.precision);
-  const bool half = compute == DType::kF16 || compute == DType::kBF16;
-  return half && !tensor_parallel && !pipeline ? compute : loop_dtype(config.precision);
+  return is_half(compute) && !tensor_parallel && !pipeline ? compute : loop_dtype(config.precision);
 }
 
 }  // namespace

@@ -11,14 +11,14 @@
 #pragma once
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/mixed_precision.h"
 
 namespace gpt {
 
 class MixedPrecisionCpuOps : public CpuOps {
  public:
   DType compute_dtype(DType precision) const override {
-    return precision == DType::kF16 || precision == DType::kBF16 ? precision
-                                                                 : CpuOps::compute_dtype(precision);
+    return is_half(precision) ? precision : CpuOps::compute_dtype(precision);
   }
   // Zero fills any float dtype (CUDA: a memset); other values fp32 and fp64 only, as on CUDA.
   void fill(const Tensor& t, double value) override;
