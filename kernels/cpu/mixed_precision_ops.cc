@@ -12,13 +12,13 @@ namespace gpt {
 namespace {
 
 // Whether a call takes the contract in a half dtype: its first non-empty `compute` tensor is fp16 or bf16.
-// Then the whole call must keep the contract (kernels/mixed_precision.h); otherwise it is CpuOps' own call.
+// A call in fp16, bf16 or fp32 must keep the contract (kernels/mixed_precision.h), so a dtype mix that CUDA
+// refuses fails here too; an fp64 call (the gradient checks) is CpuOps' own.
 bool half_call(const char* op, std::initializer_list<Named> compute, std::initializer_list<Named> fp32 = {}) {
   for (const Named& n : compute) {
     if (n.tensor.empty()) continue;
-    if (!is_half(n.tensor.dtype)) return false;
-    check_mixed_dtypes("MixedPrecisionCpuOps", op, compute, fp32);
-    return true;
+    if (n.tensor.dtype == DType::kF64) return false;
+    return is_half(check_mixed_dtypes("MixedPrecisionCpuOps", op, compute, fp32));
   }
   return false;
 }

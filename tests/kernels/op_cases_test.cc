@@ -5,6 +5,7 @@
 // within the half tolerances; and a backend with one wrong op fails exactly that op's rows.
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,32 @@ TEST_CASE("the CPU's reference of the mixed-precision contract computes every la
     }
   }
   CHECK(passed > 100);
+}
+
+TEST_CASE("the CPU's reference of the contract refuses the dtype mixes CUDA refuses, in one line") {
+  MixedPrecisionCpuOps mixed;
+  std::vector<uint16_t> x(8 * 4), w(4), b(4), out(8 * 4), mean16(8);
+  std::vector<float> mean(8), rstd(8);
+  auto half = [](std::vector<uint16_t>& v, std::vector<int64_t> shape) {
+    return Tensor{v.data(), std::move(shape), DType::kBF16, Device::kCPU};
+  };
+  const Tensor rstd32{rstd.data(), {8}, DType::kF32, Device::kCPU};
+  // LayerNorm's statistics are fp32 beside bf16 activations.
+  try {
+    mixed.layernorm_forward(half(out, {8, 4}), half(mean16, {8}), rstd32, half(x, {8, 4}), half(w, {4}),
+                            half(b, {4}));
+    FAIL("a bf16 mean was taken");
+  } catch (const UnsupportedOp& e) {
+    CHECK(std::string(e.what()).find("MixedPrecisionCpuOps::layernorm_forward: dtypes") != std::string::npos);
+    CHECK(std::string(e.what()).find("mean bf16") != std::string::npos);
+  }
+  // fp32 activations with a bf16 weight: refused too, where CpuOps alone would read the bits as floats.
+  std::vector<float> x32(8 * 4), out32(8 * 4);
+  CHECK_THROWS_AS(mixed.layernorm_forward(Tensor{out32.data(), {8, 4}, DType::kF32, Device::kCPU},
+                                          Tensor{mean.data(), {8}, DType::kF32, Device::kCPU}, rstd32,
+                                          Tensor{x32.data(), {8, 4}, DType::kF32, Device::kCPU}, half(w, {4}),
+                                          half(b, {4})),
+                  UnsupportedOp);
 }
 
 // The CPU backend with GELU's forward off by one part in 1e4 on every value.
