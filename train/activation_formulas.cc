@@ -61,7 +61,7 @@ std::vector<LayerTerm> layer_terms(const ActivationShape& x, AttentionResidual r
       {"attention", "softmax output", 2 * as2b,
        lse ? "att (each row's log-sum-exp: the backward recomputes the probabilities)"
            : "att (probabilities before dropout)",
-       lse ? 4.0 * x.a * x.s * x.b : 4 * as2b, S::kAttentionCore, false},
+       lse ? 4.0 * x.a * x.s * x.b : 4 * as2b, S::kAttentionCore, false, lse},
       {"attention", "softmax dropout mask", as2b, "none: regenerated from its key", 0, S::kAttentionCore,
        false},
       {"attention", "softmax dropout output (input of attention over V)", 2 * as2b,
@@ -77,7 +77,7 @@ std::vector<LayerTerm> layer_terms(const ActivationShape& x, AttentionResidual r
        "block input x (the loop's residual slot)", 4 * sbh, S::kSequence, true},
       {"LayerNorm", "LayerNorm 2 input", 2 * sbh, "residual2", 4 * sbh, S::kSequence, false},
       {"LayerNorm", "none: the statistics are recomputed", 0, "ln1_mean, ln1_rstd, ln2_mean, ln2_rstd",
-       16 * sb, S::kSequence, false},
+       16 * sb, S::kSequence, false, true},
   };
 }
 
@@ -128,7 +128,8 @@ void add_layer_lines(RestatedActivations& r, const ActivationShape& x, const Act
   kept.recompute = Recompute{};
   for (const LayerTerm& term : layer_terms(x, setup.attention_residual)) {
     if (term.our_bytes == 0) continue;
-    const int64_t each = int64_t(our_term_bytes(term, kept) / 4) * E;
+    const int64_t each =
+        int64_t(our_term_bytes(term, kept) / 4) * (term.statistics ? statistics_bytes(E) : E);
     int64_t count = slots.sets;
     if (term.block_input) count = slots.residual_slots - 1;  // the last slot is the head's input
     if (term.block_input && setup.partitioned()) {
@@ -156,7 +157,7 @@ void add_input_output_lines(RestatedActivations& r, const ActivationShape& x, co
   if (sp)
     r.lines.push_back({"input/output", "lnf_full (lnf gathered over the sequence)",
                        "output projection input (LayerNorm output)", 1, x.b * x.s * x.h * E});
-  r.lines.push_back({"input/output", "lnf_mean, lnf_rstd", "-", 2, x.b * positions * E});
+  r.lines.push_back({"input/output", "lnf_mean, lnf_rstd", "-", 2, x.b * positions * statistics_bytes(E)});
   if (setup.fused_classifier()) {
     r.lines.push_back({"input/output", "logits_chunk (the fused classifier's rows of logits)",
                        "cross-entropy logits (fp32)", 1, setup.classifier_rows * x.v * E});
@@ -171,24 +172,25 @@ void add_working_lines(RestatedActivations& r, const ActivationShape& x, const A
                        int E) {
   const bool sp = setup.sequence_parallel && setup.t > 1;
   const int64_t t = setup.t, bs = x.b * x.s, row = x.b * (sp ? x.s / t : x.s) * x.h;
-  auto add = [&](const std::string& tensor, int64_t count, int64_t elements) {
-    r.lines.push_back({"working", tensor, "-", count, elements * E});
+  auto add = [&](const std::string& tensor, int64_t count, int64_t elements, int bytes) {
+    r.lines.push_back({"working", tensor, "-", count, elements * bytes});
   };
-  add("losses, dlosses", 2, bs);
+  const int S = statistics_bytes(E);
+  add("losses, dlosses", 2, bs, S);
   if (t > 1) {
-    add("stats (this rank's softmax statistics)", 1, 3 * bs);
-    add("stats_all (the group's softmax statistics)", 1, 3 * t * bs);
+    add("stats (this rank's softmax statistics)", 1, 3 * bs, S);
+    add("stats_all (the group's softmax statistics)", 1, 3 * t * bs, S);
   }
-  add("dlnf", 1, row);
-  add("scratch d_fch, d_fch_gelu", 2, bs * 4 * x.h / t);
-  add("scratch d_qkv", 1, bs * 3 * x.h / t);
-  add("scratch d_atty", 1, bs * x.h / t);
-  add("scratch d_ln1, d_ln2", 2, row);
-  add("dresidual", 1, row);
-  if (setup.recompute.is_full()) add("recompute_out (a recomputed chunk's discarded output)", 1, row);
+  add("dlnf", 1, row, E);
+  add("scratch d_fch, d_fch_gelu", 2, bs * 4 * x.h / t, E);
+  add("scratch d_qkv", 1, bs * 3 * x.h / t, E);
+  add("scratch d_atty", 1, bs * x.h / t, E);
+  add("scratch d_ln1, d_ln2", 2, row, E);
+  add("dresidual", 1, row, E);
+  if (setup.recompute.is_full()) add("recompute_out (a recomputed chunk's discarded output)", 1, row, E);
   if (sp) {
-    add("gathered, partial (sequence parallelism's [b,s,h] buffers)", 2, bs * x.h);
-    add("norm_grads (a LayerNorm's partial parameter gradients)", 1, 2 * x.h);
+    add("gathered, partial (sequence parallelism's [b,s,h] buffers)", 2, bs * x.h, E);
+    add("norm_grads (a LayerNorm's partial parameter gradients)", 1, 2 * x.h, S);
   }
 }
 

@@ -68,6 +68,9 @@ struct LayerTerm {
   // The block input: the one tensor full recomputation keeps (as its checkpoint); ours lives in the loop's
   // residual slots, not in an activation set.
   bool block_input = false;
+  // Kept in fp32 beside fp16/bf16 activations (the ops' mixed-precision contract, kernels/ops.h): LayerNorm's
+  // statistics, attention's log-sum-exp.
+  bool statistics = false;
 };
 
 // Section 4.1's list in its order, each with what we store for it, and our LayerNorm statistics (which the
@@ -112,8 +115,14 @@ struct RestatedActivations {
 };
 
 // What LayerLoop<Real> allocates in the "activations" category on one rank, tensor by tensor, with
-// element_bytes = sizeof(Real). The setup must be one the loop accepts (t divides a, h, v; s with SP).
+// element_bytes the size of its compute dtype: sizeof(Real), or 2 for the half layer loop, whose statistics
+// (LayerNorm's, the log-sum-exp, the losses) and LayerNorm gradient partials stay 4 (statistics_bytes). The
+// setup must be one the loop accepts (t divides a, h, v; s with SP).
 RestatedActivations restated_activations(const ActivationShape& shape, const ActivationSetup& setup,
                                          int element_bytes = 4);
+// The bytes of a statistic next to activations of element_bytes: 4 beside fp16/bf16's 2, else the same.
+inline int statistics_bytes(int element_bytes) {
+  return element_bytes == 2 ? 4 : element_bytes;
+}
 
 }  // namespace gpt

@@ -445,7 +445,10 @@ PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, i
       rank_param_table(model, z.tile_factor, TensorSlice{tensor_parallel, 0}, pipeline, stage);
   const Partition p = make_partition(table, z, data_parallel);
   const bool cpu = target == MemoryTarget::kCpu;
-  // The CPU backend's loop computes in fp32 whatever the compute dtype.
+  // The CPU backend's loop computes in fp32 whatever the compute dtype; the planned GPU's in the compute
+  // dtype (the half layer loop, its statistics in fp32). The engine runs that loop at t = 1 and p = 1 so far
+  // (layer_loop_compute, zero/context.h); with tensor or pipeline parallelism it still keeps fp32
+  // activations, which the plan does not count: it plans the layout as Megatron runs it.
   const double ab = cpu ? 4 : double(dtype_size(z.precision));
   PlanMemory m;
   for (const StateFormula& f : zero_state_formulas(p, z, dp_nodes)) {

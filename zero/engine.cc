@@ -8,7 +8,6 @@
 #include <stdexcept>
 
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/mixed_precision.h"
 #include "model/init.h"
 #include "zero/memory_model.h"
 #include "zero/optimizer.h"
@@ -67,15 +66,6 @@ std::vector<std::vector<int>> gradient_order(const LayerLoop<float>& loop, const
   return order;
 }
 
-// The layer loop's compute dtype: the backend's for the run's precision (fp16 or bf16 on CUDA, which takes
-// the ops' mixed-precision contract: the half layer loop), else the loop dtype of context.h. Tensor and
-// pipeline parallelism keep the fp32 loop so far (their collectives and boundary messages move fp32
-// activations); a GPU then rounds the GEMMs' inputs (Ops::set_matmul_inputs).
-DType layer_loop_compute(const ZeroConfig& config, const Ops& ops, bool tensor_parallel, bool pipeline) {
-  const DType compute = ops.compute_dtype(config.precision);
-  return is_half(compute) && !tensor_parallel && !pipeline ? compute : loop_dtype(config.precision);
-}
-
 }  // namespace
 
 ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int micro_batch,
@@ -102,7 +92,8 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
           model, micro_batch, config.recompute, ops_, arena_, config.tile_factor,
           TensorParallel{tensor_group_.get(), config.sequence_parallel, config.distribute_saved_activations},
           chunk_of(model, pipeline),
-          layer_loop_compute(config, ops_, tensor_group_ != nullptr, pipeline != nullptr)) {
+          layer_loop_compute(config.precision, ops_.compute_dtype(config.precision), tensor_group_ != nullptr,
+                             pipeline != nullptr)) {
   if (pipeline_) {
     slots_.resize(pipeline_->chunks.size());
     slots_[0].push_back(&loop_);

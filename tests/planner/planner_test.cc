@@ -134,16 +134,20 @@ TEST_CASE("the tutorial's 18B model: parameters, ZeRO memory formulas, the JSON 
   CHECK(m.of("hpZ secondary") ==
         secondary(u.wte) + secondary(u.wpe) + 40 * secondary(u.block) + secondary(u.ln_f));
   CHECK(m.of("hpZ secondary") == doctest::Approx((1 + 4.0 / 2048) * P / 16).epsilon(1e-6));
-  // Activations in fp16: 41 block inputs of B T C, one block's saved tensors, the recomputed output, the
-  // backward scratch, the head (logits over 50304 columns) and the residual gradient.
+  // Activations in fp16 (the half layer loop): 41 block inputs of B T C, one block's saved tensors, the
+  // recomputed output, the backward scratch, the head (logits over 50304 columns) and the residual gradient;
+  // the statistics (LayerNorm's, the log-sum-exp, the losses) in fp32.
   const double BTC = 512.0 * 6144, BT = 512;
-  // The attention residual as CudaOps keeps it: 32 heads' probabilities, or one log-sum-exp per row.
-  const double attention_residual =
-      gpt::cuda_attention_residual() == gpt::AttentionResidual::kLogSumExp ? 32.0 * 512 : 32.0 * 512 * 512;
-  const double one_block = 15 * BTC + 4 * BT + attention_residual;
-  const double rest = 14 * BTC + (2 * BTC + BT * 50304 + 4 * BT) + BTC;
-  CHECK(m.activations_checkpointed == 2 * (41 * BTC + one_block + BTC + rest));
-  CHECK(m.activations_full == 2 * (41 * BTC + 40 * one_block + rest));
+  // The attention residual as CudaOps keeps it: 32 heads' probabilities (fp16), or one log-sum-exp per row
+  // (fp32).
+  const bool lse = gpt::cuda_attention_residual() == gpt::AttentionResidual::kLogSumExp;
+  const double one_block = 15 * BTC + (lse ? 0 : 32.0 * 512 * 512),
+               one_block_statistics = 4 * BT + (lse ? 32.0 * 512 : 0);
+  const double rest = 14 * BTC + (2 * BTC + BT * 50304) + BTC, rest_statistics = 4 * BT;
+  CHECK(m.activations_checkpointed ==
+        2 * (41 * BTC + one_block + BTC + rest) + 4 * (one_block_statistics + rest_statistics));
+  CHECK(m.activations_full ==
+        2 * (41 * BTC + 40 * one_block + rest) + 4 * (40 * one_block_statistics + rest_statistics));
   CHECK(m.of("activations") == m.activations_checkpointed);
   double sum = 0;
   for (const auto& line : m.states) sum += line.bytes;
@@ -371,11 +375,13 @@ TEST_CASE(
   const gpt::PlanMemory cpu = gpt::plan_memory(model, z, 1, 4, 1, 1, gpt::MemoryTarget::kCpu);
   const double P = 124475904;  // padded to multiples of 8 x 4 per unit
   // Twice the GPU's fp16 activations, but for the attention residual where CudaOps keeps the log-sum-exp
-  // (the CPU keeps the probabilities: 12 layers of 12 heads, 64 x 64 each instead of 64).
-  const double residual = gpt::cuda_attention_residual() == gpt::AttentionResidual::kLogSumExp
-                              ? 12.0 * 12 * (64.0 * 64 - 64) * 4
-                              : 0;
-  CHECK(cpu.of("activations") == 2 * gpu.of("activations") + residual);
+  // (the CPU keeps the probabilities: 12 layers of 12 heads, 64 x 64 each instead of 64) and the statistics,
+  // fp32 on both: LayerNorm's (4 a row in each of the 12 layers, 2 in the head), the losses and their
+  // gradients (2 a row), and the log-sum-exp.
+  const bool lse = gpt::cuda_attention_residual() == gpt::AttentionResidual::kLogSumExp;
+  const double residual = lse ? 12.0 * 12 * (64.0 * 64 - 64) * 4 : 0;
+  const double statistics = (12 * 4 + 4) * 64.0 + (lse ? 12.0 * 12 * 64 : 0);
+  CHECK(cpu.of("activations") == 2 * gpu.of("activations") + residual - 4 * statistics);
   // Stage 0: the fp32 copy of the fp16 weights (4P), the gradients on the wire (2P), two int32 token rows.
   CHECK(cpu.of("buffers") == 4 * P + 2 * P + 2 * 4 * 64);
   // All-reduce on 4 ranks: 2 receive and 2 send buffers of P/4 fp16 values, and the fp32 sum of one chunk.

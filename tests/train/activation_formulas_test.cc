@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/mixed_precision_ops.h"
 #include "model/loop.h"
 #include "model/model.h"
 #include "tests/model/flat_model.h"
@@ -63,12 +64,13 @@ struct Allocated {
 
 template <typename Real>
 Allocated allocate_loop(const gpt::GPTConfig& config, int B, const ActivationSetup& setup,
-                        gpt::Ops& ops = gpt::cpu_ops()) {
+                        gpt::Ops& ops = gpt::cpu_ops(), gpt::DType compute = gpt::dtype_of<Real>()) {
   SizedGroup group(setup.t, setup.t - 1);  // the last rank: every rank allocates the same shapes
   gpt::Arena arena;
   gpt::LayerLoop<Real> loop(config, B, setup.recompute, ops, arena, 1,
                             gpt::TensorParallel{setup.t > 1 ? &group : nullptr, setup.sequence_parallel,
-                                                setup.distribute_saved_activations});
+                                                setup.distribute_saved_activations},
+                            std::nullopt, compute);
   Allocated a;
   a.loop_bytes = loop.activation_bytes();
   for (const auto& usage : arena.usage_by_category()) {
@@ -150,6 +152,38 @@ TEST_CASE("the restated count is what the layer loop allocates at every t, with 
   const ActivationSetup setup{2, true, Recompute::selective()};
   CHECK(gpt::restated_activations(gpt::activation_shape(config, 2), setup, 8).total_bytes ==
         int64_t(allocate_loop<double>(config, 2, setup).loop_bytes));
+}
+
+TEST_CASE("the half layer loop's count: 2 bytes an activation, 4 a statistic, with either head") {
+  const gpt::GPTConfig config = gpt::test::small_parallel_model(kLayers);
+  gpt::MixedPrecisionCpuOps mixed;
+  for (int B : {1, 2}) {
+    for (const Recompute& recompute : kRecomputes) {
+      for (bool fused : {false, true}) {
+        CAPTURE(B);
+        CAPTURE(recompute.describe());
+        CAPTURE(fused);
+        ActivationSetup setup{1, false, recompute};
+        if (fused) setup.classifier_rows = gpt::classifier_chunk_rows(int64_t(B) * config.seq_len);
+        FusingCpuOps fusing_fp32;
+        class FusingMixed final : public gpt::MixedPrecisionCpuOps {
+          bool fuses_classifier() const override { return true; }
+        } fusing;
+        gpt::Ops& ops = fused ? static_cast<gpt::Ops&>(fusing) : mixed;
+        const Allocated half = allocate_loop<float>(config, B, setup, ops, gpt::DType::kBF16);
+        const int64_t restated =
+            gpt::restated_activations(gpt::activation_shape(config, B), setup, 2).total_bytes;
+        CHECK(restated == int64_t(half.loop_bytes));
+        // Fewer bytes than the fp32 loop's, more than half of them (the statistics stay fp32).
+        const int64_t fp32 = gpt::restated_activations(gpt::activation_shape(config, B), setup).total_bytes;
+        CHECK(2 * restated > fp32);
+        CHECK(restated < fp32);
+        CHECK(int64_t(allocate_loop<float>(config, B, setup,
+                                           fused ? static_cast<gpt::Ops&>(fusing_fp32) : gpt::cpu_ops())
+                          .loop_bytes) == fp32);
+      }
+    }
+  }
 }
 
 TEST_CASE("a training step adds nothing to the activations the loop allocated") {
