@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -104,8 +105,11 @@ TEST_CASE("the half layer loop follows the fp32 loop within its dtype's rounding
   for (const gpt::Recompute& recompute : {gpt::Recompute{}, gpt::Recompute::selective(), host}) {
     const Run want = fp32_run(config, recompute);
     // bf16 keeps 8 bits of mantissa, fp16 11: the tolerances are about 4 rounding steps of each.
-    for (const auto& [half, tolerance] :
+    // (No structured binding: clang 14 lets no lambda, INFO's included, capture one.)
+    for (const std::pair<gpt::DType, double>& dtype :
          {std::pair{gpt::DType::kBF16, 2e-2}, std::pair{gpt::DType::kF16, 3e-3}}) {
+      const gpt::DType half = dtype.first;
+      const double tolerance = dtype.second;
       for (gpt::Ops* ops : {static_cast<gpt::Ops*>(&mixed), static_cast<gpt::Ops*>(&fusing)}) {
         INFO("recompute " << recompute.describe() << ", " << std::string(gpt::dtype_name(half))
                           << std::string(ops == &fusing ? ", fused head" : ""));
