@@ -27,6 +27,14 @@ inline GPTConfig small_parallel_model(int layers = 2) {
   return c;
 }
 
+// A backend that asks the loop for the fused classifier (Ops::fuses_classifier), as CUDA's does: the CPU
+// then runs the chunked default ops (kernels/ops.cc).
+template <typename Base>
+class Fusing final : public Base {
+ public:
+  bool fuses_classifier() const override { return true; }
+};
+
 // Slices of flat parameter and gradient vectors in a table's layout; gradients accumulate in place.
 class FlatSlices : public WeightSource<float>, public GradientSink<float> {
  public:

@@ -21,12 +21,6 @@ using gpt::test::expect_relative;
 
 constexpr int kB = 2;
 
-// The CPU backend asking the loop for the fused head.
-class FusingCpuOps final : public gpt::CpuOps {
- public:
-  bool fuses_classifier() const override { return true; }
-};
-
 std::vector<float> initial_weights(const gpt::GPTConfig& config) {
   gpt::GPT2<float> init(config, kB);
   init.init(11);
@@ -62,7 +56,7 @@ Run train(gpt::Ops& ops, const gpt::GPTConfig& config, const gpt::Recompute& rec
 
 TEST_CASE("the fused head trains as the unfused head does, within 1e-5") {
   const gpt::GPTConfig config = gpt::test::small_parallel_model();
-  FusingCpuOps fusing;
+  gpt::test::Fusing<gpt::CpuOps> fusing;
   // B = 80: 1280 rows, a chunk of 1024 and one of 256.
   for (int B : {kB, 80}) {
     for (const gpt::Recompute& recompute : {gpt::Recompute{}, gpt::Recompute::full()}) {
@@ -78,7 +72,7 @@ TEST_CASE("the fused head trains as the unfused head does, within 1e-5") {
 TEST_CASE("the fused head holds one chunk of logits, and a forward without targets gets them all") {
   const gpt::GPTConfig config = gpt::test::small_parallel_model();
   const int64_t rows = int64_t(kB) * config.seq_len, Vp = config.padded_vocab();
-  FusingCpuOps fusing;
+  gpt::test::Fusing<gpt::CpuOps> fusing;
   gpt::Arena fused_arena, unfused_arena;
   gpt::LayerLoop<float> fused(config, kB, gpt::Recompute{}, fusing, fused_arena);
   gpt::LayerLoop<float> unfused(config, kB, gpt::Recompute{}, gpt::cpu_ops(), unfused_arena);

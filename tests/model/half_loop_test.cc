@@ -24,12 +24,6 @@ using gpt::test::expect_relative;
 
 constexpr int kB = 2;
 
-// The reference contract's backend asking the loop for the fused head (the chunked default ops).
-class FusingMixedOps final : public gpt::MixedPrecisionCpuOps {
- public:
-  bool fuses_classifier() const override { return true; }
-};
-
 // The flat weights rounded to a half dtype, as a ZeRO engine's compute weights are; fp32 gradients.
 class HalfSlices final : public gpt::WeightSource<float>, public gpt::GradientSink<float> {
  public:
@@ -99,7 +93,7 @@ Run half_run(gpt::Ops& ops, const gpt::GPTConfig& config, const gpt::Recompute& 
 TEST_CASE("the half layer loop follows the fp32 loop within its dtype's rounding") {
   const gpt::GPTConfig config = gpt::test::small_parallel_model();
   gpt::MixedPrecisionCpuOps mixed;
-  FusingMixedOps fusing;
+  gpt::test::Fusing<gpt::MixedPrecisionCpuOps> fusing;
   gpt::Recompute host = gpt::Recompute::full();
   host.checkpoints_on_host = true;
   for (const gpt::Recompute& recompute : {gpt::Recompute{}, gpt::Recompute::selective(), host}) {

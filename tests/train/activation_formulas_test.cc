@@ -81,17 +81,11 @@ Allocated allocate_loop(const gpt::GPTConfig& config, int B, const ActivationSet
   return a;
 }
 
-// The CPU backend asking for the fused classifier, as the CUDA backend does.
-class FusingCpuOps final : public gpt::CpuOps {
- public:
-  bool fuses_classifier() const override { return true; }
-};
-
 }  // namespace
 
 TEST_CASE("with a backend that fuses the classifier the restated count holds its chunk, at t = 1 only") {
   const gpt::GPTConfig config = gpt::test::small_parallel_model(kLayers);
-  FusingCpuOps fusing;
+  gpt::test::Fusing<gpt::CpuOps> fusing;
   // B = 80: 1280 rows, more than a chunk's 1024.
   for (int B : {2, 80}) {
     for (int t : {1, 2}) {
@@ -165,10 +159,8 @@ TEST_CASE("the half layer loop's count: 2 bytes an activation, 4 a statistic, wi
         CAPTURE(fused);
         ActivationSetup setup{1, false, recompute};
         if (fused) setup.classifier_rows = gpt::classifier_chunk_rows(int64_t(B) * config.seq_len);
-        FusingCpuOps fusing_fp32;
-        class FusingMixed final : public gpt::MixedPrecisionCpuOps {
-          bool fuses_classifier() const override { return true; }
-        } fusing;
+        gpt::test::Fusing<gpt::CpuOps> fusing_fp32;
+        gpt::test::Fusing<gpt::MixedPrecisionCpuOps> fusing;
         gpt::Ops& ops = fused ? static_cast<gpt::Ops&>(fusing) : mixed;
         const Allocated half = allocate_loop<float>(config, B, setup, ops, gpt::DType::kBF16);
         const int64_t restated =
