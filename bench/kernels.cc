@@ -59,6 +59,9 @@ double calls_per_step(const OpCase& c, const gpt::GPTConfig& m, int64_t adamw_el
   if (c.family == "attention" || c.family == "gelu") return L;
   if (c.family == "residual") return 2 * L;
   if (c.family == "adamw") {
+    // The engine's update at stages 0 and 3 writes the compute copy in the same call
+    // (Ops::adamw_with_copy): the row a step counts, in place of the plain update's.
+    if (op.find("with_copy") == std::string::npos) return 0;
     const int64_t C = m.hidden, params = (m.padded_vocab() + m.max_positions) * C +
                                          int64_t(L) * (12 * C * C + 13 * C) + 2 * C;
     return double(params) / double(adamw_elements);

@@ -267,6 +267,16 @@ class Ops {
   // One AdamW update of param, m and v from grad * grad_scale; step counts applied updates from 1.
   virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                      const AdamWHyper& hyper, int64_t step, float grad_scale) = 0;
+  // adamw, then compute = the updated param rounded to compute's dtype (fp32, fp16 or bf16) exactly as
+  // cast(compute, param) rounds it: the optimizer step and the compute weights' refresh (zero/optimizer.h)
+  // in one pass over param where a backend fuses them (CUDA does into fp16/bf16). By default the two ops,
+  // which is what the CPU runs.
+  virtual void adamw_with_copy(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                               const AdamWHyper& hyper, int64_t step, float grad_scale,
+                               const Tensor& compute) {
+    adamw(param, grad, m, v, hyper, step, grad_scale);
+    cast(compute, param);
+  }
   // Block quantization (kernels/quant): `count` slices of slice_len elements of x (fp32/fp16/bf16) into
   // `out` (bytes), blocks restarting at each slice. Returns whether every value was finite.
   virtual bool quantize(const Tensor& out, const Tensor& x, int64_t slice_len, int64_t count, int bits,

@@ -354,9 +354,10 @@ double ZeroEngine::local_sum_of_squares() {
 void ZeroEngine::update_weights(double lr, float grad_scale, bool gather_ahead) {
   AdamWHyper hyper = config_.adam;
   hyper.lr = lr;
-  const OptimizerState::Visit step = [&](const SubGroup& g, float* master, float* m, float* v) {
+  const OptimizerState::Visit step = [&](const SubGroup& g, float* master, float* m, float* v,
+                                         const Tensor& compute) {
     auto view = [&](float* data) { return context_.view(data, g.size(), DType::kF32); };
-    const AdamWState state{view(master), view(gradients_->shard() + g.begin), view(m), view(v)};
+    const AdamWState state{view(master), view(gradients_->shard() + g.begin), view(m), view(v), compute};
     for_each_owned_range(g.begin, g.size(), [&](int64_t model_begin, int64_t model_end, int64_t at) {
       adamw_step_range(ops_, table_, model_begin, model_end, state, at, hyper, applied_steps_, grad_scale);
     });

@@ -9,7 +9,7 @@ namespace gpt {
 namespace {
 
 Tensor slice(const Tensor& t, int64_t at, int64_t n) {
-  return Tensor{static_cast<float*>(t.data) + at, {n}, t.dtype, t.device};
+  return Tensor{static_cast<uint8_t*>(t.data) + dtype_bytes(t.dtype, at), {n}, t.dtype, t.device};
 }
 
 }  // namespace
@@ -22,8 +22,14 @@ void adamw_step_range(Ops& ops, const ParamTable& table, int64_t begin, int64_t 
     const int64_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
     if (lo >= hi) continue;
     const int64_t i = at + lo - begin, n = hi - lo;
-    ops.adamw(slice(state.param, i, n), slice(state.grad, i, n), slice(state.m, i, n), slice(state.v, i, n),
-              p.weight_decay ? hyper : no_decay, step, grad_scale);
+    const AdamWHyper& h = p.weight_decay ? hyper : no_decay;
+    const Tensor param = slice(state.param, i, n), grad = slice(state.grad, i, n);
+    if (state.compute.empty()) {
+      ops.adamw(param, grad, slice(state.m, i, n), slice(state.v, i, n), h, step, grad_scale);
+    } else {
+      ops.adamw_with_copy(param, grad, slice(state.m, i, n), slice(state.v, i, n), h, step, grad_scale,
+                          slice(state.compute, i, n));
+    }
   }
 }
 

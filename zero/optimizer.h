@@ -10,9 +10,12 @@
 
 namespace gpt {
 
-// The four arrays of the update, on the ops' device; index `at` of each holds flat element `begin`.
+// The four arrays of the update, on the ops' device; index `at` of each holds flat element `begin`. compute,
+// when not empty, is where the updated parameters round into (the compute weights, in the same layout),
+// written in the update's own pass (Ops::adamw_with_copy).
 struct AdamWState {
   Tensor param, grad, m, v;
+  Tensor compute = {};
 };
 
 // Updates flat elements [begin, end), held from index `at` of each array of `state`, through ops. step is the

@@ -26,16 +26,22 @@ class ResidentOptimizerState final : public OptimizerState {
   }
   void update(const Visit& step, const UpdateFirst* first) override {
     if (!first) {
-      step(SubGroup{0, total_, {}}, master_, m_, v_);
-      return refresh_weights();
+      const SubGroup all{0, total_, {}};
+      const Tensor compute = weights_.rounding_target(all);
+      if (compute.empty()) {
+        step(all, master_, m_, v_, compute);
+        return refresh_weights();
+      }
+      return weights_.refresh_rounded([&] { step(all, master_, m_, v_, compute); });
     }
     SubGroupRefresh<float>* refresh = weights_.by_sub_group();
     if (!refresh) throw std::logic_error("an update in two parts needs stage 3's weight source");
     auto update_range = [&](int64_t begin, int64_t end) {
       if (begin >= end) return;
       const SubGroup group{begin, end, {}};
-      step(group, master_ + begin, m_ + begin, v_ + begin);
-      refresh->refresh_group(master_ + begin, group);
+      const Tensor compute = weights_.rounding_target(group);
+      step(group, master_ + begin, m_ + begin, v_ + begin, compute);
+      if (compute.empty()) refresh->refresh_group(master_ + begin, group);
     };
     refresh->refresh_begin();
     update_range(first->begin, first->end);
@@ -80,15 +86,17 @@ void ResidentOptimizerState::stream(bool overwrite, const HostChunk& visit) {
 // weights while the next ones are read.
 class SwappedOptimizerState final : public OptimizerState {
  public:
-  SwappedOptimizerState(OffloadStore& store, SubGroupRefresh<float>& weights)
-      : swapped_(store), weights_(weights) {}
+  SwappedOptimizerState(OffloadStore& store, const EngineWeights<float>& targets,
+                        SubGroupRefresh<float>& weights)
+      : swapped_(store), targets_(targets), weights_(weights) {}
   void update(const Visit& step, const UpdateFirst* first) override {
     if (first) throw std::logic_error("the swapped optimizer state updates its sub-groups in their order");
     weights_.refresh_begin();
     swapped_.for_each_group(SwappedOptimizer::Mode::kUpdate,
                             [&](const SubGroup& g, float* master, float* m, float* v) {
-                              step(g, master, m, v);
-                              weights_.refresh_group(master, g);
+                              const Tensor compute = targets_.rounding_target(g);
+                              step(g, master, m, v, compute);
+                              if (compute.empty()) weights_.refresh_group(master, g);
                             });
     weights_.refresh_done();
   }
@@ -108,6 +116,7 @@ class SwappedOptimizerState final : public OptimizerState {
 
  private:
   SwappedOptimizer swapped_;
+  const EngineWeights<float>& targets_;  // the same source as weights_
   SubGroupRefresh<float>& weights_;
 };
 
@@ -119,7 +128,7 @@ std::unique_ptr<OptimizerState> make_optimizer_state(const OptimizerStateParts& 
   if (!by_group || !parts.offload) {
     throw std::invalid_argument("offload_optimizer \"nvme\" needs ZeRO stage 3 and its swap files");
   }
-  return std::make_unique<SwappedOptimizerState>(*parts.offload, *by_group);
+  return std::make_unique<SwappedOptimizerState>(*parts.offload, parts.weights, *by_group);
 }
 
 }  // namespace gpt

@@ -23,9 +23,11 @@ namespace gpt {
 
 class OptimizerState {
  public:
-  // step(group, master, m, v): the group's range of the flat shard and its arrays (group.size() fp32 each)
-  // where the ops compute on them; what step writes is kept.
-  using Visit = std::function<void(const SubGroup& group, float* master, float* m, float* v)>;
+  // step(group, master, m, v, compute): the group's range of the flat shard and its arrays (group.size() fp32
+  // each) where the ops compute on them; what step writes is kept. compute, when not empty, is the group's
+  // compute weights (EngineWeights::rounding_target), which step writes as well: the new master rounded.
+  using Visit =
+      std::function<void(const SubGroup& group, float* master, float* m, float* v, const Tensor& compute)>;
   // visit(begin, n, master, m, v): flat shard elements [begin, begin+n) of each array in host memory.
   using HostChunk = std::function<void(int64_t begin, int64_t n, float* master, float* m, float* v)>;
 
@@ -37,7 +39,8 @@ class OptimizerState {
   };
 
   virtual ~OptimizerState() = default;
-  // Runs `step` on every group, then recomputes the compute weights from the new master. With `first`
+  // Runs `step` on every group, and the compute weights follow the new master (rounded by step where the
+  // weight source has a rounding target, else recomputed after it). With `first`
   // (stage 3, resident state), its range is stepped and refreshed first, then first->then() runs, then the
   // rest follows: AdamW is elementwise, so the order changes no value.
   virtual void update(const Visit& step, const UpdateFirst* first = nullptr) = 0;

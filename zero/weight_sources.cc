@@ -22,6 +22,11 @@ void EngineWeights<Real>::begin_forward_ahead(const std::vector<int>&) {
 }
 
 template <typename Real>
+void EngineWeights<Real>::refresh_rounded(const std::function<void()>&) {
+  throw std::logic_error("this weight source has no rounding target for the optimizer to write");
+}
+
+template <typename Real>
 WeightView EngineWeights<Real>::acquire(int unit) {
   const WeightView weights = fetch(unit);
   events_.add(EngineEvent::Kind::kComputeBegin, names_[unit], backward_);
@@ -57,6 +62,15 @@ class ReplicatedWeights : public EngineWeights<Real> {
     context_.ops.cast(context_.view(compute_, P, dtype_), context_.view(master, P, kLoop));
     widen();
   }
+  // Stage 0: the compute weights' padded layout is the master's.
+  Tensor rounding_target(const SubGroup& group) const override {
+    return context_.view(static_cast<uint8_t*>(compute_) + dtype_bytes(dtype_, group.begin), group.size(),
+                         dtype_);
+  }
+  void refresh_rounded(const std::function<void()>& round) override {
+    round();
+    widen();
+  }
   void release(int) override {}
 
  protected:
@@ -86,6 +100,8 @@ class RegatheredWeights final : public ReplicatedWeights<Real> {
 
  public:
   explicit RegatheredWeights(const WeightSourceParts& p) : Base(p, true), dp_(p.dp) {}
+  // The rounding lands in a shard to all-gather, not in the compute weights.
+  Tensor rounding_target(const SubGroup&) const override { return {}; }
   // Round this rank's updated shard, then all-gather every rank's, unit by unit, into the padded layout.
   void refresh(const Real* master) override {
     const int64_t S = partition_.shard_total();
@@ -129,6 +145,8 @@ class ShardHome {
   virtual void write(const Real* master, const SubGroup& group) = 0;
   // The same for the whole master (flat shard layout).
   virtual void write_all(const Real* master) = 0;
+  // Where write() rounds the group into, when that is the shard itself (EngineWeights::rounding_target).
+  virtual Tensor rounding_target(const SubGroup& group) const { return {}; }
   // Every write has landed where the next gather reads it.
   virtual void finish() {}
   // The resident shard for the gatherer; null when the gatherer reads the shards from swap().
@@ -144,12 +162,14 @@ class ResidentShard final : public ShardHome<Real> {
     shard_ = context_.wire.allocate("compute weights", "compute weights", dtype_bytes(dtype_, total_));
   }
   void write(const Real* master, const SubGroup& group) override {
-    context_.ops.cast(
-        context_.view(static_cast<uint8_t*>(shard_) + dtype_bytes(dtype_, group.begin), group.size(), dtype_),
-        context_.view(master, group.size(), dtype_of<Real>()));
+    context_.ops.cast(rounding_target(group), context_.view(master, group.size(), dtype_of<Real>()));
   }
   void write_all(const Real* master) override {
     context_.ops.cast(context_.view(shard_, total_, dtype_), context_.view(master, total_, dtype_of<Real>()));
+  }
+  Tensor rounding_target(const SubGroup& group) const override {
+    return context_.view(static_cast<uint8_t*>(shard_) + dtype_bytes(dtype_, group.begin), group.size(),
+                         dtype_);
   }
   const void* shard() const override { return shard_; }
 
@@ -198,6 +218,12 @@ class GatheredWeights final : public EngineWeights<Real>, public SubGroupRefresh
   void refresh(const Real* master) override {
     refresh_begin();
     home_->write_all(master);
+    refresh_done();
+  }
+  Tensor rounding_target(const SubGroup& group) const override { return home_->rounding_target(group); }
+  void refresh_rounded(const std::function<void()>& round) override {
+    refresh_begin();
+    round();
     refresh_done();
   }
   SubGroupRefresh<Real>* by_sub_group() override { return this; }

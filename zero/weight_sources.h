@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,14 @@ class EngineWeights : public WeightSource<Real> {
   void set_forward_phase(comm::Phase phase) { forward_phase_ = phase; }
   // This rank's master (flat shard layout, in Real) changed: recompute the compute weights from it.
   virtual void refresh(const Real* master) = 0;
+  // The compute weights that refresh rounds the master's flat elements [group.begin, group.end) into, where
+  // they lie in the master's own layout (stage 0's whole vector, stage 3's resident shard), so an optimizer
+  // can write them in its update's own pass (Ops::adamw_with_copy); empty where the rounding goes elsewhere
+  // (stages 1 and 2: a shard to all-gather; offload_param "nvme": the swap's staging).
+  virtual Tensor rounding_target(const SubGroup& group) const { return {}; }
+  // refresh() with its rounding done by `round`, which writes every rounding_target (what else refresh
+  // does, before or after, stays here).
+  virtual void refresh_rounded(const std::function<void()>& round);
   // This source as one that also takes the master a sub-group at a time (stage 3's), or null.
   virtual SubGroupRefresh<Real>* by_sub_group() { return nullptr; }
   // The most bytes of hpZ secondaries held at once (payload).

@@ -333,6 +333,19 @@ void add_residual_and_adamw(std::vector<OpCase>& cases, const Sizes& s) {
     o.adamw(t["param"], t["grad"], t["m"], t["v"], AdamWHyper{6e-4, 0.9, 0.95, 1e-8, 0.1, true}, 7, 0.5f);
   };
   cases.back().reference = DType::kF32;
+  // The engine's update with its compute copy: the state fp32 in every row, the copy in the row's dtype
+  // (CUDA's fused kernel in fp16 and bf16), compared with the updated fp32 parameters.
+  cases.push_back({"adamw",
+                   "adamw_with_copy step 7",
+                   shape_text({n}),
+                   {fp32(out("param", {n}, 0.02)), fp32(in("grad", {n}, 1e-3)), fp32(out("m", {n}, 1e-4)),
+                    fp32(v), out("compute", {n}, 0)},
+                   {"param", "m", "v", "compute"}});
+  cases.back().run = [](Ops& o, const CaseTensors& t) {
+    o.adamw_with_copy(t["param"], t["grad"], t["m"], t["v"], AdamWHyper{6e-4, 0.9, 0.95, 1e-8, 0.1, true}, 7,
+                      0.5f, t["compute"]);
+  };
+  cases.back().reference = DType::kF32;
 }
 
 // The embedding, LayerNorm and the qkv layer, forward and backward.

@@ -168,6 +168,10 @@ class CudaOps final : public Ops {
   bool all_finite(const Tensor& x) override;
   void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
              const AdamWHyper& hyper, int64_t step, float grad_scale) override;
+  // Into fp16/bf16 compute weights, one kernel (adamw_f32_with_copy); into fp32 ones, the two ops.
+  void adamw_with_copy(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                       const AdamWHyper& hyper, int64_t step, float grad_scale,
+                       const Tensor& compute) override;
   bool quantize(const Tensor& out, const Tensor& x, int64_t slice_len, int64_t count, int bits,
                 int block) override;
   bool quantize_with_feedback(const Tensor& out, const Tensor& x, const Tensor& error, int64_t slice_len,

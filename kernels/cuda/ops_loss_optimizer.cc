@@ -153,6 +153,21 @@ void CudaOps::adamw(const Tensor& param, const Tensor& grad, const Tensor& m, co
             hyper.decoupled);
 }
 
+void CudaOps::adamw_with_copy(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                              const AdamWHyper& hyper, int64_t step, float grad_scale,
+                              const Tensor& compute) {
+  constexpr const char* kOp = "adamw_with_copy";
+  if (!is_half(compute.dtype))
+    return Ops::adamw_with_copy(param, grad, m, v, hyper, step, grad_scale, compute);
+  check_same_size(kOp, param, grad);
+  check_same_size(kOp, param, m);
+  check_same_size(kOp, param, v);
+  check_same_size(kOp, param, compute);
+  const gpt::adamw::Constants<float> constants = gpt::adamw::constants(hyper, step, grad_scale);
+  adamw_f32_with_copy(context_, f32(param, kOp), f32(grad, kOp), f32(m, kOp), f32(v, kOp), param.numel(),
+                      constants, hyper.decoupled, bits16(compute), compute.dtype);
+}
+
 void CudaOps::divide(const Tensor& x, float divisor) {
   divide_f32(context_, f32(x, "divide"), divisor, x.numel());
 }

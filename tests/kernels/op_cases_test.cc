@@ -50,6 +50,11 @@ TEST_CASE("half-precision tensors the CPU's layer ops do not take are not suppor
   for (const OpCase& c : op_cases(kSmall[0])) {
     for (const Variant& v : {kFp16, kBf16}) {
       const std::vector<Result> results = compare_to_reference(cpu_ops(), c, v);
+      // Rounding fp32 state into a half copy is an engine op (cast), which CpuOps takes.
+      if (c.op.rfind("adamw_with_copy", 0) == 0) {
+        for (const Result& r : results) CHECK(r.verdict == Verdict::kPass);
+        continue;
+      }
       REQUIRE(results.size() == 1);
       INFO(c.op << " " << v.label << ": " << results[0].message);
       CHECK(results[0].verdict == Verdict::kUnsupported);

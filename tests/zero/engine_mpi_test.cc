@@ -11,6 +11,7 @@
 #include <string>
 
 #include "comm/traffic.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/mixed_precision_ops.h"
 #include "kernels/cpu/threads.h"
 #include "tests/comm/mpi_test_env.h"
@@ -123,6 +124,50 @@ TEST_CASE("the half layer loop trains as the fp32 loop does at every stage, with
       if (world().rank() == 0 && stage == 3) {
         std::printf("%s half loop: step 20 loss %.6f (fp32 loop %.6f)\n", gpt::dtype_name(precision),
                     half_loop.steps.back().loss, fp32_loop.steps.back().loss);
+      }
+    }
+  }
+}
+
+// The CPU backend counting the optimizer's two ways to update: with the compute copy in the same call, or
+// plain (the copy then rounded by the weight source).
+class CountingUpdates : public gpt::CpuOps {
+ public:
+  int fused = 0, plain = 0;
+  void adamw(const gpt::Tensor& param, const gpt::Tensor& grad, const gpt::Tensor& m, const gpt::Tensor& v,
+             const gpt::AdamWHyper& hyper, int64_t step, float grad_scale) override {
+    ++plain;
+    CpuOps::adamw(param, grad, m, v, hyper, step, grad_scale);
+  }
+  void adamw_with_copy(const gpt::Tensor& param, const gpt::Tensor& grad, const gpt::Tensor& m,
+                       const gpt::Tensor& v, const gpt::AdamWHyper& hyper, int64_t step, float grad_scale,
+                       const gpt::Tensor& compute) override {
+    ++fused;
+    CpuOps::adamw(param, grad, m, v, hyper, step, grad_scale);
+    CpuOps::cast(compute, param, 1.0f);
+  }
+};
+
+// Where the compute weights lie in the master's own layout (stage 0's vector, stage 3's resident shard), the
+// optimizer writes them in its update (the GPU's one pass, Ops::adamw_with_copy); stages 1 and 2 round into
+// a shard to all-gather, after the plain update. Either way the weights are the same bits.
+TEST_CASE("stages 0 and 3 update with the compute copy in the same call, to the same bits") {
+  const gpt::GPTConfig model = gpt::testing::tiny_model();
+  for (DType precision : {DType::kF32, DType::kBF16}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      for (bool gather_ahead : {false, true}) {
+        RunSpec spec = spec_for(stage, precision, 0.1);
+        spec.steps = 3;
+        spec.gather_ahead = gather_ahead;
+        const RunResult cpu = gpt::testing::run(world(), model, spec);
+        CountingUpdates counting;
+        spec.ops = &counting;
+        const RunResult counted = gpt::testing::run(world(), model, spec);
+        INFO(gpt::dtype_name(precision) << " stage " << stage << (gather_ahead ? ", gather ahead" : ""));
+        CHECK(counted.master == cpu.master);
+        const bool in_place = stage == 0 || stage == 3;
+        CHECK((in_place ? counting.fused : counting.plain) > 0);
+        CHECK((in_place ? counting.plain : counting.fused) == 0);
       }
     }
   }
