@@ -143,6 +143,16 @@ class Ops {
                                        const Tensor& dout, const Tensor& tokens) = 0;
   virtual void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
                                  const Tensor& w, const Tensor& b) = 0;
+  // The residual stream's add and the LayerNorm that reads the sum: residual = a + b (may alias a or b), then
+  // layernorm_forward(out, mean, rstd, residual, w, bias), in one pass over each row where a backend fuses
+  // them (CUDA does: each thread reads back the sums it wrote). By default the two ops, which is what the CPU
+  // runs.
+  virtual void residual_layernorm_forward(const Tensor& residual, const Tensor& out, const Tensor& mean,
+                                          const Tensor& rstd, const Tensor& a, const Tensor& b,
+                                          const Tensor& w, const Tensor& bias) {
+    add(residual, a, b);
+    layernorm_forward(out, mean, rstd, residual, w, bias);
+  }
   // Accumulates into dx as well (LayerNorm's input gradient joins a residual stream).
   virtual void layernorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                                   const Tensor& x, const Tensor& w, const Tensor& mean,

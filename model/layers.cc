@@ -409,11 +409,10 @@ void block_forward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weight
   const AttentionMasks attention_masks(dropout, layer, a.att, tp);
   ops.attention_forward(a.atty, a.att, a.qkv, attention_masks.get());
   // The attention projection lands in x_out first (dropped there), then becomes the residual sum
-  // r2 = x + drop(proj).
+  // r2 = x + drop(proj), which LayerNorm 2 reads in the same op.
   row_parallel_forward(ops, weights, BlockLinear::kAttnProj, x_out, a.atty, w.attn_proj_b, tp);
   drop_hidden(ops, dropout, layer, DropoutSite::kAttentionOutput, x_out, tp);
-  ops.add(a.residual2, x_in, x_out);
-  ops.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b);
+  ops.residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, x_in, x_out, w.ln2_w, w.ln2_b);
   fc_gelu_forward(ops, weights, a.fch_gelu, a.fch, full_sequence(tp, a.ln2), w.fc_b);
   if (!need_output) return;
   row_parallel_forward(ops, weights, BlockLinear::kFcProj, x_out, a.fch_gelu, w.fc_proj_b, tp);
@@ -448,8 +447,7 @@ void block_decode(Ops& ops, const GPTConfig& config, WeightView weights, const T
   ops.linear_forward(row, a.ln1, view(ops, p.qkv_w, {C3, C}), w.qkv_b);
   ops.attention_decode(a.atty, Tensor{a.att.data, {config.heads, pos + 1}, a.att.dtype, a.att.device}, rows);
   ops.linear_forward(x_out, a.atty, view(ops, p.attn_proj_w, {C, C}), w.attn_proj_b);
-  ops.add(a.residual2, x_in, x_out);
-  ops.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.residual2, w.ln2_w, w.ln2_b);
+  ops.residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, x_in, x_out, w.ln2_w, w.ln2_b);
   ops.linear_forward(a.fch, a.ln2, view(ops, p.fc_w, {4 * C, C}), w.fc_b);
   ops.gelu_forward(a.fch_gelu, a.fch);
   ops.linear_forward(x_out, a.fch_gelu, view(ops, p.fc_proj_w, {C, 4 * C}), w.fc_proj_b);

@@ -104,6 +104,18 @@ void add_layernorm(std::vector<OpCase>& cases, const Sizes& s) {
   cases.push_back({"layernorm", "layernorm_backward", shape, args, {"dx", "dw", "db"}});
   cases.back().prepare = layernorm_forward;
   cases.back().run = layernorm_backward;
+  // The residual stream's add with the LayerNorm that reads the sum (LayerNorm 2 of every block).
+  cases.push_back({"layernorm",
+                   "residual_layernorm_forward",
+                   shape,
+                   {in("a", {N, C}, 2.0), in("b", {N, C}), in("w", {C}, 0.5), in("bias", {C}, 0.1),
+                    out("residual", {N, C}, 0), out("out", {N, C}, 0), fp32(out("mean", {N}, 0)),
+                    fp32(out("rstd", {N}, 0))},
+                   {"residual", "out", "mean", "rstd"}});
+  cases.back().run = [](Ops& o, const CaseTensors& t) {
+    o.residual_layernorm_forward(t["residual"], t["out"], t["mean"], t["rstd"], t["a"], t["b"], t["w"],
+                                 t["bias"]);
+  };
 }
 
 // One of the model's linear layers: forward, and backward accumulating into random gradients.

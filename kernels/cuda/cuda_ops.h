@@ -114,6 +114,10 @@ class CudaOps final : public Ops {
                                const Tensor& tokens) override;
   void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
                          const Tensor& w, const Tensor& b) override;
+  // One kernel in the storage type (residual_layernorm_forward of layernorm.h), no widened copies.
+  void residual_layernorm_forward(const Tensor& residual, const Tensor& out, const Tensor& mean,
+                                  const Tensor& rstd, const Tensor& a, const Tensor& b, const Tensor& w,
+                                  const Tensor& bias) override;
   void layernorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                           const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) override;
   void linear_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b) override;

@@ -70,6 +70,39 @@ __global__ void __launch_bounds__(kThreads)
   if (at.lane == 0 && rstd) rstd[at.row] = s;
 }
 
+// residual_layernorm_forward (layernorm.h): every pass strides the row as the first one does (lane l owns the
+// elements l, l + 16, ...), so a thread reads back only its own sums, and in T, one element at a time.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    residual_layernorm_forward_kernel(T* residual, T* __restrict__ out, float* __restrict__ mean,
+                                      float* __restrict__ rstd, const T* a, const T* b,
+                                      const T* __restrict__ weight, const T* __restrict__ bias, int N, int C,
+                                      float inv_c) {
+  const RowLane at = row_lane();
+  const bool valid = at.row < N;
+  const int cols = valid ? C : 0;  // a group past the last row sums nothing but joins the shuffles
+  const int64_t offset = int64_t(valid ? at.row : 0) * C;
+  T* rr = residual + offset;
+  float acc = 0.0f;
+  for (int c = at.lane; c < cols; c += kLanes) {
+    const T r = from_float<T>(to_float(a[offset + c]) + to_float(b[offset + c]));
+    rr[c] = r;
+    acc += to_float(r);
+  }
+  const float m = combine_lanes(acc) * inv_c;
+  acc = 0.0f;
+  for (int c = at.lane; c < cols; c += kLanes) {
+    const float d = to_float(rr[c]) - m;
+    acc += d * d;
+  }
+  const float s = 1.0f / sqrtf(combine_lanes(acc) * inv_c + kEps);
+  if (!valid) return;
+  T* yr = out + offset;
+  for (int c = at.lane; c < C; c += kLanes)
+    yr[c] = from_float<T>((to_float(rr[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+  if (at.lane == 0) mean[at.row] = m, rstd[at.row] = s;
+}
+
 // dx += rstd (g - mean_c(g) - xhat mean_c(g xhat)) with g = dy w, xhat = (x - mean) rstd, per row.
 template <int kVec>
 __global__ void __launch_bounds__(kThreads)
@@ -184,6 +217,25 @@ void layernorm_forward(const Context& ctx, float* out, float* mean, float* rstd,
   }
   GPT_CUDA_CHECK(cudaGetLastError());
 }
+
+template <typename T>
+void residual_layernorm_forward(const Context& ctx, T* residual, T* out, float* mean, float* rstd, const T* a,
+                                const T* b, const T* weight, const T* bias, int N, int C) {
+  if (N <= 0 || C <= 0) return;
+  residual_layernorm_forward_kernel<T><<<row_blocks(N), kThreads, 0, ctx.stream()>>>(
+      residual, out, mean, rstd, a, b, weight, bias, N, C, 1.0f / static_cast<float>(C));
+  GPT_CUDA_CHECK(cudaGetLastError());
+}
+
+template void residual_layernorm_forward<float>(const Context&, float*, float*, float*, float*, const float*,
+                                                const float*, const float*, const float*, int, int);
+template void residual_layernorm_forward<__half>(const Context&, __half*, __half*, float*, float*,
+                                                 const __half*, const __half*, const __half*, const __half*,
+                                                 int, int);
+template void residual_layernorm_forward<__nv_bfloat16>(const Context&, __nv_bfloat16*, __nv_bfloat16*,
+                                                        float*, float*, const __nv_bfloat16*,
+                                                        const __nv_bfloat16*, const __nv_bfloat16*,
+                                                        const __nv_bfloat16*, int, int);
 
 void layernorm_backward(const Context& ctx, float* dx, float* dweight, float* dbias, const float* dout,
                         const float* x, const float* weight, const float* mean, const float* rstd, int N,

@@ -1,7 +1,10 @@
-// LayerNorm over the last dimension on the GPU, fp32, the CUDA side of kernels/cpu/layernorm.h: the same
-// formulas, eps (kLayerNormEps = 1e-5) and saved statistics (mean[N], rstd[N] = 1/sqrt(biased var + eps)).
-// Device pointers; asynchronous on ctx.stream().
+// LayerNorm over the last dimension on the GPU, fp32 (the residual's variant in any storage type), the CUDA
+// side of kernels/cpu/layernorm.h: the same formulas, eps (kLayerNormEps = 1e-5) and saved statistics
+// (mean[N], rstd[N] = 1/sqrt(biased var + eps)). Device pointers; asynchronous on ctx.stream().
 #pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "kernels/cuda/runtime.h"
 
@@ -11,6 +14,15 @@ namespace gpt::cuda {
 // The row sums follow the CPU's order (its 16-lane lane_sum), so statistics agree to the last bit or two.
 void layernorm_forward(const Context& ctx, float* out, float* mean, float* rstd, const float* x,
                        const float* weight, const float* bias, int N, int C);
+
+// The residual stream's add and the LayerNorm that reads it, in one pass over each row (kernels/ops.h,
+// residual_layernorm_forward) in the storage type T (__half, __nv_bfloat16 or float): residual = a + b
+// rounded to T, and out = (residual - mean) * rstd * weight + bias rounded to T, the statistics (fp32, never
+// null) those of the rounded sums, summed in layernorm_forward's lane order. Each thread reads back only the
+// sums it wrote, so residual may alias a or b.
+template <typename T>
+void residual_layernorm_forward(const Context& ctx, T* residual, T* out, float* mean, float* rstd, const T* a,
+                                const T* b, const T* weight, const T* bias, int N, int C);
 
 // Accumulates into dx [N,C], dweight [C] and dbias [C], as kernels/cpu/layernorm.cc does. dweight and dbias
 // are sums over the rows in a fixed order (chunks of rows, then the chunks in order): reruns repeat bit for

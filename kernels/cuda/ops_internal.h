@@ -30,6 +30,14 @@ inline uint16_t* bits16(const Tensor& t) {
   return static_cast<uint16_t*>(t.data);
 }
 
+// Two tensors an op reads or writes element for element must hold as many elements.
+inline void check_same_size(const char* op, const Tensor& a, const Tensor& b) {
+  if (a.numel() != b.numel()) {
+    throw CudaError(std::string("CudaOps::") + op + ": " + a.describe() + " and " + b.describe() +
+                    " differ in size");
+  }
+}
+
 // The layer ops' dtype contract (kernels/mixed_precision.h) for CudaOps' `op`: returns the activations'
 // dtype T.
 inline DType check_dtypes(const char* op, std::initializer_list<Named> compute,

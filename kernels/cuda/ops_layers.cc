@@ -115,6 +115,24 @@ void CudaOps::layernorm_forward(const Tensor& out, const Tensor& mean, const Ten
   wide.narrow();
 }
 
+void CudaOps::residual_layernorm_forward(const Tensor& residual, const Tensor& out, const Tensor& mean,
+                                         const Tensor& rstd, const Tensor& a, const Tensor& b,
+                                         const Tensor& w, const Tensor& bias) {
+  const char* op = "residual_layernorm_forward";
+  const DType dtype =
+      check_dtypes(op, {{"a", a}, {"b", b}, {"w", w}, {"bias", bias}, {"residual", residual}, {"out", out}},
+                   {{"mean", mean}, {"rstd", rstd}});
+  check_same_size(op, a, b);
+  check_same_size(op, a, residual);
+  check_same_size(op, a, out);
+  const int64_t C = w.numel();
+  on_compute_dtype(dtype, [&]<typename T>() {
+    cuda::residual_layernorm_forward<T>(context_, typed<T>(residual), typed<T>(out), typed<float>(mean),
+                                        typed<float>(rstd), typed<T>(a), typed<T>(b), typed<T>(w),
+                                        typed<T>(bias), int(numel_over(a, C)), int(C));
+  });
+}
+
 void CudaOps::layernorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                                  const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
   const char* op = "layernorm_backward";

@@ -34,10 +34,6 @@ void check_rows(const char* op, const Tensor& t, const Tensor& targets, int voca
     bad_arguments(op, "vocab " + std::to_string(vocab) + " outside (0, Vp] for " + t.describe());
 }
 
-void check_same_size(const char* op, const Tensor& a, const Tensor& b) {
-  if (a.numel() != b.numel()) bad_arguments(op, a.describe() + " and " + b.describe() + " differ in size");
-}
-
 }  // namespace
 
 double CudaOps::sum(const Tensor& x) {
