@@ -122,8 +122,8 @@ void CudaOps::fill(const Tensor& t, double value) {
   }
 }
 
-// The layer ops below take the mixed-precision contract of kernels/ops.h: linear and GELU dispatch to their
-// kernels templated on the storage type; add runs the fp32 kernel through Widened (ops_internal.h).
+// The layer ops below take the mixed-precision contract of kernels/ops.h: linear, GELU and add dispatch to
+// their kernels templated on the storage type.
 void CudaOps::linear_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b) {
   const DType dtype = check_dtypes("linear_forward", {{"x", x}, {"w", w}, {"b", b}, {"out", out}});
   const int OC = int(w.shape[0]), IC = int(w.shape[1]);
@@ -169,12 +169,10 @@ void CudaOps::gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dou
 }
 
 void CudaOps::add(const Tensor& out, const Tensor& a, const Tensor& b) {
-  check_dtypes("add", {{"a", a}, {"b", b}, {"out", out}});
-  Widened wide(context_);  // out may alias a or b: they then share one scratch
-  const float* pa = wide.in(a);
-  const float* pb = wide.in(b);
-  add_f32(context_, wide.out(out), pa, pb, a.numel());
-  wide.narrow();
+  const DType dtype = check_dtypes("add", {{"a", a}, {"b", b}, {"out", out}});
+  on_compute_dtype(dtype, [&]<typename T>() {
+    cuda::add<T>(context_, typed<T>(out), typed<T>(a), typed<T>(b), a.numel());
+  });
 }
 
 void CudaOps::add_into(const Tensor& dst, const Tensor& src) {

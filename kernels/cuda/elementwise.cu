@@ -1,6 +1,7 @@
 // Element-wise kernels; see elementwise.h. Grid-stride loops; the conversions are tensor/half.h's.
 #include <cstdint>
 
+#include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/elementwise.h"
 #include "tensor/half.h"
 
@@ -70,9 +71,14 @@ void fill_f32(const Context& ctx, float* out, float value, int64_t n) {
   for_each(ctx, n, [=] __device__(int64_t i) { out[i] = value; });
 }
 
-void add_f32(const Context& ctx, float* out, const float* a, const float* b, int64_t n) {
-  for_each(ctx, n, [=] __device__(int64_t i) { out[i] = a[i] + b[i]; });
+template <typename T>
+void add(const Context& ctx, T* out, const T* a, const T* b, int64_t n) {
+  for_each(ctx, n, [=] __device__(int64_t i) { out[i] = from_float<T>(to_float(a[i]) + to_float(b[i])); });
 }
+template void add<float>(const Context&, float*, const float*, const float*, int64_t);
+template void add<__half>(const Context&, __half*, const __half*, const __half*, int64_t);
+template void add<__nv_bfloat16>(const Context&, __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                                 int64_t);
 
 void add_into_f32(const Context& ctx, float* dst, const float* src, int64_t n) {
   for_each(ctx, n, [=] __device__(int64_t i) { dst[i] += src[i]; });

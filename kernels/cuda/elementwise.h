@@ -3,6 +3,9 @@
 // Device (or device-mapped) pointers; asynchronous on ctx.stream().
 #pragma once
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
 
 #include "kernels/cuda/runtime.h"
@@ -10,7 +13,9 @@
 namespace gpt::cuda {
 
 void fill_f32(const Context& ctx, float* out, float value, int64_t n);
-void add_f32(const Context& ctx, float* out, const float* a, const float* b, int64_t n);
+// out = a + b rounded to T (__half, __nv_bfloat16 or float); out may alias a or b.
+template <typename T>
+void add(const Context& ctx, T* out, const T* a, const T* b, int64_t n);
 void add_into_f32(const Context& ctx, float* dst, const float* src, int64_t n);
 // dst (fp16 bits or bf16 bits) = round(src * scale), round to nearest even.
 void f32_to_f16_scaled(const Context& ctx, uint16_t* dst, const float* src, float scale, int64_t n);

@@ -70,37 +70,43 @@ __global__ void __launch_bounds__(kThreads)
   if (at.lane == 0 && rstd) rstd[at.row] = s;
 }
 
-// residual_layernorm_forward (layernorm.h): every pass strides the row as the first one does (lane l owns the
-// elements l, l + 16, ...), so a thread reads back only its own sums, and in T, one element at a time.
-template <typename T>
+// LayerNorm in the storage type T, one element at a time, each pass striding the row as the first one does
+// (lane l owns the elements l, l + 16, ...). kResidual: the row is residual = a + b rounded to T, written in
+// the first pass, and each thread reads back only its own sums (residual may alias a or b); otherwise the row
+// is a itself. mean and rstd may be null without kResidual.
+template <typename T, bool kResidual>
 __global__ void __launch_bounds__(kThreads)
-    residual_layernorm_forward_kernel(T* residual, T* __restrict__ out, float* __restrict__ mean,
-                                      float* __restrict__ rstd, const T* a, const T* b,
-                                      const T* __restrict__ weight, const T* __restrict__ bias, int N, int C,
-                                      float inv_c) {
+    layernorm_rows_kernel(T* residual, T* __restrict__ out, float* __restrict__ mean, float* __restrict__ rstd,
+                          const T* a, const T* b, const T* __restrict__ weight, const T* __restrict__ bias,
+                          int N, int C, float inv_c) {
   const RowLane at = row_lane();
   const bool valid = at.row < N;
   const int cols = valid ? C : 0;  // a group past the last row sums nothing but joins the shuffles
   const int64_t offset = int64_t(valid ? at.row : 0) * C;
-  T* rr = residual + offset;
+  const T* xr = kResidual ? residual + offset : a + offset;
   float acc = 0.0f;
   for (int c = at.lane; c < cols; c += kLanes) {
-    const T r = from_float<T>(to_float(a[offset + c]) + to_float(b[offset + c]));
-    rr[c] = r;
-    acc += to_float(r);
+    if constexpr (kResidual) {
+      const T r = from_float<T>(to_float(a[offset + c]) + to_float(b[offset + c]));
+      residual[offset + c] = r;
+      acc += to_float(r);
+    } else {
+      acc += to_float(xr[c]);
+    }
   }
   const float m = combine_lanes(acc) * inv_c;
   acc = 0.0f;
   for (int c = at.lane; c < cols; c += kLanes) {
-    const float d = to_float(rr[c]) - m;
+    const float d = to_float(xr[c]) - m;
     acc += d * d;
   }
   const float s = 1.0f / sqrtf(combine_lanes(acc) * inv_c + kEps);
   if (!valid) return;
   T* yr = out + offset;
   for (int c = at.lane; c < C; c += kLanes)
-    yr[c] = from_float<T>((to_float(rr[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
-  if (at.lane == 0) mean[at.row] = m, rstd[at.row] = s;
+    yr[c] = from_float<T>((to_float(xr[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+  if (at.lane == 0 && mean) mean[at.row] = m;
+  if (at.lane == 0 && rstd) rstd[at.row] = s;
 }
 
 // dx += rstd (g - mean_c(g) - xhat mean_c(g xhat)) with g = dy w, xhat = (x - mean) rstd, per row.
@@ -222,10 +228,25 @@ template <typename T>
 void residual_layernorm_forward(const Context& ctx, T* residual, T* out, float* mean, float* rstd, const T* a,
                                 const T* b, const T* weight, const T* bias, int N, int C) {
   if (N <= 0 || C <= 0) return;
-  residual_layernorm_forward_kernel<T><<<row_blocks(N), kThreads, 0, ctx.stream()>>>(
+  layernorm_rows_kernel<T, true><<<row_blocks(N), kThreads, 0, ctx.stream()>>>(
       residual, out, mean, rstd, a, b, weight, bias, N, C, 1.0f / static_cast<float>(C));
   GPT_CUDA_CHECK(cudaGetLastError());
 }
+
+template <typename T>
+void layernorm_forward_half(const Context& ctx, T* out, float* mean, float* rstd, const T* x, const T* weight,
+                            const T* bias, int N, int C) {
+  if (N <= 0 || C <= 0) return;
+  layernorm_rows_kernel<T, false><<<row_blocks(N), kThreads, 0, ctx.stream()>>>(
+      nullptr, out, mean, rstd, x, nullptr, weight, bias, N, C, 1.0f / static_cast<float>(C));
+  GPT_CUDA_CHECK(cudaGetLastError());
+}
+
+template void layernorm_forward_half<__half>(const Context&, __half*, float*, float*, const __half*,
+                                             const __half*, const __half*, int, int);
+template void layernorm_forward_half<__nv_bfloat16>(const Context&, __nv_bfloat16*, float*, float*,
+                                                    const __nv_bfloat16*, const __nv_bfloat16*,
+                                                    const __nv_bfloat16*, int, int);
 
 template void residual_layernorm_forward<float>(const Context&, float*, float*, float*, float*, const float*,
                                                 const float*, const float*, const float*, int, int);

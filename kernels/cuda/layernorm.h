@@ -1,6 +1,7 @@
-// LayerNorm over the last dimension on the GPU, fp32 (the residual's variant in any storage type), the CUDA
-// side of kernels/cpu/layernorm.h: the same formulas, eps (kLayerNormEps = 1e-5) and saved statistics
-// (mean[N], rstd[N] = 1/sqrt(biased var + eps)). Device pointers; asynchronous on ctx.stream().
+// LayerNorm over the last dimension on the GPU (fp32; the forward also in fp16/bf16 storage, alone or fused
+// with the residual add before it), the CUDA side of kernels/cpu/layernorm.h: the same formulas, eps
+// (kLayerNormEps = 1e-5) and saved statistics (mean[N], rstd[N] = 1/sqrt(biased var + eps)). Device pointers;
+// asynchronous on ctx.stream().
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,6 +15,12 @@ namespace gpt::cuda {
 // The row sums follow the CPU's order (its 16-lane lane_sum), so statistics agree to the last bit or two.
 void layernorm_forward(const Context& ctx, float* out, float* mean, float* rstd, const float* x,
                        const float* weight, const float* bias, int N, int C);
+
+// layernorm_forward on fp16 or bf16 rows (T = __half or __nv_bfloat16): the same statistics in fp32 from the
+// widened values, out rounded to T once, no fp32 copies of the tensors.
+template <typename T>
+void layernorm_forward_half(const Context& ctx, T* out, float* mean, float* rstd, const T* x, const T* weight,
+                            const T* bias, int N, int C);
 
 // The residual stream's add and the LayerNorm that reads it, in one pass over each row (kernels/ops.h,
 // residual_layernorm_forward) in the storage type T (__half, __nv_bfloat16 or float): residual = a + b

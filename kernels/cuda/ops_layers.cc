@@ -5,6 +5,7 @@
 // only, so fp16/bf16 tensors reach them through Widened (fp32 scratch, each output rounded once).
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/dropout.h"
@@ -104,15 +105,19 @@ void CudaOps::embedding_backward_rows(const Tensor& dwte, int64_t first, const T
 void CudaOps::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
                                 const Tensor& w, const Tensor& b) {
   const char* op = "layernorm_forward";
-  check_dtypes(op, {{"x", x}, {"w", w}, {"b", b}, {"out", out}}, {{"mean", mean}, {"rstd", rstd}});
+  const DType dtype =
+      check_dtypes(op, {{"x", x}, {"w", w}, {"b", b}, {"out", out}}, {{"mean", mean}, {"rstd", rstd}});
   const int64_t C = w.numel();
-  Widened wide(context_);  // the statistics are fp32: they pass through
-  const float* px = wide.in(x);
-  const float* pw = wide.in(w);
-  const float* pb = wide.in(b);
-  cuda::layernorm_forward(context_, wide.out(out), typed<float>(mean), typed<float>(rstd), px, pw, pb,
-                          int(numel_over(x, C)), int(C));
-  wide.narrow();
+  const int N = int(numel_over(x, C));
+  on_compute_dtype(dtype, [&]<typename T>() {
+    if constexpr (std::is_same_v<T, float>) {  // the vectorized fp32 kernel
+      cuda::layernorm_forward(context_, typed<float>(out), typed<float>(mean), typed<float>(rstd),
+                              typed<float>(x), typed<float>(w), typed<float>(b), N, int(C));
+    } else {
+      cuda::layernorm_forward_half<T>(context_, typed<T>(out), typed<float>(mean), typed<float>(rstd),
+                                      typed<T>(x), typed<T>(w), typed<T>(b), N, int(C));
+    }
+  });
 }
 
 void CudaOps::residual_layernorm_forward(const Tensor& residual, const Tensor& out, const Tensor& mean,
