@@ -1,8 +1,9 @@
 // CudaOps' token and position embedding (whole or vocabulary-parallel), LayerNorm, dropout and the tiles of a
 // linear layer (see cuda_ops.h), on the mixed-precision contract of kernels/ops.h: shapes read as CpuOps
 // reads them (kernels/cpu/cpu_ops.cc), the kernels in embedding.cu, layernorm.cu, dropout.cu and linear.cu.
-// The linear tiles dispatch to their templated kernels; embedding, LayerNorm and dropout have fp32 kernels
-// only, so fp16/bf16 tensors reach them through Widened (fp32 scratch, each output rounded once).
+// The linear tiles, dropout and LayerNorm's forward dispatch to kernels templated on the storage type; the
+// embedding and LayerNorm's backward have fp32 kernels only, so fp16/bf16 tensors reach them through Widened
+// (fp32 scratch, each output rounded once).
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -197,24 +198,22 @@ void CudaOps::linear_backward_columns(const Tensor& dx, const Tensor& dw, const 
 
 void CudaOps::dropout_forward(const Tensor& out, const Tensor& x, const DropoutMask& mask) {
   const char* op = "dropout_forward";
-  check_dtypes(op, {{"x", x}, {"out", out}});
+  const DType dtype = check_dtypes(op, {{"x", x}, {"out", out}});
   const int B = int(x.shape[0]);
-  Widened wide(context_);  // out may be x (in place): they then share one scratch
-  const float* px = wide.in(x);
-  apply_dropout(context_, wide.out(out), px, dropout_keys(mask, op), mask.p, B, numel_over(x, B),
-                mask.element_offset);
-  wide.narrow();
+  on_compute_dtype(dtype, [&]<typename T>() {  // out may be x (in place)
+    apply_dropout<T>(context_, typed<T>(out), typed<T>(x), dropout_keys(mask, op), mask.p, B,
+                     numel_over(x, B), mask.element_offset);
+  });
 }
 
 void CudaOps::dropout_backward(const Tensor& dx, const Tensor& dout, const DropoutMask& mask) {
   const char* op = "dropout_backward";
-  check_dtypes(op, {{"dout", dout}, {"dx", dx}});
+  const DType dtype = check_dtypes(op, {{"dout", dout}, {"dx", dx}});
   const int B = int(dout.shape[0]);
-  Widened wide(context_);
-  const float* pdout = wide.in(dout);
-  apply_dropout(context_, wide.out(dx), pdout, dropout_keys(mask, op), mask.p, B, numel_over(dout, B),
-                mask.element_offset);
-  wide.narrow();
+  on_compute_dtype(dtype, [&]<typename T>() {
+    apply_dropout<T>(context_, typed<T>(dx), typed<T>(dout), dropout_keys(mask, op), mask.p, B,
+                     numel_over(dout, B), mask.element_offset);
+  });
 }
 
 }  // namespace gpt::cuda
