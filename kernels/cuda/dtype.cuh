@@ -7,6 +7,7 @@
 #include <library_types.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace gpt::cuda {
 
@@ -75,6 +76,28 @@ __device__ __forceinline__ void store_vec(float* p, const Vec<kVec>& r) {
     *reinterpret_cast<float4*>(p) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
   } else {
     *p = r.v[0];
+  }
+}
+
+// kVec consecutive values of storage type T as fp32: load_vec for float, one widened value otherwise (the
+// half kernels go element by element, kVec = 1).
+template <int kVec, typename T>
+__device__ __forceinline__ Vec<kVec> load_floats(const T* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return load_vec<kVec>(p);
+  } else {
+    static_assert(kVec == 1, "fp16/bf16 values load one at a time");
+    return Vec<1>{{to_float(*p)}};
+  }
+}
+
+template <int kVec, typename T>
+__device__ __forceinline__ void store_floats(T* p, const Vec<kVec>& r) {
+  if constexpr (std::is_same_v<T, float>) {
+    store_vec(p, r);
+  } else {
+    static_assert(kVec == 1, "fp16/bf16 values store one at a time");
+    *p = from_float<T>(r.v[0]);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/dtype.cuh"
 #include "kernels/cuda/layernorm.h"
@@ -109,45 +110,46 @@ __global__ void __launch_bounds__(kThreads)
   if (at.lane == 0 && rstd) rstd[at.row] = s;
 }
 
-// dx += rstd (g - mean_c(g) - xhat mean_c(g xhat)) with g = dy w, xhat = (x - mean) rstd, per row.
-template <int kVec>
+// dx += rstd (g - mean_c(g) - xhat mean_c(g xhat)) with g = dy w, xhat = (x - mean) rstd, per row, in fp32
+// from the storage type T (dx rounded back once).
+template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads)
-    layernorm_input_grad_kernel(float* dx, const float* __restrict__ dout, const float* __restrict__ x,
-                                const float* __restrict__ weight, const float* __restrict__ mean,
+    layernorm_input_grad_kernel(T* dx, const T* __restrict__ dout, const T* __restrict__ x,
+                                const T* __restrict__ weight, const float* __restrict__ mean,
                                 const float* __restrict__ rstd, int N, int C, float inv_c) {
   const RowLane at = row_lane();
   const bool valid = at.row < N;
   const int cols = valid ? C : 0;
   const int64_t offset = int64_t(valid ? at.row : 0) * C;
-  const float *xr = x + offset, *dy = dout + offset;
+  const T *xr = x + offset, *dy = dout + offset;
   const float m = valid ? mean[at.row] : 0.0f, s = valid ? rstd[at.row] : 0.0f;
   float g_acc = 0.0f, gx_acc = 0.0f;
   for (int c = at.lane; c < cols; c += kLanes) {
-    g_acc += dy[c] * weight[c];
-    gx_acc += dy[c] * weight[c] * (xr[c] - m) * s;
+    const float dyc = to_float(dy[c]), wc = to_float(weight[c]);
+    g_acc += dyc * wc;
+    gx_acc += dyc * wc * (to_float(xr[c]) - m) * s;
   }
   const float g_mean = combine_lanes(g_acc) * inv_c, gx_mean = combine_lanes(gx_acc) * inv_c;
   if (!valid) return;
-  float* dxr = dx + offset;
+  T* dxr = dx + offset;
   for (int c = at.lane * kVec; c < C; c += kLanes * kVec) {
-    const Vec<kVec> dyv = load_vec<kVec>(dy + c), wv = load_vec<kVec>(weight + c),
-                    xv = load_vec<kVec>(xr + c);
-    Vec<kVec> d = load_vec<kVec>(dxr + c);
+    const Vec<kVec> dyv = load_floats<kVec>(dy + c), wv = load_floats<kVec>(weight + c),
+                    xv = load_floats<kVec>(xr + c);
+    Vec<kVec> d = load_floats<kVec>(dxr + c);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) d.v[k] += s * (dyv.v[k] * wv.v[k] - g_mean - (xv.v[k] - m) * s * gx_mean);
-    store_vec(dxr + c, d);
+    store_floats<kVec>(dxr + c, d);
   }
 }
 
 // Block row `chunk` (blockIdx.x) sums rows [chunk * kRowsPerPartial, ...) of dy xhat and dy for its columns
 // into partial_w/partial_b[chunk, :]. Chunk 0 starts from the current dweight and dbias, so that with one
 // chunk the sum runs in the CPU's order.
-template <int kVec>
+template <typename T, int kVec>
 __global__ void layernorm_param_partials_kernel(float* __restrict__ partial_w, float* __restrict__ partial_b,
                                                 const float* __restrict__ dweight,
-                                                const float* __restrict__ dbias,
-                                                const float* __restrict__ dout, const float* __restrict__ x,
-                                                const float* __restrict__ mean,
+                                                const float* __restrict__ dbias, const T* __restrict__ dout,
+                                                const T* __restrict__ x, const float* __restrict__ mean,
                                                 const float* __restrict__ rstd, int N, int C) {
   const int c = (blockIdx.y * blockDim.x + threadIdx.x) * kVec;
   if (c >= C) return;
@@ -158,8 +160,8 @@ __global__ void layernorm_param_partials_kernel(float* __restrict__ partial_w, f
 #pragma unroll 4
   for (int r = begin; r < end; ++r) {
     const float m = mean[r], s = rstd[r];
-    const Vec<kVec> dy = load_vec<kVec>(dout + int64_t(r) * C + c),
-                    xv = load_vec<kVec>(x + int64_t(r) * C + c);
+    const Vec<kVec> dy = load_floats<kVec>(dout + int64_t(r) * C + c),
+                    xv = load_floats<kVec>(x + int64_t(r) * C + c);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       w_acc.v[k] += dy.v[k] * (xv.v[k] - m) * s;
@@ -190,9 +192,9 @@ unsigned row_blocks(int N) {
   return static_cast<unsigned>((int64_t(N) + kThreads / kLanes - 1) / (kThreads / kLanes));
 }
 
-template <int kVec>
-void param_grads(const Context& ctx, float* dweight, float* dbias, const float* dout, const float* x,
-                 const float* mean, const float* rstd, int N, int C) {
+template <typename T, int kVec>
+void param_grads(const Context& ctx, float* dweight, float* dbias, const T* dout, const T* x, const float* mean,
+                 const float* rstd, int N, int C) {
   const int chunks = (N + kRowsPerPartial - 1) / kRowsPerPartial;
   StreamScratch partials(ctx, 2 * sizeof(float) * size_t(chunks) * C);
   float* partial_w = partials.as<float>();
@@ -200,7 +202,7 @@ void param_grads(const Context& ctx, float* dweight, float* dbias, const float* 
   const int lanes = (C + kVec - 1) / kVec;
   const int threads = std::min(kThreads, (lanes + 31) / 32 * 32);
   const dim3 blocks(chunks, (lanes + threads - 1) / threads);
-  layernorm_param_partials_kernel<kVec>
+  layernorm_param_partials_kernel<T, kVec>
       <<<blocks, threads, 0, ctx.stream()>>>(partial_w, partial_b, dweight, dbias, dout, x, mean, rstd, N, C);
   GPT_CUDA_CHECK(cudaGetLastError());
   layernorm_param_sum_kernel<<<(C + kThreads - 1) / kThreads, kThreads, 0, ctx.stream()>>>(
@@ -258,25 +260,39 @@ template void residual_layernorm_forward<__nv_bfloat16>(const Context&, __nv_bfl
                                                         const __nv_bfloat16*, const __nv_bfloat16*,
                                                         const __nv_bfloat16*, int, int);
 
-void layernorm_backward(const Context& ctx, float* dx, float* dweight, float* dbias, const float* dout,
-                        const float* x, const float* weight, const float* mean, const float* rstd, int N,
-                        int C) {
+template <typename T>
+void layernorm_backward(const Context& ctx, T* dx, float* dweight, float* dbias, const T* dout, const T* x,
+                        const T* weight, const float* mean, const float* rstd, int N, int C) {
   if (N <= 0 || C <= 0) return;
   const float inv_c = 1.0f / static_cast<float>(C);
-  const bool rows4 = C % 4 == 0 && aligned16(dx) && aligned16(dout) && aligned16(x) && aligned16(weight);
-  if (rows4) {
-    layernorm_input_grad_kernel<4>
-        <<<row_blocks(N), kThreads, 0, ctx.stream()>>>(dx, dout, x, weight, mean, rstd, N, C, inv_c);
-  } else {
-    layernorm_input_grad_kernel<1>
+  constexpr bool kFloat = std::is_same_v<T, float>;  // 16-byte accesses for fp32 only
+  const bool rows4 =
+      kFloat && C % 4 == 0 && aligned16(dx) && aligned16(dout) && aligned16(x) && aligned16(weight);
+  if constexpr (kFloat) {
+    if (rows4) {
+      layernorm_input_grad_kernel<T, 4>
+          <<<row_blocks(N), kThreads, 0, ctx.stream()>>>(dx, dout, x, weight, mean, rstd, N, C, inv_c);
+    }
+  }
+  if (!rows4) {
+    layernorm_input_grad_kernel<T, 1>
         <<<row_blocks(N), kThreads, 0, ctx.stream()>>>(dx, dout, x, weight, mean, rstd, N, C, inv_c);
   }
   GPT_CUDA_CHECK(cudaGetLastError());
-  if (C % 4 == 0 && aligned16(dout) && aligned16(x) && aligned16(dweight) && aligned16(dbias)) {
-    param_grads<4>(ctx, dweight, dbias, dout, x, mean, rstd, N, C);
-  } else {
-    param_grads<1>(ctx, dweight, dbias, dout, x, mean, rstd, N, C);
+  const bool cols4 = kFloat && C % 4 == 0 && aligned16(dout) && aligned16(x) && aligned16(dweight) &&
+                     aligned16(dbias);
+  if constexpr (kFloat) {
+    if (cols4) return param_grads<T, 4>(ctx, dweight, dbias, dout, x, mean, rstd, N, C);
   }
+  param_grads<T, 1>(ctx, dweight, dbias, dout, x, mean, rstd, N, C);
 }
+
+template void layernorm_backward<float>(const Context&, float*, float*, float*, const float*, const float*,
+                                        const float*, const float*, const float*, int, int);
+template void layernorm_backward<__half>(const Context&, __half*, float*, float*, const __half*, const __half*,
+                                         const __half*, const float*, const float*, int, int);
+template void layernorm_backward<__nv_bfloat16>(const Context&, __nv_bfloat16*, float*, float*,
+                                                const __nv_bfloat16*, const __nv_bfloat16*,
+                                                const __nv_bfloat16*, const float*, const float*, int, int);
 
 }  // namespace gpt::cuda

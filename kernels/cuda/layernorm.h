@@ -1,7 +1,7 @@
-// LayerNorm over the last dimension on the GPU (fp32; the forward also in fp16/bf16 storage, alone or fused
-// with the residual add before it), the CUDA side of kernels/cpu/layernorm.h: the same formulas, eps
-// (kLayerNormEps = 1e-5) and saved statistics (mean[N], rstd[N] = 1/sqrt(biased var + eps)). Device pointers;
-// asynchronous on ctx.stream().
+// LayerNorm over the last dimension on the GPU in fp32, fp16 or bf16 storage (the statistics fp32; the
+// forward also fused with the residual add before it), the CUDA side of kernels/cpu/layernorm.h: the same
+// formulas, eps (kLayerNormEps = 1e-5) and saved statistics (mean[N], rstd[N] = 1/sqrt(biased var + eps)).
+// Device pointers; asynchronous on ctx.stream().
 #pragma once
 
 #include <cuda_bf16.h>
@@ -35,9 +35,10 @@ void residual_layernorm_forward(const Context& ctx, T* residual, T* out, float* 
 // are sums over the rows in a fixed order (chunks of rows, then the chunks in order): reruns repeat bit for
 // bit (ops_layers_test). With N <= 32 the order is the CPU's, but not the bits: the chunks of larger N sum
 // in another order, and nvcc contracts multiply-adds the CPU build may round separately, so CudaOps agrees
-// with the reference within 1e-5 relative (op_cases_test).
-void layernorm_backward(const Context& ctx, float* dx, float* dweight, float* dbias, const float* dout,
-                        const float* x, const float* weight, const float* mean, const float* rstd, int N,
-                        int C);
+// with the reference within 1e-5 relative (op_cases_test). dx, dout, x and weight in the storage type T
+// (__half, __nv_bfloat16 or float; dx rounded back once), the statistics and dweight, dbias fp32.
+template <typename T>
+void layernorm_backward(const Context& ctx, T* dx, float* dweight, float* dbias, const T* dout, const T* x,
+                        const T* weight, const float* mean, const float* rstd, int N, int C);
 
 }  // namespace gpt::cuda

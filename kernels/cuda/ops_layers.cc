@@ -1,9 +1,9 @@
 // CudaOps' token and position embedding (whole or vocabulary-parallel), LayerNorm, dropout and the tiles of a
 // linear layer (see cuda_ops.h), on the mixed-precision contract of kernels/ops.h: shapes read as CpuOps
 // reads them (kernels/cpu/cpu_ops.cc), the kernels in embedding.cu, layernorm.cu, dropout.cu and linear.cu.
-// The linear tiles, dropout and LayerNorm's forward dispatch to kernels templated on the storage type; the
-// embedding and LayerNorm's backward have fp32 kernels only, so fp16/bf16 tensors reach them through Widened
-// (fp32 scratch, each output rounded once).
+// The linear tiles, dropout and LayerNorm dispatch to kernels templated on the storage type; the embedding
+// has fp32 kernels only, so fp16/bf16 tensors reach it through Widened (fp32 scratch, each output rounded
+// once).
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -142,16 +142,14 @@ void CudaOps::residual_layernorm_forward(const Tensor& residual, const Tensor& o
 void CudaOps::layernorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                                  const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd) {
   const char* op = "layernorm_backward";
-  check_dtypes(op, {{"x", x}, {"w", w}, {"dout", dout}, {"dx", dx}},
-               {{"dw", dw}, {"db", db}, {"mean", mean}, {"rstd", rstd}});
+  const DType dtype = check_dtypes(op, {{"x", x}, {"w", w}, {"dout", dout}, {"dx", dx}},
+                                   {{"dw", dw}, {"db", db}, {"mean", mean}, {"rstd", rstd}});
   const int64_t C = w.numel();
-  Widened wide(context_);
-  const float* pdout = wide.in(dout);
-  const float* px = wide.in(x);
-  const float* pw = wide.in(w);
-  cuda::layernorm_backward(context_, wide.inout(dx), typed<float>(dw), typed<float>(db), pdout, px, pw,
-                           typed<float>(mean), typed<float>(rstd), int(numel_over(x, C)), int(C));
-  wide.narrow();
+  on_compute_dtype(dtype, [&]<typename T>() {
+    cuda::layernorm_backward<T>(context_, typed<T>(dx), typed<float>(dw), typed<float>(db), typed<T>(dout),
+                                typed<T>(x), typed<T>(w), typed<float>(mean), typed<float>(rstd),
+                                int(numel_over(x, C)), int(C));
+  });
 }
 
 namespace {
