@@ -159,7 +159,8 @@ class Ops {
                                   const Tensor& rstd) = 0;
   // out [N, OC] = x [N, IC] w^T (+ b); w is [OC, IC].
   virtual void linear_forward(const Tensor& out, const Tensor& x, const Tensor& w, const Tensor& b) = 0;
-  // Accumulates into dx, dw and db (db may be empty).
+  // Overwrites dx (may be empty) and accumulates into dw and db (db may be empty), as llm.c's backward does:
+  // an input gradient's first and only contribution needs no zeroing pass before it.
   virtual void linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                                const Tensor& x, const Tensor& w) = 0;
   // One tile of a linear layer split along its output features (memory-centric tiling): w [W, IC] and b [W]
@@ -207,7 +208,7 @@ class Ops {
     linear_forward(pre, x, w, b);
     gelu_forward(out, pre);
   }
-  // Accumulates into dx.
+  // Overwrites dx = gelu'(x) * dout.
   virtual void gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dout) = 0;
   // out = a + b (out may alias either).
   virtual void add(const Tensor& out, const Tensor& a, const Tensor& b) = 0;
@@ -251,8 +252,8 @@ class Ops {
   virtual void classifier_forward(const Tensor& losses, const Tensor& lnf, const Tensor& wte,
                                   const Tensor& targets, int vocab, const Tensor& scratch);
   // Recomputes each chunk's logits and their softmax (losses [N] are written again, the forward's values),
-  // turns them into dlogits = (probs - onehot) * dlosses in place, and accumulates dlnf [N, C] += dlogits wte
-  // and dwte [Vp, C] += dlogits^T lnf (as linear_backward does).
+  // turns them into dlogits = (probs - onehot) * dlosses in place, overwrites dlnf [N, C] = dlogits wte and
+  // accumulates dwte [Vp, C] += dlogits^T lnf (as linear_backward does).
   virtual void classifier_backward(const Tensor& dlnf, const Tensor& dwte, const Tensor& losses,
                                    const Tensor& lnf, const Tensor& wte, const Tensor& targets,
                                    const Tensor& dlosses, int vocab, const Tensor& scratch);

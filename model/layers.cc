@@ -134,7 +134,8 @@ void fc_gelu_forward(Ops& ops, BlockWeights<Real>& w, const Tensor& fch_gelu, co
 }
 
 // The backward over the tiles in turn: each tile's weight and bias gradients equal the untiled layer's rows;
-// dx, a sum over the tiles, is added tile by tile.
+// dx is overwritten (the whole layer: linear_backward's own overwrite, no zeroing pass), or a sum over the
+// tiles, zeroed and then added tile by tile.
 template <typename Real>
 void tiled_linear_backward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, const Tensor& dx,
                            const Tensor& dbias, const Tensor& dout, const Tensor& x) {
@@ -147,6 +148,7 @@ void tiled_linear_backward(Ops& ops, BlockWeights<Real>& w, BlockLinear linear, 
     return;
   }
   const int64_t rows = m.out / N;
+  ops.fill(dx, 0);
   for (int k = 0; k < N; ++k) {
     ops.linear_backward_columns(dx, view(ops, w.matrix_gradient(linear, k), {rows, m.in}),
                                 dbias.empty() ? Tensor{} : element_range(dbias, k * rows, rows), dout,
@@ -212,7 +214,6 @@ void column_parallel_backward(Ops& ops, BlockWeights<Real>& w, BlockLinear linea
                               const Tensor& dbias, const Tensor& dout, const Tensor& x,
                               const TensorParallel& tp) {
   const Tensor& partial = partial_buffer(tp, dx);
-  ops.fill(partial, 0);
   tiled_linear_backward(ops, w, linear, partial, dbias, dout, full_sequence(tp, x));
   sum_over_group(tp, dx, partial);
 }
@@ -466,10 +467,8 @@ void block_backward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weigh
   // output's gradient, mask * dresidual / (1-p), borrows d_ln2, which is free until fc's backward below.
   const Tensor& d_mlp_out =
       hidden_gradient(ops, dropout, layer, DropoutSite::kMlpOutput, dresidual, s.d_ln2, tp);
-  ops.fill(s.d_fch_gelu, 0);
   tiled_linear_backward(ops, weights, BlockLinear::kFcProj, s.d_fch_gelu, g.fc_proj_b,
                         full_sequence(tp, d_mlp_out), a.fch_gelu);
-  ops.fill(s.d_fch, 0);
   ops.gelu_backward(s.d_fch, a.fch, s.d_fch_gelu);
   column_parallel_backward(ops, weights, BlockLinear::kFc, s.d_ln2, g.fc_b, s.d_fch, a.ln2, tp);
   // LayerNorm 2's input gradient joins the skip path: dresidual becomes dL/d(r2).
@@ -478,7 +477,6 @@ void block_backward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weigh
   // which is free until qkv's backward.
   const Tensor& d_attn_out =
       hidden_gradient(ops, dropout, layer, DropoutSite::kAttentionOutput, dresidual, s.d_ln1, tp);
-  ops.fill(s.d_atty, 0);
   tiled_linear_backward(ops, weights, BlockLinear::kAttnProj, s.d_atty, g.attn_proj_b,
                         full_sequence(tp, d_attn_out), a.atty);
   const AttentionMasks attention_masks(dropout, layer, a.att, tp);
@@ -530,8 +528,7 @@ void head_backward(Ops& ops, const GPTConfig& config, WeightView lnf_w, WeightVi
   const int64_t C = config.hidden, rows = config.padded_vocab() / tp.size();
   ops.fill(a.dlosses, double(dloss_per_token));
   if (a.fused()) {
-    // Each chunk's logits recomputed, dlogits in their place, the two GEMMs accumulating.
-    ops.fill(a.dlnf, 0);
+    // Each chunk's logits recomputed, dlogits in their place, dlnf written and dwte accumulated.
     ops.classifier_backward(a.dlnf, view(ops, dwte, {rows, C}), a.losses, a.lnf, view(ops, wte, {rows, C}),
                             targets, a.dlosses, config.vocab, a.logits_chunk);
   } else {
@@ -544,7 +541,6 @@ void head_backward(Ops& ops, const GPTConfig& config, WeightView lnf_w, WeightVi
     }
     // The tied projection is column-parallel over the vocabulary: dlnf sums the group's partial products.
     const Tensor& dlnf = partial_buffer(tp, a.dlnf);
-    ops.fill(dlnf, 0);
     ops.linear_backward(dlnf, view(ops, dwte, {rows, C}), Tensor{}, a.probs,
                         tp.sequence_parallel ? a.lnf_full : a.lnf, view(ops, wte, {rows, C}));
     sum_over_group(tp, a.dlnf, dlnf);

@@ -392,7 +392,7 @@ void add_gradient_cases_of_layers(std::vector<GradientCase>& cases, const Sizes&
                    "linear",
                    shape_text({N, C}, "x" + std::to_string(3 * C)),
                    {in("x", {N, C}), in("w", {3 * C, C}), in("b", {3 * C}), out("out", {N, 3 * C}),
-                    out("dout", {N, 3 * C}), out("dx", {N, C}), out("dw", {3 * C, C}), out("db", {3 * C})},
+                    out("dout", {N, 3 * C}), out("dx", {N, C}, 0), out("dw", {3 * C, C}), out("db", {3 * C})},
                    "out",
                    "dout",
                    {{"x", "dx"}, {"w", "dw"}, {"b", "db"}}});
@@ -422,7 +422,7 @@ void add_gradient_cases_of_attention_and_loss(std::vector<GradientCase>& cases, 
   cases.push_back({"gelu",
                    "gelu",
                    shape_text(wide),
-                   {in("x", wide, 2.0), out("out", wide), out("dout", wide), out("dx", wide)},
+                   {in("x", wide, 2.0), out("out", wide), out("dout", wide), out("dx", wide, 0)},
                    "out",
                    "dout",
                    {{"x", "dx"}}});

@@ -213,6 +213,7 @@ void CpuOps::linear_forward(const Tensor& out, const Tensor& x, const Tensor& w,
 void CpuOps::linear_backward(const Tensor& dx, const Tensor& dw, const Tensor& db, const Tensor& dout,
                              const Tensor& x, const Tensor& w) {
   const int64_t OC = w.shape[0], IC = w.shape[1];
+  if (!dx.empty()) fill(dx, 0);  // the kernel accumulates; the op overwrites
   on_float(x, [&]<typename Real>() {
     cpu::linear_backward(ptr<Real>(dx), ptr<Real>(dw), ptr<Real>(db), ptr<Real>(dout), ptr<Real>(x),
                          ptr<Real>(w), int(x.numel() / IC), int(IC), int(OC));
@@ -275,6 +276,7 @@ void CpuOps::gelu_forward(const Tensor& out, const Tensor& x) {
 }
 
 void CpuOps::gelu_backward(const Tensor& dx, const Tensor& x, const Tensor& dout) {
+  fill(dx, 0);  // the kernel accumulates; the op overwrites
   on_float(x, [&]<typename Real>() {
     cpu::gelu_backward(ptr<Real>(dx), ptr<Real>(x), ptr<Real>(dout), x.numel());
   });

@@ -148,7 +148,7 @@ void MixedPrecisionCpuOps::linear_backward(const Tensor& dx, const Tensor& dw, c
                  {{"dw", dw}, {"db", db}}))
     return CpuOps::linear_backward(dx, dw, db, dout, x, w);
   Widening h(*this);
-  CpuOps::linear_backward(h.inout(dx), dw, db, h.in(dout), h.in(x), h.in(w));
+  CpuOps::linear_backward(h.out(dx), dw, db, h.in(dout), h.in(x), h.in(w));
   h.narrow();
 }
 
@@ -211,7 +211,7 @@ void MixedPrecisionCpuOps::gelu_backward(const Tensor& dx, const Tensor& x, cons
   if (!half_call("gelu_backward", {{"x", x}, {"dout", dout}, {"dx", dx}}))
     return CpuOps::gelu_backward(dx, x, dout);
   Widening h(*this);
-  CpuOps::gelu_backward(h.inout(dx), h.in(x), h.in(dout));
+  CpuOps::gelu_backward(h.out(dx), h.in(x), h.in(dout));
   h.narrow();
 }
 

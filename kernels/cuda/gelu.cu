@@ -23,7 +23,7 @@ template <typename T>
 __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    dinp[i] = from_float<T>(to_float(dinp[i]) + to_float(dout[i]) * gpt::gelu::derivative(to_float(inp[i])));
+    dinp[i] = from_float<T>(to_float(dout[i]) * gpt::gelu::derivative(to_float(inp[i])));
   }
 }
 

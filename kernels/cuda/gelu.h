@@ -15,7 +15,7 @@ namespace gpt::cuda {
 template <typename T>
 void gelu_forward(const Context& ctx, T* out, const T* inp, int64_t n);
 
-// Accumulates: dinp += gelu'(inp) * dout (one rounding to T per element).
+// Overwrites dinp = gelu'(inp) * dout (one rounding to T per element).
 template <typename T>
 void gelu_backward(const Context& ctx, T* dinp, const T* inp, const T* dout, int64_t n);
 

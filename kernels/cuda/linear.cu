@@ -347,19 +347,20 @@ void forward_strided(const Context& ctx, T* out, int64_t ld, const T* inp, const
   unfused_forward(ctx, g, bias, N, OC);
 }
 
-// linear_backward over the first OC columns of dout, whose rows are ld apart.
+// linear_backward over the first OC columns of dout, whose rows are ld apart; dinp accumulated into (a tile's
+// part) or overwritten (the whole layer's: beta 0, so the GEMM never reads it).
 template <typename T>
-void backward_strided(const Context& ctx, T* dinp, float* dweight, float* dbias, const T* dout, int64_t ld,
-                      const T* inp, const T* weight, int N, int C, int OC) {
+void backward_strided(const Context& ctx, T* dinp, bool accumulate_dinp, float* dweight, float* dbias,
+                      const T* dout, int64_t ld, const T* inp, const T* weight, int N, int C, int OC) {
   if (dinp) {
-    // dinp^T[C,N] += (W viewed [C,OC]) * (dout viewed [OC,N])
+    // dinp^T[C,N] (+)= (W viewed [C,OC]) * (dout viewed [OC,N])
     Gemm g;
     g.m = C, g.n = N, g.k = OC;
     g.a = weight, g.lda = C;
     g.b = dout, g.ldb = static_cast<int>(ld);
     g.d = dinp, g.ldd = C;
     g.input_type = g.output_type = cuda_data_type<T>();
-    g.beta = 1.0f;
+    g.beta = accumulate_dinp ? 1.0f : 0.0f;
     run(ctx, g);
   }
   // dweight^T[C,OC] += (inp viewed [C,N]) * (dout viewed [OC,N])^T, accumulated in fp32. The bias gradient
@@ -428,7 +429,7 @@ void linear_backward(const Context& ctx, T* dinp, float* dweight, float* dbias, 
                      const T* weight, int N, int C, int OC) {
   check_shape("linear_backward", N, C, OC);
   if (N == 0) return;
-  backward_strided(ctx, dinp, dweight, dbias, dout, OC, inp, weight, N, C, OC);
+  backward_strided(ctx, dinp, false, dweight, dbias, dout, OC, inp, weight, N, C, OC);
 }
 
 template <typename T>
@@ -436,7 +437,7 @@ void linear_backward_columns(const Context& ctx, T* dinp, float* dweight, float*
                              const T* inp, const T* weight, int N, int C, int OC, int first, int W) {
   check_columns("linear_backward_columns", N, C, OC, first, W);
   if (N == 0) return;
-  backward_strided(ctx, dinp, dweight, dbias, dout + first, OC, inp, weight, N, C, W);
+  backward_strided(ctx, dinp, true, dweight, dbias, dout + first, OC, inp, weight, N, C, W);
 }
 
 #define GPT_INSTANTIATE_LINEAR(T)                                                                            \

@@ -29,8 +29,9 @@ template <typename T>
 void linear_gelu_forward(const Context& ctx, T* out, T* pre_gelu, const T* inp, const T* weight,
                          const T* bias, int N, int C, int OC);
 
-// Accumulates, as the CPU version does: dinp[N,C] += dout * weight (in T), dweight[OC,C] += dout^T * inp and
-// dbias[OC] += column sums of dout (both fp32). dinp and dbias may be null (not needed / no bias).
+// Overwrites dinp[N,C] = dout * weight (in T; no zeroing pass, the GEMM's beta is 0) and accumulates
+// dweight[OC,C] += dout^T * inp and dbias[OC] += column sums of dout (both fp32), as Ops::linear_backward.
+// dinp and dbias may be null (not needed / no bias).
 // The bias gradient is a fixed-order reduction, so results repeat bit for bit from run to run.
 template <typename T>
 void linear_backward(const Context& ctx, T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,

@@ -65,7 +65,7 @@ void CudaOps::classifier_backward(const Tensor& dlnf, const Tensor& dwte, const 
                {{"losses", losses}, {"dlosses", dlosses}, {"dwte", dwte}});
   Widened wide(context_);
   const float *x = wide.in(lnf), *w = wide.in(wte), *dl = f32(dlosses, kOp);
-  float* dx = wide.inout(dlnf);
+  float* dx = wide.out(dlnf);
   std::unique_ptr<StreamScratch> own;
   float *logits = fp32_logits(context_, scratch, own), *out = f32(losses, kOp), *dw = f32(dwte, kOp);
   const int32_t* y = targets_of(targets, kOp);
@@ -74,7 +74,7 @@ void CudaOps::classifier_backward(const Tensor& dlnf, const Tensor& dwte, const 
     const int rows = int(std::min(s.R, s.N - first));
     cuda::linear_forward<float>(context_, logits, x + first * C, w, nullptr, rows, C, Vp);
     classifier_dlogits_f32(context_, out + first, logits, y + first, dl + first, rows, vocab, Vp);
-    // dlnf[chunk] += dlogits wte; dwte += dlogits^T lnf[chunk].
+    // dlnf[chunk] = dlogits wte; dwte += dlogits^T lnf[chunk].
     cuda::linear_backward<float>(context_, dx + first * C, dw, nullptr, logits, x + first * C, w, rows, C,
                                  Vp);
   }

@@ -123,6 +123,38 @@ class SkewedGelu : public CpuOps {
   }
 };
 
+// The backward ops' contract (kernels/ops.h): an input gradient is overwritten, so the loop needs no zeroing
+// pass before it (llm.c's rule); parameter gradients accumulate over micro-batches. Whatever dx held before
+// makes no difference; what dw and db held is added to.
+TEST_CASE("linear_backward and gelu_backward overwrite dx, and linear_backward accumulates dw and db") {
+  const int64_t N = 5, C = 3, OC = 4;
+  auto values = [](int64_t n, float scale) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int(i % 7) - 3);
+    return v;
+  };
+  auto tensor = [](std::vector<float>& v, std::vector<int64_t> shape) {
+    return Tensor{v.data(), std::move(shape), DType::kF32, Device::kCPU};
+  };
+  std::vector<float> x = values(N * C, 0.5f), w = values(OC * C, 0.25f), dout = values(N * OC, 1.0f);
+  struct Gradients {
+    std::vector<float> dx, dw, db, dgelu;
+  };
+  auto backward = [&](float dx_start, float dw_start) {
+    Gradients g{std::vector<float>(size_t(N * C), dx_start), std::vector<float>(size_t(OC * C), dw_start),
+                std::vector<float>(size_t(OC), dw_start), std::vector<float>(size_t(N * OC), dx_start)};
+    cpu_ops().linear_backward(tensor(g.dx, {N, C}), tensor(g.dw, {OC, C}), tensor(g.db, {OC}),
+                              tensor(dout, {N, OC}), tensor(x, {N, C}), tensor(w, {OC, C}));
+    cpu_ops().gelu_backward(tensor(g.dgelu, {N, OC}), tensor(dout, {N, OC}), tensor(dout, {N, OC}));
+    return g;
+  };
+  const Gradients from_zero = backward(0.0f, 0.0f), from_garbage = backward(7.0f, 1.0f);
+  CHECK(from_garbage.dx == from_zero.dx);
+  CHECK(from_garbage.dgelu == from_zero.dgelu);
+  for (size_t i = 0; i < from_zero.dw.size(); ++i) CHECK(from_garbage.dw[i] == from_zero.dw[i] + 1.0f);
+  for (size_t i = 0; i < from_zero.db.size(); ++i) CHECK(from_garbage.db[i] == from_zero.db[i] + 1.0f);
+}
+
 TEST_CASE("a wrong op fails its own rows and no others") {
   SkewedGelu skewed;  // linear_gelu_forward's GELU is gelu_forward on the CPU: its output row fails too
   for (const OpCase& c : op_cases(kSmall[0])) {
