@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -35,17 +36,17 @@ __device__ __forceinline__ int first_channel() {
   return (blockIdx.y * blockDim.x + threadIdx.x) * kVec;
 }
 
-// One block row per (b,t).
-template <int kVec>
-__global__ void embedding_forward_kernel(float* __restrict__ out, const int32_t* __restrict__ tokens,
-                                         const float* __restrict__ wte, const float* __restrict__ wpe, int T,
+// One block row per (b,t); in fp32 from the storage type T, rounded back once.
+template <typename T, int kVec>
+__global__ void embedding_forward_kernel(T* __restrict__ out, const int32_t* __restrict__ tokens,
+                                         const T* __restrict__ wte, const T* __restrict__ wpe, int T_,
                                          int C) {
   const int c = first_channel<kVec>();
   if (c >= C) return;
   const int64_t bt = blockIdx.x;
-  Vec<kVec> sum = load_vec<kVec>(wte + int64_t(tokens[bt]) * C + c);
-  add_to(sum, load_vec<kVec>(wpe + (bt % T) * C + c));
-  store_vec(out + bt * C + c, sum);
+  Vec<kVec> sum = load_floats<kVec>(wte + int64_t(tokens[bt]) * C + c);
+  add_to(sum, load_floats<kVec>(wpe + (bt % T_) * C + c));
+  store_floats<kVec>(out + bt * C + c, sum);
 }
 
 // The vocabulary-parallel forward: wte holds rows [first, first + rows); a token outside them contributes
@@ -183,19 +184,32 @@ void token_grads(const Context& ctx, float* dwte, const float* dout, const int32
 
 }  // namespace
 
-void embedding_forward(const Context& ctx, float* out, const int32_t* tokens, const float* wte,
-                       const float* wpe, int B, int T, int C) {
-  const int64_t rows = int64_t(B) * T;
+template <typename T>
+void embedding_forward(const Context& ctx, T* out, const int32_t* tokens, const T* wte, const T* wpe, int B,
+                       int T_, int C) {
+  const int64_t rows = int64_t(B) * T_;
   if (rows <= 0 || C <= 0) return;
-  if (C % 4 == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe)) {
-    const RowSplit s = split_rows(rows, C, 4);
-    embedding_forward_kernel<4><<<s.blocks, s.threads, 0, ctx.stream()>>>(out, tokens, wte, wpe, T, C);
-  } else {
+  const bool vec4 = std::is_same_v<T, float> && C % 4 == 0 && aligned16(out) && aligned16(wte) &&
+                    aligned16(wpe);  // 16-byte accesses for fp32 only
+  if constexpr (std::is_same_v<T, float>) {
+    if (vec4) {
+      const RowSplit s = split_rows(rows, C, 4);
+      embedding_forward_kernel<T, 4><<<s.blocks, s.threads, 0, ctx.stream()>>>(out, tokens, wte, wpe, T_, C);
+    }
+  }
+  if (!vec4) {
     const RowSplit s = split_rows(rows, C, 1);
-    embedding_forward_kernel<1><<<s.blocks, s.threads, 0, ctx.stream()>>>(out, tokens, wte, wpe, T, C);
+    embedding_forward_kernel<T, 1><<<s.blocks, s.threads, 0, ctx.stream()>>>(out, tokens, wte, wpe, T_, C);
   }
   GPT_CUDA_CHECK(cudaGetLastError());
 }
+
+template void embedding_forward<float>(const Context&, float*, const int32_t*, const float*, const float*, int,
+                                       int, int);
+template void embedding_forward<__half>(const Context&, __half*, const int32_t*, const __half*, const __half*,
+                                        int, int, int);
+template void embedding_forward<__nv_bfloat16>(const Context&, __nv_bfloat16*, const int32_t*,
+                                               const __nv_bfloat16*, const __nv_bfloat16*, int, int, int);
 
 void embedding_forward_rows(const Context& ctx, float* out, const int32_t* tokens, const float* wte,
                             int64_t first, int64_t rows, const float* wpe, int B, int T, int C) {

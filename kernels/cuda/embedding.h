@@ -1,7 +1,10 @@
-// Token + position embedding on the GPU, fp32, the CUDA side of kernels/cpu/embedding.h with the same layout:
-// tokens [B,T] int32 in [0, V), wte [V,C], wpe [maxT,C], activations [B,T,C]. Device pointers; asynchronous
-// on ctx.stream().
+// Token + position embedding on the GPU (fp32; the whole table's forward also fp16/bf16), the CUDA side of
+// kernels/cpu/embedding.h with the same layout: tokens [B,T] int32 in [0, V), wte [V,C], wpe [maxT,C],
+// activations [B,T,C]. Device pointers; asynchronous on ctx.stream().
 #pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -9,9 +12,11 @@
 
 namespace gpt::cuda {
 
-// out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :].
-void embedding_forward(const Context& ctx, float* out, const int32_t* tokens, const float* wte,
-                       const float* wpe, int B, int T, int C);
+// out[b,t,:] = wte[tokens[b,t], :] + wpe[t, :], in the storage type T (__half, __nv_bfloat16 or float: the
+// sum in fp32, rounded once).
+template <typename T>
+void embedding_forward(const Context& ctx, T* out, const int32_t* tokens, const T* wte, const T* wpe, int B,
+                       int T_, int C);
 
 // Accumulates dwte[tokens[b,t], :] += dout[b,t,:] and dwpe[t,:] += dout[b,t,:], each element summed in
 // increasing (b,t) order exactly as the CPU does, so the two backends agree bit for bit and reruns repeat.

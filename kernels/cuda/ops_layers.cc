@@ -1,9 +1,9 @@
 // CudaOps' token and position embedding (whole or vocabulary-parallel), LayerNorm, dropout and the tiles of a
 // linear layer (see cuda_ops.h), on the mixed-precision contract of kernels/ops.h: shapes read as CpuOps
 // reads them (kernels/cpu/cpu_ops.cc), the kernels in embedding.cu, layernorm.cu, dropout.cu and linear.cu.
-// The linear tiles, dropout and LayerNorm dispatch to kernels templated on the storage type; the embedding
-// has fp32 kernels only, so fp16/bf16 tensors reach it through Widened (fp32 scratch, each output rounded
-// once).
+// The linear tiles, dropout, LayerNorm and the embedding's forward dispatch to kernels templated on the
+// storage type; the embedding's backward and its vocabulary-parallel forward have fp32 kernels only, so
+// fp16/bf16 tensors reach them through Widened (fp32 scratch, each output rounded once).
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -40,13 +40,11 @@ const uint64_t* dropout_keys(const DropoutMask& mask, const char* op) {
 void CudaOps::embedding_forward(const Tensor& out, const Tensor& tokens, const Tensor& wte,
                                 const Tensor& wpe) {
   const char* op = "embedding_forward";
-  check_dtypes(op, {{"out", out}, {"wte", wte}, {"wpe", wpe}});
-  Widened wide(context_);
-  const float* table = wide.in(wte);
-  const float* positions = wide.in(wpe);
-  cuda::embedding_forward(context_, wide.out(out), i32(tokens, op), table, positions, int(out.shape[0]),
-                          int(out.shape[1]), int(out.shape[2]));
-  wide.narrow();
+  const DType dtype = check_dtypes(op, {{"out", out}, {"wte", wte}, {"wpe", wpe}});
+  on_compute_dtype(dtype, [&]<typename T>() {  // never a widened copy of the whole table
+    cuda::embedding_forward<T>(context_, typed<T>(out), i32(tokens, op), typed<T>(wte), typed<T>(wpe),
+                               int(out.shape[0]), int(out.shape[1]), int(out.shape[2]));
+  });
 }
 
 void CudaOps::embedding_backward(const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
