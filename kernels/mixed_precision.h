@@ -20,6 +20,13 @@ inline bool is_half(DType d) {
   return d == DType::kF16 || d == DType::kBF16;
 }
 
+// What the contract keeps in fp32 next to fp16/bf16 activations (LayerNorm's statistics and parameter
+// gradients, attention's log-sum-exp, the losses and their softmax statistics); next to fp32 or fp64
+// activations, their own dtype.
+inline DType statistics_dtype(DType activations) {
+  return is_half(activations) ? DType::kF32 : activations;
+}
+
 // The contract for one call of `backend`'s `op`: the `compute` tensors hold the activations' dtype T (fp32,
 // fp16 or bf16; the first non-empty one decides, so list the activation first), the `fp32` ones are fp32
 // whatever T is (LayerNorm's statistics, parameter gradients, losses). Empty tensors are absent optional

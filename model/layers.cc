@@ -250,13 +250,6 @@ Tensor allocate(Arena& arena, DType dtype, std::vector<int64_t> shape) {
   return arena.allocate_tensor("activation", "activations", std::move(shape), dtype);
 }
 
-// What the mixed-precision contract keeps in fp32 next to fp16/bf16 activations (LayerNorm's statistics,
-// attention's log-sum-exp, the losses and their softmax statistics; kernels/ops.h); with fp32 or fp64
-// activations, their own dtype.
-DType statistics_dtype(DType activations) {
-  return is_half(activations) ? DType::kF32 : activations;
-}
-
 }  // namespace
 
 uint64_t dropout_key(uint64_t seed, int64_t window, int layer, DropoutSite site) {

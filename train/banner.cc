@@ -118,9 +118,10 @@ void print_expected_traffic(const TrainOptions& o, const ParallelGroups& groups,
                 bytes_text(t * double(expected.at(phase, comm::Link::kInterNode))).c_str());
   }
   if (groups.tensor_size() > 1) {  // the layers' own collectives, inside the nodes
-    const comm::TrafficCounts layers = expected_tensor_parallel_traffic(
-        {o.model, o.micro_batch, o.accumulation_steps, groups.tensor_size(), groups.data().size(),
-         o.zero.sequence_parallel, o.zero.recompute, o.zero.distribute_saved_activations});
+    const comm::TrafficCounts layers =
+        expected_tensor_parallel_traffic({o.model, o.micro_batch, o.accumulation_steps, groups.tensor_size(),
+                                          groups.data().size(), o.zero.sequence_parallel, o.zero.recompute,
+                                          o.zero.distribute_saved_activations, engine.compute_dtype()});
     for (comm::Phase phase : {comm::Phase::kTpFwd, comm::Phase::kTpBwd, comm::Phase::kActGather})
       std::printf(" %s intra %s;", comm::phase_name(phase),
                   bytes_text(double(layers.at(phase, comm::Link::kIntraNode))).c_str());

@@ -21,6 +21,7 @@
 #include "model/params.h"
 #include "train/activation_formulas.h"
 #include "train/planner_pipeline.h"
+#include "zero/context.h"
 #include "zero/dry_run.h"
 #include "zero/engine.h"
 #include "zero/memory_model.h"
@@ -446,9 +447,9 @@ PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, i
   const Partition p = make_partition(table, z, data_parallel);
   const bool cpu = target == MemoryTarget::kCpu;
   // The CPU backend's loop computes in fp32 whatever the compute dtype; the planned GPU's in the compute
-  // dtype (the half layer loop, its statistics in fp32). The engine runs that loop at t = 1 and p = 1 so far
-  // (layer_loop_compute, zero/context.h); with tensor or pipeline parallelism it still keeps fp32
-  // activations, which the plan does not count: it plans the layout as Megatron runs it.
+  // dtype (the half layer loop, its statistics in fp32). The engine runs that loop at p = 1 so far
+  // (layer_loop_compute, zero/context.h); with pipeline parallelism it still keeps fp32 activations, which
+  // the plan does not count: it plans the layout as Megatron runs it.
   const double ab = cpu ? 4 : double(dtype_size(z.precision));
   PlanMemory m;
   for (const StateFormula& f : zero_state_formulas(p, z, dp_nodes)) {
@@ -598,9 +599,12 @@ Plan plan_setup(const TrainOptions& o) {
   }
   plan.flops_per_token =
       o.model.model_flops_per_token() + recompute_flops_per_token(o.model, o.zero.recompute);
+  // A GPU's layer loop moves its compute dtype's activations (the half loop at --bf16/--fp16 without
+  // pipeline stages).
   plan.tensor_traffic = expected_tensor_parallel_traffic(
       TensorTrafficInput{o.model, o.micro_batch, o.accumulation_steps, t, plan.data_parallel,
-                         plan.sequence_parallel, o.zero.recompute, plan.distribute_saved_activations});
+                         plan.sequence_parallel, o.zero.recompute, plan.distribute_saved_activations,
+                         layer_loop_compute(o.zero.precision, o.zero.precision, p > 1)});
   const auto seconds = [&](comm::Phase phase) {
     return double(plan.tensor_traffic.at(phase, comm::Link::kIntraNode)) / plan.world /
            c.intra_node_bytes_per_s;

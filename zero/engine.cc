@@ -92,8 +92,7 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
           model, micro_batch, config.recompute, ops_, arena_, config.tile_factor,
           TensorParallel{tensor_group_.get(), config.sequence_parallel, config.distribute_saved_activations},
           chunk_of(model, pipeline),
-          layer_loop_compute(config.precision, ops_.compute_dtype(config.precision), tensor_group_ != nullptr,
-                             pipeline != nullptr)) {
+          layer_loop_compute(config.precision, ops_.compute_dtype(config.precision), pipeline != nullptr)) {
   if (pipeline_) {
     slots_.resize(pipeline_->chunks.size());
     slots_[0].push_back(&loop_);

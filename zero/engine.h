@@ -148,6 +148,8 @@ class ZeroEngine {
   // The arenas behind memory(): device memory (model state, gradients, activations) and wire memory (what
   // the communicator sends and receives), each with its ledger by category.
   const Arena& device_arena() const { return arena_; }
+  // The layer loop's compute dtype (layer_loop_compute, zero/context.h).
+  DType compute_dtype() const { return loop_.compute_dtype(); }
   const Arena& wire_arena() const { return wire_arena_; }
   // Every activation set this rank keeps: one micro-batch's, times the micro-batches a pipeline stage keeps
   // in flight.

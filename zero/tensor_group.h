@@ -34,6 +34,7 @@ class CommTensorGroup final : public TensorGroup {
   comm::Communicator& comm_;
   EngineContext context_;
   WireStaging staging_;
+  WireStaging sums_;  // a reduce-scatter's fp32 sums of fp16/bf16 parts
 };
 
 }  // namespace gpt

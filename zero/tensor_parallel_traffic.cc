@@ -5,13 +5,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/mixed_precision.h"
+
 namespace gpt {
 namespace {
 
 using comm::Link;
 using comm::Phase;
-
-constexpr uint64_t kActivationBytes = sizeof(float);  // LayerLoop<float>'s activations
 
 // The bytes the t ranks of one group send together for each piece of one micro-step.
 class GroupTraffic {
@@ -22,6 +22,8 @@ class GroupTraffic {
         T_(uint64_t(in.model.seq_len)),
         C_(uint64_t(in.model.hidden)),
         L_(in.model.num_layers),
+        e_(dtype_size(in.activations)),
+        statistic_bytes_(dtype_size(statistics_dtype(in.activations))),
         sp_(in.sequence_parallel),
         recompute_(in.recompute),
         distribute_(in.distribute_saved_activations) {}
@@ -55,30 +57,30 @@ class GroupTraffic {
     uint64_t bytes = 0;
     for (int l = 0; l < L_; ++l) {
       const Recompute::Chunk chunk = recompute_.chunk(l, L_);
-      if (!chunk.empty() && l == chunk.last) bytes += all_gather(B_ * T_ * C_ / t_);
+      if (!chunk.empty() && l == chunk.last) bytes += all_gather(B_ * T_ * C_ / t_, e_);
     }
     return bytes;
   }
 
  private:
-  // The communicator's rings (header), in fp32 elements.
-  uint64_t all_reduce(uint64_t n) const { return 2 * (t_ - 1) * n * kActivationBytes; }
-  uint64_t all_gather(uint64_t per_rank) const { return t_ * (t_ - 1) * per_rank * kActivationBytes; }
-  uint64_t reduce_scatter(uint64_t per_rank) const { return t_ * (t_ - 1) * per_rank * kActivationBytes; }
+  // The communicator's rings (header), in elements of e bytes.
+  uint64_t all_reduce(uint64_t n, uint64_t e) const { return 2 * (t_ - 1) * n * e; }
+  uint64_t all_gather(uint64_t per_rank, uint64_t e) const { return t_ * (t_ - 1) * per_rank * e; }
+  uint64_t reduce_scatter(uint64_t per_rank) const { return t_ * (t_ - 1) * per_rank * e_; }
 
   // Sequence parallelism's gather_sequence and scatter_sequence: one collective per sequence of the
   // micro-batch, each rank holding T/t positions of C features.
-  uint64_t gather_sequences() const { return B_ * all_gather(T_ / t_ * C_); }
+  uint64_t gather_sequences() const { return B_ * all_gather(T_ / t_ * C_, e_); }
   uint64_t scatter_sequences() const { return B_ * reduce_scatter(T_ / t_ * C_); }
 
   // sum_over_group: the group's sum of partial [B,T,C] outputs (row-parallel linears, the vocabulary-parallel
   // embedding, the column-parallel input gradients): all-reduced, or reduce-scattered per sequence.
-  uint64_t sum_over_group() const { return sp_ ? scatter_sequences() : all_reduce(B_ * T_ * C_); }
+  uint64_t sum_over_group() const { return sp_ ? scatter_sequences() : all_reduce(B_ * T_ * C_, e_); }
   // full_sequence: a column-parallel layer's input (or gradient) gathered per sequence; nothing without
   // sequence parallelism (every rank holds the whole sequence).
   uint64_t full_sequence() const { return sp_ ? gather_sequences() : 0; }
   // norm_backward: with sequence parallelism a LayerNorm's partial parameter gradients [2C] are all-reduced.
-  uint64_t norm_gradients() const { return sp_ ? all_reduce(2 * C_) : 0; }
+  uint64_t norm_gradients() const { return sp_ ? all_reduce(2 * C_, statistic_bytes_) : 0; }
 
   // embed_forward: the vocabulary-parallel embedding's partial lookups summed.
   uint64_t embed_forward() const { return sum_over_group(); }
@@ -93,7 +95,7 @@ class GroupTraffic {
 
   // head_forward: lnf gathered with sequence parallelism (kept for the backward's dwte), and the
   // vocabulary-parallel cross-entropy's softmax statistics [B*T, 3] all-gathered into [t, B*T, 3].
-  uint64_t head_forward() const { return full_sequence() + all_gather(B_ * T_ * 3); }
+  uint64_t head_forward() const { return full_sequence() + all_gather(B_ * T_ * 3, statistic_bytes_); }
 
   // head_backward: the tied projection's partial dlnf summed, then lnf's parameter gradients.
   uint64_t head_backward() const { return sum_over_group() + norm_gradients(); }
@@ -114,6 +116,7 @@ class GroupTraffic {
 
   uint64_t t_, B_, T_, C_;
   int L_;
+  uint64_t e_, statistic_bytes_;  // of an activation, of a statistic
   bool sp_;
   Recompute recompute_;
   bool distribute_;

@@ -8,7 +8,9 @@
 //   all-reduce of n elements:             2 (t-1) n e   (a reduce-scatter ring, then an all-gather ring)
 //   all-gather of n elements per rank:    t (t-1) n e
 //   reduce-scatter to n elements per rank: t (t-1) n e
-// with e = 4: activations are fp32 whatever the ZeRO precision (the engine's LayerLoop<float>).
+// with e the bytes of the layer loop's activations (TensorTrafficInput::activations: 4 in the fp32 loop, 2
+// in the half loop), and of their statistics dtype (kernels/mixed_precision.h: 4 beside half activations) for
+// the vocabulary-parallel head's softmax statistics and LayerNorm's parameter-gradient partials.
 //
 // Assumptions the callers should know:
 // - Tensor-parallel groups are consecutive ranks inside one node (our rule), so every byte is intra-node.
@@ -24,6 +26,7 @@
 #include "comm/traffic.h"
 #include "model/config.h"
 #include "model/recompute.h"
+#include "tensor/tensor.h"
 
 namespace gpt {
 
@@ -36,6 +39,7 @@ struct TensorTrafficInput {
   bool sequence_parallel = false;
   Recompute recompute;
   bool distribute_saved_activations = false;  // Megatron's --distribute-saved-activations
+  DType activations = DType::kF32;            // the layer loop's compute dtype (LayerLoop::compute_dtype)
 };
 
 // Expected payload bytes of one optimizer step, summed over all t x d ranks: [phase][link] as in

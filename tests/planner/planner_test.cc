@@ -502,11 +502,12 @@ Units slice_units_of(const gpt::GPTConfig& m, int t) {
 }
 
 // The tensor-parallel forward without sequence parallelism, by hand: each micro-step all-reduces [B,T,C]
-// after the embedding and after each block's two row-parallel linears (2(t-1) n fp32 bytes per group), and
-// all-gathers the cross-entropy's [B*T, 3] statistics (t(t-1) n bytes); d groups.
-double tp_forward_by_hand(const gpt::GPTConfig& m, int B, int t, int d) {
+// after the embedding and after each block's two row-parallel linears (2(t-1) n e bytes per group, e the
+// activations' size), and all-gathers the cross-entropy's [B*T, 3] fp32 statistics (t(t-1) n 4 bytes); d
+// groups.
+double tp_forward_by_hand(const gpt::GPTConfig& m, int B, int t, int d, int activation_bytes) {
   const double n = double(B) * m.seq_len * m.hidden, stats = 3.0 * B * m.seq_len;
-  return d * (2.0 * (t - 1) * n * 4 * (1 + 2 * m.num_layers) + t * (t - 1.0) * stats * 4);
+  return d * (2.0 * (t - 1) * n * activation_bytes * (1 + 2 * m.num_layers) + t * (t - 1.0) * stats * 4);
 }
 
 }  // namespace
@@ -564,13 +565,14 @@ TEST_CASE(
       CHECK(zero3.traffic.at(Phase::kParamGatherFwd, Link::kInterNode) ==
             uint64_t(t) * 4 * 2 * (d - 1) * uint64_t(P / d));
 
-      // Tensor-parallel bytes: the closed form, all intra-node; the forward without SP also by hand.
+      // Tensor-parallel bytes: the closed form, all intra-node, the GPU's half loop moving fp16 activations
+      // (fp32 softmax statistics); the forward without SP also by hand.
       const gpt::comm::TrafficCounts tp = gpt::expected_tensor_parallel_traffic(gpt::TensorTrafficInput{
-          o.model, o.micro_batch, o.accumulation_steps, t, d, sp, o.zero.recompute, false});
+          o.model, o.micro_batch, o.accumulation_steps, t, d, sp, o.zero.recompute, false, gpt::DType::kF16});
       CHECK(plan.tensor_traffic == tp);
       CHECK(tp.total(Link::kInterNode) == 0);
       CHECK(tp.at(Phase::kTpBwd) > 0);
-      if (!sp) CHECK(double(tp.at(Phase::kTpFwd)) == tp_forward_by_hand(o.model, 1, t, d));
+      if (!sp) CHECK(double(tp.at(Phase::kTpFwd)) == tp_forward_by_hand(o.model, 1, t, d, 2));
       CHECK(v.timing.tensor_forward == double(tp.at(Phase::kTpFwd)) / 64 / 150e9);
       CHECK(v.timing.tensor_backward == double(tp.at(Phase::kTpBwd)) / 64 / 150e9);
       // Each rank of a group computes 1/t of the micro-batch's forward FLOPs (a third of 6N + 12LCT).

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/mixed_precision_ops.h"
 #include "kernels/cpu/threads.h"
 #include "model/loop.h"
 #include "model/model.h"
@@ -312,6 +313,7 @@ gpt::comm::TrafficCounts expected_step(const gpt::ZeroEngine& engine, int t, int
   tensor.sequence_parallel = engine.config().sequence_parallel;
   tensor.recompute = engine.config().recompute;
   tensor.distribute_saved_activations = engine.config().distribute_saved_activations;
+  tensor.activations = engine.compute_dtype();
   gpt::TrafficModelInput zero;
   zero.partition = &engine.partition();
   zero.zero = engine.config();
@@ -378,9 +380,62 @@ void check_engine_at(int t) {
   }
 }
 
+// The half layer loop at t x d (MixedPrecisionCpuOps computes what a GPU does at --bf16): the layers'
+// collectives move bf16 activations, so each step's bytes equal the closed forms at 2 bytes an activation
+// (4 a softmax statistic or LayerNorm gradient partial), and the losses follow the fp32 loop's on the same
+// compute weights within 2e-2 (the half loop's bound at t = 1, engine_mpi_test).
+void check_half_loop_at(int t) {
+  using gpt::comm::Link;
+  using gpt::comm::Phase;
+  const int d = world().size() / t;
+  const gpt::GPTConfig model = gpt::test::small_parallel_model();
+  const gpt::ParallelGroups groups(world(), t);
+  gpt::MixedPrecisionCpuOps mixed;
+  for (int stage : {0, 3}) {
+    for (bool sequence_parallel : {false, true}) {
+      CAPTURE(stage);
+      CAPTURE(sequence_parallel);
+      gpt::ZeroConfig z = engine_config(stage, sequence_parallel, gpt::Recompute::selective());
+      z.precision = gpt::DType::kBF16;
+      gpt::ZeroEngine fp32_loop(model, z, kB, groups.data(), kSeed, nullptr, groups.tensor());
+      gpt::ZeroEngine half_loop(model, z, kB, groups.data(), kSeed, &mixed, groups.tensor());
+      REQUIRE(fp32_loop.compute_dtype() == gpt::DType::kF32);
+      REQUIRE(half_loop.compute_dtype() == gpt::DType::kBF16);
+      const gpt::comm::TrafficCounts expected = expected_step(half_loop, t, d);
+      for (int step = 0; step < kSteps; ++step) {
+        CAPTURE(step);
+        const StepBatches batches(model, step, kB, kAccumulation, d, groups.data().rank());
+        const double reference = fp32_loop.train_step(batches.micro_batches(), 1e-3).loss;
+        const gpt::comm::TrafficCounts before = world().meter().snapshot();
+        const double loss = half_loop.train_step(batches.micro_batches(), 1e-3).loss;
+        const gpt::comm::TrafficCounts measured =
+            gpt::comm::sum_over_ranks(world(), world().meter().snapshot() - before);
+        INFO("measured: ", measured.describe());
+        INFO("expected: ", expected.describe());
+        CHECK(std::abs(loss - reference) <= 2e-2 * std::abs(reference));
+        CHECK(measured.at(Phase::kTpFwd) > 0);
+        for (int p = 0; p < gpt::comm::kNumPhases; ++p) {
+          if (Phase(p) == Phase::kOther) continue;
+          CAPTURE(gpt::comm::phase_name(Phase(p)));
+          CHECK(measured.bytes[p][int(Link::kIntraNode)] == expected.bytes[p][int(Link::kIntraNode)]);
+          CHECK(measured.bytes[p][int(Link::kInterNode)] == expected.bytes[p][int(Link::kInterNode)]);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 // 2 x 1 on 2 ranks; 2 x 2 and 4 x 1 on 4 ranks (one node: the tensor-parallel groups live inside it).
+TEST_CASE("the half layer loop at t x d moves bf16 activations and trains as the fp32 loop, within 2e-2") {
+  for (int t : {2, 4}) {
+    if (t > world().size() || world().size() % t != 0) continue;
+    CAPTURE(t);
+    check_half_loop_at(t);
+  }
+}
+
 TEST_CASE("the engine at t x d: each step's bytes equal the closed forms, its losses those of t = 1") {
   for (int t : {2, 4}) {
     if (t > world().size() || world().size() % t != 0) continue;
