@@ -131,7 +131,7 @@ void print_expected_traffic(const TrainOptions& o, const ParallelGroups& groups,
     const comm::TrafficCounts p2p =
         pipeline_p2p_traffic(o.model, o.pipeline, world.num_nodes(), world.ranks_per_node,
                              groups.tensor_size(), o.zero.sequence_parallel, o.micro_batch,
-                             o.accumulation_steps, int(dtype_size(loop_dtype(o.zero.precision))));
+                             o.accumulation_steps, int(dtype_size(engine.compute_dtype())));
     std::printf(" pp_p2p intra %s inter %s;",
                 bytes_text(double(p2p.at(comm::Phase::kPpP2p, comm::Link::kIntraNode))).c_str(),
                 bytes_text(double(p2p.at(comm::Phase::kPpP2p, comm::Link::kInterNode))).c_str());

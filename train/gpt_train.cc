@@ -107,10 +107,10 @@ MemoryVerdict check_then_guard(const TrainOptions& o, comm::Communicator& host_w
   return check_memory(o, host_world);
 }
 
-// The dtype the GEMMs multiply in: the backend's compute dtype for the run's precision. The layer loop
-// computes in fp32 with --fp16 and --bf16 too (zero/context.h), but a GPU backend then rounds the GEMMs'
-// inputs to that dtype on its tensor cores (Ops::set_matmul_inputs, fp32 accumulation); the CPU multiplies in
-// the loop's dtype.
+// The dtype the GEMMs multiply in: the backend's compute dtype for the run's precision. A GPU's half layer
+// loop (zero/context.h) hands its GEMMs fp16/bf16 tensors, and its fp32 GEMMs (the fused classifier's
+// widened chunks) round their inputs to that dtype on the tensor cores (Ops::set_matmul_inputs, fp32
+// accumulation); the CPU multiplies in the loop's dtype.
 DType gemm_dtype(const TrainOptions& o, const Ops* backend) {
   return backend ? backend->compute_dtype(o.zero.precision) : loop_dtype(o.zero.precision);
 }
@@ -181,17 +181,6 @@ class Run {
   Interval interval_;
 };
 
-// This rank's pipeline stage and its groups, at p > 1.
-std::optional<ZeroEngine::Pipeline> pipeline_stage(const TrainOptions& o, const ParallelGroups& groups) {
-  if (groups.pipeline_size() == 1) return std::nullopt;
-  ZeroEngine::Pipeline stage{o.pipeline, groups.pipeline_stage(), groups.pipeline(), {}, groups.embedding()};
-  for (int c = 0; c < groups.chunks(); ++c) {
-    stage.chunks.push_back(
-        {groups.forward_in(c), groups.forward_out(c), groups.backward_in(c), groups.backward_out(c)});
-  }
-  return stage;
-}
-
 Run::Run(const TrainOptions& o, const ParallelGroups& groups, Ops* backend, const std::string& transport,
          comm::Communicator& host_world)
     : o_(o),
@@ -204,7 +193,7 @@ Run::Run(const TrainOptions& o, const ParallelGroups& groups, Ops* backend, cons
                data_parallel_, uint64_t(o.seed), 0.0, o.valid_data_path.empty() ? o.split_train : 1.0),
       valid_(make_validation(o, data_parallel_)),
       memory_(check_then_guard(o, host_world, groups.data_topology())),
-      pipeline_(pipeline_stage(o, groups)),
+      pipeline_(pipeline_stage(o.pipeline, groups)),
       engine_(o.model, o.zero, o.micro_batch, data_parallel_, uint64_t(o.seed), backend, groups.tensor(),
               pipeline_ ? &*pipeline_ : nullptr) {
   start_from_model_file_or_checkpoint();

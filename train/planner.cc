@@ -447,9 +447,7 @@ PlanMemory plan_memory(const GPTConfig& model, const ZeroConfig& z, int nodes, i
   const Partition p = make_partition(table, z, data_parallel);
   const bool cpu = target == MemoryTarget::kCpu;
   // The CPU backend's loop computes in fp32 whatever the compute dtype; the planned GPU's in the compute
-  // dtype (the half layer loop, its statistics in fp32). The engine runs that loop at p = 1 so far
-  // (layer_loop_compute, zero/context.h); with pipeline parallelism it still keeps fp32 activations, which
-  // the plan does not count: it plans the layout as Megatron runs it.
+  // dtype (the half layer loop, its statistics in fp32: layer_loop_compute, zero/context.h).
   const double ab = cpu ? 4 : double(dtype_size(z.precision));
   PlanMemory m;
   for (const StateFormula& f : zero_state_formulas(p, z, dp_nodes)) {
@@ -599,12 +597,11 @@ Plan plan_setup(const TrainOptions& o) {
   }
   plan.flops_per_token =
       o.model.model_flops_per_token() + recompute_flops_per_token(o.model, o.zero.recompute);
-  // A GPU's layer loop moves its compute dtype's activations (the half loop at --bf16/--fp16 without
-  // pipeline stages).
+  // A GPU's layer loop moves its compute dtype's activations (the half loop at --bf16/--fp16).
   plan.tensor_traffic = expected_tensor_parallel_traffic(
       TensorTrafficInput{o.model, o.micro_batch, o.accumulation_steps, t, plan.data_parallel,
                          plan.sequence_parallel, o.zero.recompute, plan.distribute_saved_activations,
-                         layer_loop_compute(o.zero.precision, o.zero.precision, p > 1)});
+                         layer_loop_compute(o.zero.precision, o.zero.precision)});
   const auto seconds = [&](comm::Phase phase) {
     return double(plan.tensor_traffic.at(phase, comm::Link::kIntraNode)) / plan.world /
            c.intra_node_bytes_per_s;

@@ -83,11 +83,11 @@ inline DType loop_dtype(DType precision) {
 }
 // The layer loop's compute dtype (LayerLoop, model/loop.h) for a run at `precision` on a backend whose
 // Ops::compute_dtype(precision) is `backend_compute`: that dtype where it is fp16 or bf16 (the half layer
-// loop: CUDA at --bf16/--fp16; its tensor-parallel collectives move fp16/bf16 activations, as Megatron's)
-// and the run has no pipeline parallelism, whose boundary messages move the fp32 loop's activations; else
-// loop_dtype(precision). The engine and the planner's GPU count (train/planner.cc) both follow it.
-inline DType layer_loop_compute(DType precision, DType backend_compute, bool pipeline) {
-  return is_half(backend_compute) && !pipeline ? backend_compute : loop_dtype(precision);
+// loop: CUDA at --bf16/--fp16; its tensor-parallel collectives and pipeline boundary messages move fp16/bf16
+// activations, as Megatron's), else loop_dtype(precision). The engine and the planner's GPU count
+// (train/planner.cc) both follow it.
+inline DType layer_loop_compute(DType precision, DType backend_compute) {
+  return is_half(backend_compute) ? backend_compute : loop_dtype(precision);
 }
 // The engine's sources and sinks refuse a loop of another dtype.
 inline void require_loop_dtype(DType precision, DType loop) {

@@ -32,17 +32,6 @@ void add_peaks(const std::vector<Arena::CategoryUsage>& usage, const std::string
   }
 }
 
-// The stage's channels as gpt_train hands them to its engine (null at p = 1).
-std::optional<ZeroEngine::Pipeline> stage_of(const PipelineLayout& layout, const ParallelGroups& groups) {
-  if (groups.pipeline_size() == 1) return std::nullopt;
-  ZeroEngine::Pipeline stage{layout, groups.pipeline_stage(), groups.pipeline(), {}, groups.embedding()};
-  for (int c = 0; c < groups.chunks(); ++c) {
-    stage.chunks.push_back(
-        {groups.forward_in(c), groups.forward_out(c), groups.backward_in(c), groups.backward_out(c)});
-  }
-  return stage;
-}
-
 }  // namespace
 
 size_t DryRunMemory::peak(const std::string& category) const {
@@ -73,7 +62,7 @@ DryRunMemory dry_run(const DryRunSetup& s) {
   const int rank = s.stage * (world_size / p);
   comm::DryCommunicator world(comm::Topology{world_size, rank, s.ranks_per_node, false});
   const ParallelGroups groups(world, s.tensor_parallel, p, s.pipeline.virtual_stages(s.model));
-  const std::optional<ZeroEngine::Pipeline> pipeline = stage_of(s.pipeline, groups);
+  const std::optional<ZeroEngine::Pipeline> pipeline = pipeline_stage(s.pipeline, groups);
   ZeroConfig zero = s.zero;
   zero.offload.optimizer =
       zero.offload.optimizer == OffloadDevice::kNvme ? OffloadDevice::kNone : zero.offload.optimizer;

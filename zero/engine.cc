@@ -11,6 +11,7 @@
 #include "model/init.h"
 #include "zero/memory_model.h"
 #include "zero/optimizer.h"
+#include "zero/parallel_groups.h"
 #include "zero/pipeline_schedule.h"
 #include "zero/qgz.h"
 #include "zero/tensor_group.h"
@@ -92,7 +93,7 @@ ZeroEngine::ZeroEngine(const GPTConfig& model, const ZeroConfig& config, int mic
           model, micro_batch, config.recompute, ops_, arena_, config.tile_factor,
           TensorParallel{tensor_group_.get(), config.sequence_parallel, config.distribute_saved_activations},
           chunk_of(model, pipeline),
-          layer_loop_compute(config.precision, ops_.compute_dtype(config.precision), pipeline != nullptr)) {
+          layer_loop_compute(config.precision, ops_.compute_dtype(config.precision))) {
   if (pipeline_) {
     slots_.resize(pipeline_->chunks.size());
     slots_[0].push_back(&loop_);
@@ -590,6 +591,17 @@ std::string ZeroEngine::memory_table() const {
   }
   out << "  total            " << format_bytes(total) << "\n";
   return out.str();
+}
+
+std::optional<ZeroEngine::Pipeline> pipeline_stage(const PipelineLayout& layout,
+                                                   const ParallelGroups& groups) {
+  if (groups.pipeline_size() == 1) return std::nullopt;
+  ZeroEngine::Pipeline stage{layout, groups.pipeline_stage(), groups.pipeline(), {}, groups.embedding()};
+  for (int c = 0; c < groups.chunks(); ++c) {
+    stage.chunks.push_back(
+        {groups.forward_in(c), groups.forward_out(c), groups.backward_in(c), groups.backward_out(c)});
+  }
+  return stage;
 }
 
 }  // namespace gpt

@@ -302,4 +302,10 @@ class ZeroEngine {
   std::unique_ptr<OptimizerState> optimizer_state_;
 };
 
+class ParallelGroups;
+// This rank's pipeline stage of `layout` and its channels in `groups`, as the engine takes them (nullopt at
+// p = 1).
+std::optional<ZeroEngine::Pipeline> pipeline_stage(const PipelineLayout& layout,
+                                                   const ParallelGroups& groups);
+
 }  // namespace gpt

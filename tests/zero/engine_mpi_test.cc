@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "comm/traffic.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -16,7 +18,9 @@
 #include "kernels/cpu/threads.h"
 #include "tests/comm/mpi_test_env.h"
 #include "tests/comm/pmpi_counter.h"
+#include "tests/model/flat_model.h"
 #include "tests/zero/engine_harness.h"
+#include "zero/parallel_groups.h"
 
 namespace {
 
@@ -169,6 +173,53 @@ TEST_CASE("stages 0 and 3 update with the compute copy in the same call, to the 
         CHECK((in_place ? counting.fused : counting.plain) > 0);
         CHECK((in_place ? counting.plain : counting.fused) == 0);
       }
+    }
+  }
+}
+
+// Pipeline stages (1F1B, p = 2) carry the half loop's activations and their gradients in bf16: the boundary
+// messages are half the fp32 loop's bytes, and the losses follow the fp32 loop's within 2e-2.
+TEST_CASE("the half layer loop through pipeline stages: bf16 boundaries, losses within 2e-2") {
+  if (world().size() % 2 != 0) return;  // two stages need an even world
+  const gpt::GPTConfig model = gpt::testing::tiny_model();
+  const gpt::ParallelGroups groups(world(), 1, 2);
+  gpt::PipelineLayout layout;
+  layout.stages = 2;
+  const std::optional<gpt::ZeroEngine::Pipeline> stage = gpt::pipeline_stage(layout, groups);
+  REQUIRE(stage.has_value());
+  constexpr int kB = 2, kMicroBatches = 4;
+  std::vector<std::vector<int32_t>> inputs(kMicroBatches), targets(kMicroBatches);
+  std::vector<std::vector<int64_t>> windows(kMicroBatches);
+  std::vector<gpt::ZeroEngine::MicroBatch> micro_batches;
+  for (int m = 0; m < kMicroBatches; ++m) {
+    for (int b = 0; b < kB; ++b) {
+      const int64_t sequence = (int64_t(m) * groups.data().size() + groups.data().rank()) * kB + b;
+      const std::vector<int32_t> tokens =
+          gpt::test::lcg_tokens(model.seq_len + 1, model.vocab, uint32_t(101 + sequence));
+      inputs[m].insert(inputs[m].end(), tokens.begin(), tokens.end() - 1);
+      targets[m].insert(targets[m].end(), tokens.begin() + 1, tokens.end());
+      windows[m].push_back(sequence);
+    }
+    micro_batches.push_back({inputs[m].data(), targets[m].data(), windows[m].data()});
+  }
+  gpt::MixedPrecisionCpuOps mixed;
+  for (int zero_stage : {0, 3}) {
+    CAPTURE(zero_stage);
+    const ZeroConfig z = spec_for(zero_stage, DType::kBF16, 0.1).zero;
+    gpt::ZeroEngine fp32_loop(model, z, kB, groups.data(), 7, nullptr, nullptr, &*stage);
+    gpt::ZeroEngine half_loop(model, z, kB, groups.data(), 7, &mixed, nullptr, &*stage);
+    REQUIRE(half_loop.compute_dtype() == DType::kBF16);
+    for (int step = 0; step < 3; ++step) {
+      CAPTURE(step);
+      gpt::comm::TrafficCounts before = world().meter().snapshot();
+      const double reference = fp32_loop.train_step(micro_batches, 1e-3).loss;
+      const uint64_t fp32_bytes = (world().meter().snapshot() - before).at(Phase::kPpP2p);
+      before = world().meter().snapshot();
+      const double loss = half_loop.train_step(micro_batches, 1e-3).loss;
+      const uint64_t half_bytes = (world().meter().snapshot() - before).at(Phase::kPpP2p);
+      CHECK(fp32_bytes > 0);
+      CHECK(2 * half_bytes == fp32_bytes);
+      CHECK(relative(loss, reference) <= 2e-2);
     }
   }
 }
