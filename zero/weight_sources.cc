@@ -59,7 +59,8 @@ class ReplicatedWeights : public EngineWeights<Real> {
   // Stage 0: the master is the whole padded vector.
   void refresh(const Real* master) override {
     const int64_t P = partition_.padded_total();
-    context_.ops.cast(context_.view(compute_, P, dtype_), context_.view(master, P, kLoop));
+    context_.ops.cast(ReplicatedWeights::rounding_target(SubGroup{0, P, {}}),
+                      context_.view(master, P, kLoop));
     widen();
   }
   // Stage 0: the compute weights' padded layout is the master's.
@@ -164,9 +165,7 @@ class ResidentShard final : public ShardHome<Real> {
   void write(const Real* master, const SubGroup& group) override {
     context_.ops.cast(rounding_target(group), context_.view(master, group.size(), dtype_of<Real>()));
   }
-  void write_all(const Real* master) override {
-    context_.ops.cast(context_.view(shard_, total_, dtype_), context_.view(master, total_, dtype_of<Real>()));
-  }
+  void write_all(const Real* master) override { write(master, SubGroup{0, total_, {}}); }
   Tensor rounding_target(const SubGroup& group) const override {
     return context_.view(static_cast<uint8_t*>(shard_) + dtype_bytes(dtype_, group.begin), group.size(),
                          dtype_);
