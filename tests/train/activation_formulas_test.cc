@@ -178,6 +178,27 @@ TEST_CASE("the half layer loop's count: 2 bytes an activation, 4 a statistic, wi
   }
 }
 
+// Tensor parallelism runs the half loop too (zero/context.h): the planner's GPU count at 2 bytes is what it
+// allocates at every t, with and without SP, partitioned checkpoints included.
+TEST_CASE("the half layer loop's count at t = 2 and 4, with and without SP") {
+  const gpt::GPTConfig config = gpt::test::small_parallel_model(kLayers);
+  gpt::MixedPrecisionCpuOps mixed;
+  for (int t : {2, 4}) {
+    for (bool sp : {false, true}) {
+      for (const auto& variant : variants(t, sp)) {
+        CAPTURE(t);
+        CAPTURE(sp);
+        CAPTURE(variant.first.describe());
+        CAPTURE(variant.second);
+        const ActivationSetup setup{t, sp, variant.first, variant.second};
+        const Allocated half = allocate_loop<float>(config, 2, setup, mixed, gpt::DType::kBF16);
+        CHECK(gpt::restated_activations(gpt::activation_shape(config, 2), setup, 2).total_bytes ==
+              int64_t(half.loop_bytes));
+      }
+    }
+  }
+}
+
 TEST_CASE("a training step adds nothing to the activations the loop allocated") {
   const gpt::GPTConfig config = gpt::test::small_parallel_model(kLayers);
   for (const Recompute& recompute : kRecomputes) {
