@@ -325,11 +325,23 @@ gpt::comm::TrafficCounts expected_step(const gpt::ZeroEngine& engine, int t, int
   return expected;
 }
 
+// Every phase and link class byte for byte, except the step's small agreement all-reduce (other).
+void check_bytes_per_phase(const gpt::comm::TrafficCounts& measured,
+                           const gpt::comm::TrafficCounts& expected) {
+  using gpt::comm::Link;
+  using gpt::comm::Phase;
+  for (int p = 0; p < gpt::comm::kNumPhases; ++p) {
+    if (Phase(p) == Phase::kOther) continue;
+    CAPTURE(gpt::comm::phase_name(Phase(p)));
+    CHECK(measured.bytes[p][int(Link::kIntraNode)] == expected.bytes[p][int(Link::kIntraNode)]);
+    CHECK(measured.bytes[p][int(Link::kInterNode)] == expected.bytes[p][int(Link::kInterNode)]);
+  }
+}
+
 // One step at a time through the engine on t x d ranks, at ZeRO stages 0 and 3, with and without sequence
 // parallelism, for every recomputation: the step's bytes in every phase and link class (summed over the
 // world) equal the closed forms, and its loss that of t = 1 on the same global batch.
 void check_engine_at(int t) {
-  using gpt::comm::Link;
   using gpt::comm::Phase;
   const int d = world().size() / t;
   const gpt::GPTConfig model = gpt::test::small_parallel_model();
@@ -367,13 +379,7 @@ void check_engine_at(int t) {
           CHECK(measured.at(Phase::kTpFwd) > 0);
           CHECK((measured.at(Phase::kActGather) > 0) == distribute);
           if (d > 1) CHECK(measured.at(Phase::kGradReduce) > 0);  // the ZeRO phases are not vacuous
-          // Every phase and link class byte for byte, except the step's small agreement all-reduce (other).
-          for (int p = 0; p < gpt::comm::kNumPhases; ++p) {
-            if (Phase(p) == Phase::kOther) continue;
-            CAPTURE(gpt::comm::phase_name(Phase(p)));
-            CHECK(measured.bytes[p][int(Link::kIntraNode)] == expected.bytes[p][int(Link::kIntraNode)]);
-            CHECK(measured.bytes[p][int(Link::kInterNode)] == expected.bytes[p][int(Link::kInterNode)]);
-          }
+          check_bytes_per_phase(measured, expected);
         }
       }
     }
@@ -385,7 +391,6 @@ void check_engine_at(int t) {
 // (4 a softmax statistic or LayerNorm gradient partial), and the losses follow the fp32 loop's on the same
 // compute weights within 2e-2 (the half loop's bound at t = 1, engine_mpi_test).
 void check_half_loop_at(int t) {
-  using gpt::comm::Link;
   using gpt::comm::Phase;
   const int d = world().size() / t;
   const gpt::GPTConfig model = gpt::test::small_parallel_model();
@@ -414,12 +419,7 @@ void check_half_loop_at(int t) {
         INFO("expected: ", expected.describe());
         CHECK(std::abs(loss - reference) <= 2e-2 * std::abs(reference));
         CHECK(measured.at(Phase::kTpFwd) > 0);
-        for (int p = 0; p < gpt::comm::kNumPhases; ++p) {
-          if (Phase(p) == Phase::kOther) continue;
-          CAPTURE(gpt::comm::phase_name(Phase(p)));
-          CHECK(measured.bytes[p][int(Link::kIntraNode)] == expected.bytes[p][int(Link::kIntraNode)]);
-          CHECK(measured.bytes[p][int(Link::kInterNode)] == expected.bytes[p][int(Link::kInterNode)]);
-        }
+        check_bytes_per_phase(measured, expected);
       }
     }
   }
