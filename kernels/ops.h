@@ -194,7 +194,7 @@ class Ops {
   // 3C], the query of row n-1 against the keys and values of all n rows; att [NH, n] receives its
   // probabilities.
   virtual void attention_decode(const Tensor& out, const Tensor& att, const Tensor& qkv) = 0;
-  // Accumulates into dqkv, given the forward's qkv, its output out [B, T, C] and its residual att (the
+  // Overwrites dqkv, given the forward's qkv, its output out [B, T, C] and its residual att (the
   // shape attention_residual() says) and the same dropout. out is what a flash backward needs (rowsum(dout *
   // out) in place of rowsum(dA * A)); a backend keeping probabilities ignores it.
   virtual void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv,

@@ -479,7 +479,6 @@ void block_backward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weigh
     // (as many elements), free between the projection's backward and qkv's.
     ops.attention_forward(reshaped(s.d_ln1, a.atty.shape), a.att, a.qkv, attention_masks.get());
   }
-  ops.fill(s.d_qkv, 0);
   // atty is the forward's output, kept either way (a log-sum-exp backward reads it; the others ignore it).
   ops.attention_backward(s.d_qkv, s.d_atty, a.qkv, a.atty, a.att, attention_masks.get());
   column_parallel_backward(ops, weights, BlockLinear::kQkv, s.d_ln1, g.qkv_b, s.d_qkv, a.ln1, tp);

@@ -409,7 +409,7 @@ void add_gradient_cases_of_attention_and_loss(std::vector<GradientCase>& cases, 
   const int64_t B = s.B, T = s.T, C = s.C, N = s.N(), Vp = s.Vp();
   const int V = s.V;
   std::vector<Arg> att = attention_args(s);
-  for (Arg a : {out("dout", {B, T, C}), out("dqkv", {B, T, 3 * C})}) att.push_back(a);
+  for (Arg a : {out("dout", {B, T, C}), out("dqkv", {B, T, 3 * C}, 0)}) att.push_back(a);
   cases.push_back(
       {"attention", "attention", shape_text({B, T, 3 * C}), att, "out", "dout", {{"qkv", "dqkv"}}});
   cases.back().forward = [](Ops& o, const CaseTensors& t) {

@@ -265,6 +265,7 @@ void CpuOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const Te
                                 const Tensor& att, const DropoutMask* dropout) {
   const int B = int(att.shape[0]), NH = int(att.shape[1]), T = int(att.shape[2]), C = int(last_dim(dout));
   const cpu::AttentionDropout spec = attention_dropout(dropout);
+  fill(dqkv, 0);  // the kernel accumulates; the op overwrites
   on_float(qkv, [&]<typename Real>() {
     cpu::attention_backward(ptr<Real>(dqkv), ptr<Real>(dout), ptr<Real>(qkv), ptr<Real>(att), B, T, C, NH,
                             dropout ? &spec : nullptr);

@@ -36,6 +36,7 @@ class FlashCpuOps final : public CpuOps {
                           const Tensor& lse, const DropoutMask* dropout) override {
     const Sizes s = sizes(lse, out);
     const cpu::AttentionDropout spec = kernel_dropout(dropout);
+    fill(dqkv, 0);  // the kernel accumulates; the op overwrites
     if (qkv.dtype == DType::kF64) {
       cpu::flash_attention_backward(dqkv.as<double>(), dout.as<const double>(), qkv.as<const double>(),
                                     out.as<const double>(), lse.as<const double>(), s.B, s.T, s.C, s.NH,

@@ -196,7 +196,7 @@ void MixedPrecisionCpuOps::attention_backward(const Tensor& dqkv, const Tensor& 
                  {{"qkv", qkv}, {"dout", dout}, {"out", out}, {"att", att}, {"dqkv", dqkv}}))
     return CpuOps::attention_backward(dqkv, dout, qkv, out, att, dropout);
   Widening h(*this);
-  CpuOps::attention_backward(h.inout(dqkv), h.in(dout), h.in(qkv), h.in(out), h.in(att), dropout);
+  CpuOps::attention_backward(h.out(dqkv), h.in(dout), h.in(qkv), h.in(out), h.in(att), dropout);
   h.narrow();
 }
 

@@ -410,21 +410,22 @@ __device__ void gradient_scores(const BackwardTiles<Mma, kHs>& t, const Shape& s
   __syncthreads();
 }
 
-// dst[row j0 + r][channel c] += acc for the thread's elements of a [64, kHs] tile, rows below T.
+// dst[row j0 + r][channel c] = acc for the thread's elements of a [64, kHs] tile, rows below T: each
+// element of dqkv belongs to one tile of one block, so the backward stores and nothing zeroes dqkv first.
 template <int kHs, typename Act>
-__device__ __forceinline__ void add_rows(Act* dst, int64_t stride, const float (&acc)[kRows * kHs / kThreads],
+__device__ __forceinline__ void store_rows(Act* dst, int64_t stride, const float (&acc)[kRows * kHs / kThreads],
                                          int row0, int T) {
 #pragma unroll
   for (int o = 0; o < kRows * kHs / kThreads; ++o) {
     const int row = row0 + owned_row<kHs>(o);
     if (row >= T) continue;
     Act* x = dst + int64_t(row) * stride + owned_col<kHs>();
-    *x = from_float<Act>(to_float(*x) + acc[o]);
+    *x = from_float<Act>(acc[o]);
   }
 }
 
 // One key tile [j0, j0 + 64) of one (sequence, head): the query tiles from the one holding j0 ascending, each
-// block's dV = dropped(P)^T dout and dK = dS^T q added to the tile's accumulators, then into dqkv.
+// block's dV = dropped(P)^T dout and dK = dS^T q added to the tile's accumulators, then stored in dqkv.
 template <typename Act, typename Mma, int kHs>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_kv_kernel(Act* dqkv, const float* dr, const Act* dout, const Act* qkv, const float* lse,
@@ -452,12 +453,12 @@ __global__ void __launch_bounds__(kThreads)
         t.ds, L::kPLd, t.q, L::kLd, t.scratch, L::kOLd, [&](int o, int, int, float x) { dk[o] += x; });
   }
   Act* dk_base = dqkv + int64_t(b) * T * C3 + sh.C + head;
-  add_rows<kHs>(dk_base, C3, dk, j0, T);
-  add_rows<kHs>(dk_base + sh.C, C3, dv, j0, T);
+  store_rows<kHs>(dk_base, C3, dk, j0, T);
+  store_rows<kHs>(dk_base + sh.C, C3, dv, j0, T);
 }
 
 // One query tile [i0, i0 + 64): the key tiles up to the diagonal ascending, each block's dQ = dS k added to
-// the tile's accumulator, then into dqkv.
+// the tile's accumulator, then stored in dqkv.
 template <typename Act, typename Mma, int kHs>
 __global__ void __launch_bounds__(kThreads)
     flash_backward_q_kernel(Act* dqkv, const float* dr, const Act* dout, const Act* qkv, const float* lse,
@@ -482,7 +483,7 @@ __global__ void __launch_bounds__(kThreads)
     tile_product<Mma, kRows, kHs, kCols, Layout::kRow, Layout::kRow>(
         t.ds, L::kPLd, t.k, L::kLd, t.scratch, L::kOLd, [&](int o, int, int, float x) { dq[o] += x; });
   }
-  add_rows<kHs>(dqkv + int64_t(b) * T * C3 + head, C3, dq, i0, T);
+  store_rows<kHs>(dqkv + int64_t(b) * T * C3 + head, C3, dq, i0, T);
 }
 
 // ---- launchers ----

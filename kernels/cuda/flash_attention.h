@@ -30,10 +30,10 @@ template <typename Act>
 void flash_attention_forward(const Context& ctx, Act* out, float* lse, const Act* qkv, int B, int T, int C,
                              int NH, const AttentionDropout* dropout);
 
-// Accumulates into dqkv [B,T,3C] given dout [B,T,C] and the forward's qkv, out and lse; dropout must be the
-// forward's. Three kernels, no atomics: the rows' dot(dout, out), then dK and dV per key tile and dQ per
-// query tile (each recomputing the probabilities), so every sum has a fixed order and reruns repeat bit for
-// bit. Needs B*NH*T floats of temporary device memory (stream-ordered).
+// Writes dqkv [B,T,3C] (overwrites: nothing need zero it first) given dout [B,T,C] and the forward's qkv, out
+// and lse; dropout must be the forward's. Three kernels, no atomics: the rows' dot(dout, out), then dK and dV
+// per key tile and dQ per query tile (each recomputing the probabilities), so every sum has a fixed order and
+// reruns repeat bit for bit. Needs B*NH*T floats of temporary device memory (stream-ordered).
 template <typename Act>
 void flash_attention_backward(const Context& ctx, Act* dqkv, const Act* dout, const Act* qkv, const Act* out,
                               const float* lse, int B, int T, int C, int NH, const AttentionDropout* dropout);

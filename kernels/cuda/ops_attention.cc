@@ -74,12 +74,10 @@ class HalfCopies {
     }
     return h;
   }
-  // Uninitialized (zero-filled when `zeroed`) half scratch of n elements.
-  uint16_t* scratch(int64_t n, bool zeroed = false) {
+  // Uninitialized half scratch of n elements.
+  uint16_t* scratch(int64_t n) {
     parts_.push_back(std::make_unique<StreamScratch>(ctx_, size_t(n) * sizeof(uint16_t)));
-    uint16_t* h = parts_.back()->as<uint16_t>();
-    if (zeroed) GPT_CUDA_CHECK(cudaMemsetAsync(h, 0, size_t(n) * sizeof(uint16_t), ctx_.stream()));
-    return h;
+    return parts_.back()->as<uint16_t>();
   }
   // dst = the half values of h, widened exactly.
   void widen(float* dst, const uint16_t* h, int64_t n) {
@@ -88,13 +86,6 @@ class HalfCopies {
     } else {
       f16_to_f32(ctx_, dst, h, n);
     }
-  }
-  // dst += the half values of h.
-  void widen_into(float* dst, const uint16_t* h, int64_t n) {
-    parts_.push_back(std::make_unique<StreamScratch>(ctx_, size_t(n) * sizeof(float)));
-    float* wide = parts_.back()->as<float>();
-    widen(wide, h, n);
-    add_into_f32(ctx_, dst, wide, n);
   }
   // Calls f.template operator()<H>() with H the half storage type.
   template <typename F>
@@ -163,14 +154,14 @@ void CudaOps::attention_backward(const Tensor& dqkv, const Tensor& dout, const T
     // out came back from the half forward, so it rounds back to exactly what that wrote.
     HalfCopies half(context_, rounded_dtype(context_));
     const uint16_t *hdout = half.rounded(dout), *hqkv = half.rounded(qkv), *hout = half.rounded(out);
-    uint16_t* hdqkv = half.scratch(dqkv.numel(), /*zeroed=*/true);
+    uint16_t* hdqkv = half.scratch(dqkv.numel());
     half.on_half([&]<typename H>() {
       cuda::flash_attention_backward<H>(context_, reinterpret_cast<H*>(hdqkv),
                                         reinterpret_cast<const H*>(hdout), reinterpret_cast<const H*>(hqkv),
                                         reinterpret_cast<const H*>(hout), lse, B, T, C, NH,
                                         dropout ? &spec : nullptr);
     });
-    half.widen_into(static_cast<float*>(dqkv.data), hdqkv, dqkv.numel());
+    half.widen(static_cast<float*>(dqkv.data), hdqkv, dqkv.numel());
     return;
   }
   on_compute_dtype(dtype, [&]<typename Act>() {

@@ -5,6 +5,7 @@
 // within the half tolerances; and a backend with one wrong op fails exactly that op's rows.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "kernels/cases/op_cases.h"
 #include "kernels/cases/run_case.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/flash_cpu_ops.h"
 #include "kernels/cpu/mixed_precision_ops.h"
 
 namespace gpt::cases {
@@ -153,6 +155,39 @@ TEST_CASE("linear_backward and gelu_backward overwrite dx, and linear_backward a
   CHECK(from_garbage.dgelu == from_zero.dgelu);
   for (size_t i = 0; i < from_zero.dw.size(); ++i) CHECK(from_garbage.dw[i] == from_zero.dw[i] + 1.0f);
   for (size_t i = 0; i < from_zero.db.size(); ++i) CHECK(from_garbage.db[i] == from_zero.db[i] + 1.0f);
+}
+
+TEST_CASE("attention_backward overwrites dqkv, keeping the probabilities or the log-sum-exp") {
+  const int64_t B = 2, T = 5, C = 8, NH = 2;
+  auto values = [](int64_t n, float scale) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int(i % 11) - 5);
+    return v;
+  };
+  auto tensor = [](std::vector<float>& v, std::vector<int64_t> shape) {
+    return Tensor{v.data(), std::move(shape), DType::kF32, Device::kCPU};
+  };
+  FlashCpuOps flash;
+  for (Ops* ops : {static_cast<Ops*>(&cpu_ops()), static_cast<Ops*>(&flash)}) {
+    const bool lse = ops->attention_residual() == AttentionResidual::kLogSumExp;
+    const std::vector<int64_t> att_shape =
+        lse ? std::vector<int64_t>{B, NH, T} : std::vector<int64_t>{B, NH, T, T};
+    std::vector<float> qkv = values(B * T * 3 * C, 0.1f), dout = values(B * T * C, 0.3f);
+    std::vector<float> out(size_t(B * T * C)), att(size_t(lse ? B * NH * T : B * NH * T * T));
+    ops->attention_forward(tensor(out, {B, T, C}), tensor(att, att_shape), tensor(qkv, {B, T, 3 * C}),
+                           nullptr);
+    auto backward = [&](float start) {
+      std::vector<float> dqkv(size_t(B * T * 3 * C), start);
+      ops->attention_backward(tensor(dqkv, {B, T, 3 * C}), tensor(dout, {B, T, C}),
+                              tensor(qkv, {B, T, 3 * C}), tensor(out, {B, T, C}), tensor(att, att_shape),
+                              nullptr);
+      return dqkv;
+    };
+    INFO((lse ? "flash (log-sum-exp)" : "probabilities"));
+    const std::vector<float> from_zero = backward(0.0f);
+    CHECK(backward(7.0f) == from_zero);
+    CHECK(std::any_of(from_zero.begin(), from_zero.end(), [](float g) { return g != 0.0f; }));
+  }
 }
 
 TEST_CASE("a wrong op fails its own rows and no others") {

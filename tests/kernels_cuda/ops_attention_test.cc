@@ -54,7 +54,7 @@ void check_close(Backends& b, const char* what, const Pair& t) {
   CHECK(error <= kTolerance);
 }
 
-// The tensors of one attention call on both backends; dqkv starts nonzero, to check accumulation.
+// The tensors of one attention call on both backends; dqkv starts nonzero, to check that it is overwritten.
 struct AttentionCase {
   AttentionCase(Backends& b, Dims d, uint32_t seed)
       : qkv(b.make(random_values(size_t(d.B) * d.T * 3 * d.C, seed), {d.B, d.T, 3 * d.C})),
