@@ -54,12 +54,16 @@ double calls_per_step(const OpCase& c, const gpt::GPTConfig& m, int64_t adamw_el
   const int L = m.num_layers;
   for (const char* variant : {"columns", "rows", "dropout", "decode", "stats", "merge", "classifier"})
     if (op.find(variant) != std::string::npos) return 0;
-  if (op == "residual_layernorm_forward") return L;  // LayerNorm 2, with the add before it
-  if (op == "layernorm_forward") return L + 1;       // LayerNorm 1 and the final one
+  // Every residual add is in the next LayerNorm's op (the loop's BlockOutput::kPending): LayerNorm 2's into
+  // its own tensor, the next block's LayerNorm 1 and the final one in place; only block 0's LayerNorm 1 reads
+  // the embedding alone.
+  if (op == "residual_layernorm_forward" || op == "residual_layernorm_forward in place") return L;
+  if (op == "layernorm_forward") return 1;
   if (c.family == "layernorm") return 2 * L + 1;
   if (c.family == "linear") return op.find("lm_head") != std::string::npos ? 1 : L;
   if (c.family == "attention" || c.family == "gelu") return L;
-  if (c.family == "residual") return L;  // after the MLP (the attention's add is LayerNorm 2's op)
+  if (c.family == "residual")
+    return 0;  // the residual adds are the LayerNorms' (a pipeline stage's last has one)
   if (c.family == "adamw") {
     // The engine's update at stages 0 and 3 writes the compute copy in the same call
     // (Ops::adamw_with_copy): the row a step counts, in place of the plain update's.

@@ -236,6 +236,17 @@ void norm_backward(Ops& ops, const TensorParallel& tp, const Tensor& dx, const T
 }
 
 // x's memory seen with another shape of as many elements.
+// LayerNorm of the residual stream x; with an addend (the previous block's residual2, x its kPending
+// output), x = addend + x first, in the same op: the sum is written back into x and normalized.
+void layernorm_of_sum(Ops& ops, const Tensor& x, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                      const Tensor& addend, const Tensor& w, const Tensor& b) {
+  if (addend.empty()) {
+    ops.layernorm_forward(out, mean, rstd, x, w, b);
+  } else {
+    ops.residual_layernorm_forward(x, out, mean, rstd, addend, x, w, b);
+  }
+}
+
 Tensor reshaped(const Tensor& x, std::vector<int64_t> shape) {
   return Tensor{x.data, std::move(shape), x.dtype, x.device};
 }
@@ -395,10 +406,10 @@ Real* WholeBlock<Real>::matrix_gradient(BlockLinear linear, int) {
 template <typename Real>
 void block_forward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weights, const Tensor& x_in,
                    const Tensor& x_out, BlockActivations& a, const Dropout& dropout, int layer,
-                   bool need_output, const TensorParallel& tp) {
+                   BlockOutput output, const TensorParallel& tp, const Tensor& x_in_addend) {
   check_layer(config, dropout, layer);
   const SmallTensors w = small_tensors(ops, weights.small(), config.hidden, tp.size());
-  ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x_in, w.ln1_w, w.ln1_b);
+  layernorm_of_sum(ops, x_in, a.ln1, a.ln1_mean, a.ln1_rstd, x_in_addend, w.ln1_w, w.ln1_b);
   tiled_linear_forward(ops, weights, BlockLinear::kQkv, a.qkv, full_sequence(tp, a.ln1), w.qkv_b);
   const AttentionMasks attention_masks(dropout, layer, a.att, tp);
   ops.attention_forward(a.atty, a.att, a.qkv, attention_masks.get());
@@ -408,10 +419,10 @@ void block_forward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weight
   drop_hidden(ops, dropout, layer, DropoutSite::kAttentionOutput, x_out, tp);
   ops.residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, x_in, x_out, w.ln2_w, w.ln2_b);
   fc_gelu_forward(ops, weights, a.fch_gelu, a.fch, full_sequence(tp, a.ln2), w.fc_b);
-  if (!need_output) return;
+  if (output == BlockOutput::kNone) return;
   row_parallel_forward(ops, weights, BlockLinear::kFcProj, x_out, a.fch_gelu, w.fc_proj_b, tp);
   drop_hidden(ops, dropout, layer, DropoutSite::kMlpOutput, x_out, tp);
-  ops.add(x_out, a.residual2, x_out);
+  if (output == BlockOutput::kSum) ops.add(x_out, a.residual2, x_out);
 }
 
 void block_forward(Ops& ops, const GPTConfig& config, WeightView weights, const Tensor& x_in,
@@ -487,9 +498,11 @@ void block_backward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weigh
 }
 
 double head_forward(Ops& ops, const GPTConfig& config, WeightView lnf_w, WeightView lnf_b, WeightView wte,
-                    const Tensor& x, const Tensor& targets, HeadActivations& a, const TensorParallel& tp) {
+                    const Tensor& x, const Tensor& targets, HeadActivations& a, const TensorParallel& tp,
+                    const Tensor& x_addend) {
   const int64_t C = config.hidden, rows = config.padded_vocab() / tp.size();
-  ops.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, x, view(ops, lnf_w, {C}), view(ops, lnf_b, {C}));
+  layernorm_of_sum(ops, x, a.lnf, a.lnf_mean, a.lnf_rstd, x_addend, view(ops, lnf_w, {C}),
+                   view(ops, lnf_b, {C}));
   if (a.fused() && !targets.empty()) {
     // Chunk by chunk: the losses only; the backward recomputes each chunk's logits.
     ops.classifier_forward(a.losses, a.lnf, view(ops, wte, {rows, C}), targets, config.vocab, a.logits_chunk);
@@ -547,8 +560,8 @@ void head_backward(Ops& ops, const GPTConfig& config, WeightView lnf_w, WeightVi
                                      const Tensor&, const Dropout&, const TensorParallel&);                 \
   template class WholeBlock<Real>;                                                                          \
   template void block_forward<Real>(Ops&, const GPTConfig&, BlockWeights<Real>&, const Tensor&,             \
-                                    const Tensor&, BlockActivations&, const Dropout&, int, bool,            \
-                                    const TensorParallel&);                                                 \
+                                    const Tensor&, BlockActivations&, const Dropout&, int, BlockOutput,     \
+                                    const TensorParallel&, const Tensor&);                                  \
   template void block_backward<Real>(Ops&, const GPTConfig&, BlockWeights<Real>&, const Tensor&,            \
                                      const BlockActivations&, BlockScratch&, const Tensor&, const Dropout&, \
                                      int, bool, const TensorParallel&);                                     \

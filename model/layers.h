@@ -202,14 +202,26 @@ class WholeBlock final : public BlockWeights<Real> {
   BlockParams<Real*> g_{};
 };
 
-// Writes x_out [B,T,C] and the activations. With active dropout, layer (0 .. L-1) is part of the masks' key
-// and must be given. need_output = false (recomputation for the backward) stops after the MLP's GELU: the
-// backward reads the activations, never x_out, so the MLP projection is skipped. Tensor parallelism: weights
-// and activations are this rank's (x_in and x_out [B,T/t,C] with sequence parallelism; tensor_parallel.h).
+// What a block leaves in x_out. Its output is r2 + drop(MLP output); llm.c adds those two inside the next
+// LayerNorm's op (one pass over the residual stream fewer per block), and so does the layer loop: a block
+// may leave the MLP's part alone in x_out, and its consumer (the next block, or the head) is handed the
+// block's acts.residual2 as its input's addend.
+enum class BlockOutput {
+  kSum,      // x_out = r2 + drop(MLP output)
+  kPending,  // x_out = drop(MLP output); the consumer adds acts.residual2
+  kNone,     // no x_out (recomputation for the backward, which reads the activations only: stops after GELU)
+};
+
+// Writes x_out [B,T,C] (as `output` says) and the activations. With active dropout, layer (0 .. L-1) is part
+// of the masks' key and must be given. x_in_addend, when not empty, is the previous block's residual2, x_in
+// holding its kPending output: the block adds them in LayerNorm 1's op and writes the sum back into x_in,
+// where the backward reads the block's input. Tensor parallelism: weights and activations are this rank's
+// (x_in and x_out [B,T/t,C] with sequence parallelism; tensor_parallel.h).
 template <typename Real>
 void block_forward(Ops& ops, const GPTConfig& config, BlockWeights<Real>& weights, const Tensor& x_in,
                    const Tensor& x_out, BlockActivations& acts, const Dropout& dropout = Dropout{},
-                   int layer = -1, bool need_output = true, const TensorParallel& tp = TensorParallel{});
+                   int layer = -1, BlockOutput output = BlockOutput::kSum,
+                   const TensorParallel& tp = TensorParallel{}, const Tensor& x_in_addend = Tensor{});
 // The same over the block's unit (block_params layout).
 void block_forward(Ops& ops, const GPTConfig& config, WeightView weights, const Tensor& x_in,
                    const Tensor& x_out, BlockActivations& acts, const Dropout& dropout = Dropout{},
@@ -237,10 +249,11 @@ void block_decode(Ops& ops, const GPTConfig& config, WeightView weights, const T
 // tensor), returns 0. The fused head (acts.fused()) with targets computes the losses chunk by chunk and keeps
 // no probabilities; without targets it needs acts.probs allocated. Tensor parallelism: the
 // vocabulary-parallel head (this rank's Vp/t logits; the loss of every token on every rank); it needs
-// targets.
+// targets. x_addend, when not empty, is the last block's residual2 (x its kPending output): the final
+// LayerNorm adds it in its op and writes the sum back into x, which head_backward reads.
 double head_forward(Ops& ops, const GPTConfig& config, WeightView lnf_w, WeightView lnf_b, WeightView wte,
                     const Tensor& x, const Tensor& targets, HeadActivations& acts,
-                    const TensorParallel& tp = TensorParallel{});
+                    const TensorParallel& tp = TensorParallel{}, const Tensor& x_addend = Tensor{});
 
 // dloss_per_token is d(objective)/d(loss of each token) (1/(B*T) for the mean, times accumulation and loss
 // scaling factors). Accumulates into dlnf_w, dlnf_b, dwte; overwrites dx [B,T,C]. Consumes acts.probs (the

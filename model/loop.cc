@@ -336,17 +336,19 @@ Real LayerLoop<Real>::forward(WeightSource<Real>& weights, const int32_t* inputs
     embed_forward(ops_, config_, wte, wpe, inputs_, residual(0), drop, tp_);
     weights.release(ParamTable::kWpe);
   }
-  // A block whose activations the backward recomputes (or an evaluation) computes into a shared set.
+  // A block whose activations the backward recomputes (or an evaluation) computes into a shared set. Each
+  // block's output may wait for its consumer's LayerNorm to add the block's r2 (block_output()).
+  Tensor pending;
   for (int l = chunk_.first_layer; l < chunk_.end_layer; ++l) {
     if (keep_for_backward) keep_checkpoint(l);
-    forward_block(weights, l, keep_for_backward ? activations(l) : blocks_[0], drop);
+    pending = forward_block(weights, l, keep_for_backward ? activations(l) : blocks_[0], drop, pending);
   }
   Real loss = 0;
   if (chunk_.head) {
     const int lnf_unit = table_.final_norm_unit();
     const WeightView lnf = weights.acquire(lnf_unit);
     loss = static_cast<Real>(head_forward(ops_, config_, lnf, lnf + C, wte, residual(L),
-                                          has_targets_ ? targets_ : Tensor{}, head_, tp_));
+                                          has_targets_ ? targets_ : Tensor{}, head_, tp_, pending));
     weights.release(lnf_unit);
   }
   if (wte) weights.release(ParamTable::kWte);
@@ -371,25 +373,36 @@ Real* LayerLoop<Real>::backward_head(WeightSource<Real>& weights, GradientSink<R
 }
 
 template <typename Real>
-void LayerLoop<Real>::forward_block(WeightSource<Real>& weights, int layer, BlockActivations& acts,
-                                    const Dropout& drop) {
+BlockOutput LayerLoop<Real>::block_output(int layer) const {
+  const int next = layer + 1;
+  if (next == chunk_.end_layer) return chunk_.head ? BlockOutput::kPending : BlockOutput::kSum;
+  return partition_slot_[next - chunk_.first_layer] < 0 ? BlockOutput::kPending : BlockOutput::kSum;
+}
+
+template <typename Real>
+Tensor LayerLoop<Real>::forward_block(WeightSource<Real>& weights, int layer, BlockActivations& acts,
+                                      const Dropout& drop, const Tensor& input_addend) {
   const BlockUnits units = table_.block_units(layer);
+  const BlockOutput output = block_output(layer);
   if (units.tiles == 1) {
     WholeBlock<Real> whole(weights.acquire(units.first), nullptr, config_.hidden, tp_.size());
-    block_forward(ops_, config_, whole, residual(layer), residual(layer + 1), acts, drop, layer, true, tp_);
+    block_forward(ops_, config_, whole, residual(layer), residual(layer + 1), acts, drop, layer, output, tp_,
+                  input_addend);
     weights.release(units.first);
-    return;
+  } else {
+    SourcedTiles<Real> tiles(units, config_.hidden, weights);
+    block_forward(ops_, config_, tiles, residual(layer), residual(layer + 1), acts, drop, layer, output, tp_,
+                  input_addend);
+    tiles.finish();
   }
-  SourcedTiles<Real> tiles(units, config_.hidden, weights);
-  block_forward(ops_, config_, tiles, residual(layer), residual(layer + 1), acts, drop, layer, true, tp_);
-  tiles.finish();
+  return output == BlockOutput::kPending ? acts.residual2 : Tensor{};
 }
 
 template <typename Real>
 void LayerLoop<Real>::backward_block(WeightSource<Real>& weights, GradientSink<Real>& gradients, int layer,
-                                     bool recompute) {
+                                     bool recompute, const Tensor& input_addend) {
   if (table_.tile_factor > 1) {
-    backward_tiled_block(weights, gradients, layer, recompute);
+    backward_tiled_block(weights, gradients, layer, recompute, input_addend);
     return;
   }
   const int unit = table_.block_unit(layer);
@@ -399,7 +412,8 @@ void LayerLoop<Real>::backward_block(WeightSource<Real>& weights, GradientSink<R
   if (recompute) {
     // Recompute this block's forward from its saved input, with the weights of this same acquisition.
     WholeBlock<Real> whole(w, nullptr, config_.hidden, tp_.size());
-    block_forward(ops_, config_, whole, residual(layer), recompute_out_, acts, drop, layer, false, tp_);
+    block_forward(ops_, config_, whole, residual(layer), recompute_out_, acts, drop, layer,
+                  BlockOutput::kNone, tp_, input_addend);
   }
   WholeBlock<Real> whole(w, gradients.open(unit), config_.hidden, tp_.size());
   block_backward(ops_, config_, whole, residual(layer), acts, scratch_, dresidual_, drop, layer,
@@ -412,12 +426,13 @@ void LayerLoop<Real>::backward_block(WeightSource<Real>& weights, GradientSink<R
 // recomputed: recomputation, then backward), so at most one tile of a matrix is held at a time.
 template <typename Real>
 void LayerLoop<Real>::backward_tiled_block(WeightSource<Real>& weights, GradientSink<Real>& gradients,
-                                           int layer, bool recompute) {
+                                           int layer, bool recompute, const Tensor& input_addend) {
   const Dropout drop = dropout();
   BlockActivations& acts = activations(layer);
   SourcedTiles<Real> tiles(table_.block_units(layer), config_.hidden, weights);
   if (recompute)
-    block_forward(ops_, config_, tiles, residual(layer), recompute_out_, acts, drop, layer, false, tp_);
+    block_forward(ops_, config_, tiles, residual(layer), recompute_out_, acts, drop, layer,
+                  BlockOutput::kNone, tp_, input_addend);
   tiles.begin_backward(gradients);
   block_backward(ops_, config_, tiles, residual(layer), acts, scratch_, dresidual_, drop, layer,
                  recompute_.is_selective(), tp_);
@@ -436,13 +451,16 @@ void LayerLoop<Real>::backward(WeightSource<Real>& weights, GradientSink<Real>& 
   for (int l = chunk_.end_layer - 1; l >= chunk_.first_layer; --l) {
     const Recompute::Chunk chunk = recompute_.chunk_within(l, chunk_.first_layer, chunk_.layers());
     const bool last_of_chunk = !chunk.empty() && l == chunk.last;
-    // Full recomputation: a chunk's inner blocks run their forwards again from the chunk's kept input, each
-    // into its own activation set and the next one's input; the last block recomputes with its backward.
+    // Full recomputation: a chunk's inner blocks run their forwards again from the chunk's kept input (the
+    // sum: its LayerNorm wrote it back in the forward), each into its own activation set and the next one's
+    // input; the last block recomputes with its backward.
+    Tensor pending;
     if (last_of_chunk) {
       restore_checkpoint(chunk.first);
-      for (int m = chunk.first; m < l; ++m) forward_block(weights, m, activations(m), drop);
+      for (int m = chunk.first; m < l; ++m)
+        pending = forward_block(weights, m, activations(m), drop, pending);
     }
-    backward_block(weights, gradients, l, last_of_chunk);
+    backward_block(weights, gradients, l, last_of_chunk, pending);
   }
   // The embedding's backward needs no weights: it scatters into wte's open gradient and into wpe's.
   // The masked gradient borrows a block temporary, free once the blocks are done. Without the embedding,

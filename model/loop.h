@@ -128,12 +128,21 @@ class LayerLoop {
  private:
   // Returns wte's gradient buffer, left open for the embedding.
   Real* backward_head(WeightSource<Real>& weights, GradientSink<Real>& gradients, Real dloss_per_token);
-  // Block `layer`'s forward into `acts`, from residual(layer) to residual(layer + 1).
-  void forward_block(WeightSource<Real>& weights, int layer, BlockActivations& acts, const Dropout& drop);
-  // recompute: the block is the last of a recomputed chunk, its forward runs again first.
-  void backward_block(WeightSource<Real>& weights, GradientSink<Real>& gradients, int layer, bool recompute);
+  // What block `layer`'s forward leaves in residual(layer + 1): kPending (its consumer's LayerNorm adds the
+  // block's r2 in its own op, the fused residual) unless a pipeline stage sends it or its checkpoint is kept
+  // away before the next block runs (keep_checkpoint copies the sum).
+  BlockOutput block_output(int layer) const;
+  // Block `layer`'s forward into `acts`, from residual(layer) to residual(layer + 1). input_addend is what
+  // the previous block's forward returned: empty, or its r2 still to be added to residual(layer). Returns
+  // acts.residual2 where the output is left pending (block_output), else an empty tensor.
+  Tensor forward_block(WeightSource<Real>& weights, int layer, BlockActivations& acts, const Dropout& drop,
+                       const Tensor& input_addend);
+  // recompute: the block is the last of a recomputed chunk, its forward runs again first (with
+  // input_addend, as forward_block's).
+  void backward_block(WeightSource<Real>& weights, GradientSink<Real>& gradients, int layer, bool recompute,
+                      const Tensor& input_addend);
   void backward_tiled_block(WeightSource<Real>& weights, GradientSink<Real>& gradients, int layer,
-                            bool recompute);
+                            bool recompute, const Tensor& input_addend);
   // [B,T,C] ([B,T/t,C] with sequence parallelism): block `layer`'s input (layer L: the final output)
   Tensor residual(int layer) const;
   // Checkpoints kept away from the residual slots (partitioned over the group, or in host memory): block

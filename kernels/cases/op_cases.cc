@@ -104,7 +104,9 @@ void add_layernorm(std::vector<OpCase>& cases, const Sizes& s) {
   cases.push_back({"layernorm", "layernorm_backward", shape, args, {"dx", "dw", "db"}});
   cases.back().prepare = layernorm_forward;
   cases.back().run = layernorm_backward;
-  // The residual stream's add with the LayerNorm that reads the sum (LayerNorm 2 of every block).
+  // The residual stream's add with the LayerNorm that reads the sum: LayerNorm 2 of every block into its own
+  // tensor, and in place (the sum written over b: the next block's LayerNorm 1 and the final one, whose
+  // input holds the previous block's MLP output until then).
   cases.push_back({"layernorm",
                    "residual_layernorm_forward",
                    shape,
@@ -115,6 +117,15 @@ void add_layernorm(std::vector<OpCase>& cases, const Sizes& s) {
   cases.back().run = [](Ops& o, const CaseTensors& t) {
     o.residual_layernorm_forward(t["residual"], t["out"], t["mean"], t["rstd"], t["a"], t["b"], t["w"],
                                  t["bias"]);
+  };
+  cases.push_back({"layernorm",
+                   "residual_layernorm_forward in place",
+                   shape,
+                   {in("a", {N, C}, 2.0), out("b", {N, C}), in("w", {C}, 0.5), in("bias", {C}, 0.1),
+                    out("out", {N, C}, 0), fp32(out("mean", {N}, 0)), fp32(out("rstd", {N}, 0))},
+                   {"b", "out", "mean", "rstd"}});
+  cases.back().run = [](Ops& o, const CaseTensors& t) {
+    o.residual_layernorm_forward(t["b"], t["out"], t["mean"], t["rstd"], t["a"], t["b"], t["w"], t["bias"]);
   };
 }
 

@@ -1,12 +1,14 @@
 // Activation recomputation at the model level (model/recompute.h): selective recomputation and full
 // recomputation by every method give the loss and every gradient of the loop without recomputation bit for
 // bit (fp32, hidden and attention dropout on, untiled and tiled), and the loop acquires its units in exactly
-// the order loop_schedule announces, each acquisition released, each gradient handed over once.
+// the order loop_schedule announces, each acquisition released, each gradient handed over once; every
+// residual add runs inside the next LayerNorm's op unless the sum is kept away as a checkpoint first.
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -94,6 +96,37 @@ Recompute on_host(Recompute r) {
   return r;
 }
 
+// The CPU's ops, counting the residual stream's adds and the LayerNorm forwards, nested calls apart (the
+// default residual_layernorm_forward is add then layernorm_forward).
+class CountingNorms final : public gpt::CpuOps {
+ public:
+  struct Counts {
+    int fused = 0, plain = 0, adds = 0;
+  };
+  void residual_layernorm_forward(const gpt::Tensor& residual, const gpt::Tensor& out,
+                                  const gpt::Tensor& mean, const gpt::Tensor& rstd, const gpt::Tensor& a,
+                                  const gpt::Tensor& b, const gpt::Tensor& w,
+                                  const gpt::Tensor& bias) override {
+    ++counts.fused;
+    nested_ = true;
+    CpuOps::residual_layernorm_forward(residual, out, mean, rstd, a, b, w, bias);
+    nested_ = false;
+  }
+  void layernorm_forward(const gpt::Tensor& out, const gpt::Tensor& mean, const gpt::Tensor& rstd,
+                         const gpt::Tensor& x, const gpt::Tensor& w, const gpt::Tensor& b) override {
+    if (!nested_) ++counts.plain;
+    CpuOps::layernorm_forward(out, mean, rstd, x, w, b);
+  }
+  void add(const gpt::Tensor& out, const gpt::Tensor& a, const gpt::Tensor& b) override {
+    if (!nested_) ++counts.adds;
+    CpuOps::add(out, a, b);
+  }
+  Counts counts;
+
+ private:
+  bool nested_ = false;
+};
+
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -114,6 +147,42 @@ TEST_CASE("every recomputation gives the loss and gradients of none, bit for bit
       const Result other = run(r, tile_factor);
       CHECK(std::memcmp(&other.loss, &none.loss, sizeof(float)) == 0);
       CHECK(same_bits(other.grads, none.grads));
+    }
+  }
+}
+
+TEST_CASE("every residual add is fused with the LayerNorm after it, unless the sum is kept away first") {
+  // 5 blocks. Without recomputation: LayerNorm 2 of each block, LayerNorm 1 of blocks 1-4 and the final one
+  // add in their op; block 0's LayerNorm 1 reads the embedding alone. Chunks of 2 ({0,1} {2,3} {4}) with
+  // their inputs in host memory: blocks 1 and 3 add on their own, as the kept inputs of blocks 2 and 4 are
+  // copied away before those run; the backward recomputes each chunk from its restored input, its later
+  // blocks' LayerNorm 1 fused (blocks 1 and 3) and no add.
+  const gpt::GPTConfig config = gpt::test::small_parallel_model(kLayers);
+  const int B = 2, T = config.seq_len;
+  gpt::GPT2<float> init(config, B);
+  init.init(3);
+  const std::vector<int32_t> x = gpt::test::lcg_tokens(B * T, config.vocab, 10),
+                             y = gpt::test::lcg_tokens(B * T, config.vocab, 20);
+  struct Expected {
+    Recompute recompute;
+    CountingNorms::Counts forward, backward;
+  };
+  for (const Expected& e :
+       {Expected{Recompute{}, {10, 1, 0}, {0, 0, 0}},
+        Expected{Recompute::full(RecomputeMethod::kUniform, 2), {10, 1, 0}, {7, 3, 0}},
+        Expected{on_host(Recompute::full(RecomputeMethod::kUniform, 2)), {8, 3, 2}, {7, 3, 0}}}) {
+    CAPTURE(e.recompute.describe());
+    CountingNorms ops;
+    gpt::Arena arena;
+    gpt::LayerLoop<float> loop(config, B, e.recompute, ops, arena);
+    gpt::test::FlatSlices slices(loop.table(), init.params);
+    loop.forward(slices, x.data(), y.data(), gpt::Dropout{}, true);
+    const CountingNorms::Counts forward = std::exchange(ops.counts, {});
+    loop.backward(slices, slices, 1.0f);
+    for (const auto& [got, want] : {std::pair{forward, e.forward}, std::pair{ops.counts, e.backward}}) {
+      CHECK(got.fused == want.fused);
+      CHECK(got.plain == want.plain);
+      CHECK(got.adds == want.adds);
     }
   }
 }
