@@ -79,16 +79,17 @@ __global__ void embedding_rows_forward_kernel(float* __restrict__ out, const int
   store_vec(out + bt * C + c, sum);
 }
 
-// One block row per position t: dwpe[t,c] += dout[0,t,c], then dout[1,t,c], ...
-template <int kVec>
-__global__ void position_grad_kernel(float* __restrict__ dwpe, const float* __restrict__ dout, int B, int T,
+// One block row per position t: dwpe[t,c] += dout[0,t,c], then dout[1,t,c], ... (dout in its storage type D,
+// each value widened exactly).
+template <typename D, int kVec>
+__global__ void position_grad_kernel(float* __restrict__ dwpe, const D* __restrict__ dout, int B, int T,
                                      int C) {
   const int c = first_channel<kVec>();
   if (c >= C) return;
   const int64_t t = blockIdx.x;
   Vec<kVec> acc = load_vec<kVec>(dwpe + t * C + c);
 #pragma unroll 8
-  for (int b = 0; b < B; ++b) add_to(acc, load_vec<kVec>(dout + (int64_t(b) * T + t) * C + c));
+  for (int b = 0; b < B; ++b) add_to(acc, load_floats<kVec>(dout + (int64_t(b) * T + t) * C + c));
   store_vec(dwpe + t * C + c, acc);
 }
 
@@ -108,8 +109,8 @@ __global__ void slice_rows_kernel(int32_t* out, const int32_t* tokens, int n, in
 // Block row i looks at sorted entry i; only the head of a token's run works: it adds the dout rows of the
 // run, in increasing row order, into that token's dwte row. Runs never overlap, so no two blocks write one
 // element. The run of token `skip` (tokens outside a slice of the table) adds nothing.
-template <int kVec>
-__global__ void token_grad_kernel(float* __restrict__ dwte, const float* __restrict__ dout,
+template <typename D, int kVec>
+__global__ void token_grad_kernel(float* __restrict__ dwte, const D* __restrict__ dout,
                                   const int32_t* __restrict__ sorted_tokens,
                                   const int32_t* __restrict__ sorted_rows, int n, int C, int32_t skip) {
   const int head = blockIdx.x;
@@ -125,7 +126,7 @@ __global__ void token_grad_kernel(float* __restrict__ dwte, const float* __restr
 #pragma unroll
     for (int u = 0; u < kRowsInFlight; ++u) {
       in_run[u] = j + u < n && sorted_tokens[j + u] == token;
-      if (in_run[u]) d[u] = load_vec<kVec>(dout + int64_t(sorted_rows[j + u]) * C + c);
+      if (in_run[u]) d[u] = load_floats<kVec>(dout + int64_t(sorted_rows[j + u]) * C + c);
     }
 #pragma unroll
     for (int u = 0; u < kRowsInFlight; ++u)
@@ -149,17 +150,17 @@ size_t round_up_256(size_t bytes) {
   return (bytes + 255) / 256 * 256;
 }
 
-template <int kVec>
-void launch_position_grad(const Context& ctx, float* dwpe, const float* dout, int B, int T, int C) {
+template <typename D, int kVec>
+void launch_position_grad(const Context& ctx, float* dwpe, const D* dout, int B, int T, int C) {
   const RowSplit s = split_rows(T, C, kVec);
-  position_grad_kernel<kVec><<<s.blocks, s.threads, 0, ctx.stream()>>>(dwpe, dout, B, T, C);
+  position_grad_kernel<D, kVec><<<s.blocks, s.threads, 0, ctx.stream()>>>(dwpe, dout, B, T, C);
   GPT_CUDA_CHECK(cudaGetLastError());
 }
 
 // Sorts the n (token, row) pairs by token, stably (rows of one token stay in increasing order), then adds
 // each token's run but skip's into dwte. Tokens are below vocab.
-template <int kVec>
-void token_grads(const Context& ctx, float* dwte, const float* dout, const int32_t* tokens, int n, int C,
+template <typename D, int kVec>
+void token_grads(const Context& ctx, float* dwte, const D* dout, const int32_t* tokens, int n, int C,
                  int vocab, int32_t skip) {
   int bits = 1;
   while (bits < 31 && (int64_t(1) << bits) < vocab) ++bits;
@@ -177,7 +178,7 @@ void token_grads(const Context& ctx, float* dwte, const float* dout, const int32
   GPT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(scratch.as<char>() + 3 * array_bytes, sort_bytes, tokens,
                                                  sorted_tokens, rows, sorted_rows, n, 0, bits, ctx.stream()));
   const RowSplit s = split_rows(n, C, kVec);
-  token_grad_kernel<kVec>
+  token_grad_kernel<D, kVec>
       <<<s.blocks, s.threads, 0, ctx.stream()>>>(dwte, dout, sorted_tokens, sorted_rows, n, C, skip);
   GPT_CUDA_CHECK(cudaGetLastError());
 }
@@ -229,35 +230,43 @@ void embedding_forward_rows(const Context& ctx, float* out, const int32_t* token
 
 namespace {
 
-void position_grads(const Context& ctx, float* dwpe, const float* dout, int B, int T, int C) {
-  if (C % 4 == 0 && aligned16(dout) && aligned16(dwpe)) {
-    launch_position_grad<4>(ctx, dwpe, dout, B, T, C);
-  } else {
-    launch_position_grad<1>(ctx, dwpe, dout, B, T, C);
-  }
+// 16-byte accesses where dout is fp32 and every pointer allows them; fp16/bf16 dout element by element.
+template <typename D>
+bool vector_gradients(const D* dout, const float* grad, int C) {
+  return std::is_same_v<D, float> && C % 4 == 0 && aligned16(dout) && aligned16(grad);
 }
 
-void token_grads_any(const Context& ctx, float* dwte, const float* dout, const int32_t* tokens, int n, int C,
-                     int vocab, int32_t skip) {
-  if (C % 4 == 0 && aligned16(dout) && aligned16(dwte)) {
-    token_grads<4>(ctx, dwte, dout, tokens, n, C, vocab, skip);
-  } else {
-    token_grads<1>(ctx, dwte, dout, tokens, n, C, vocab, skip);
+template <typename D>
+void position_grads(const Context& ctx, float* dwpe, const D* dout, int B, int T, int C) {
+  if constexpr (std::is_same_v<D, float>) {
+    if (vector_gradients(dout, dwpe, C)) return launch_position_grad<D, 4>(ctx, dwpe, dout, B, T, C);
   }
+  launch_position_grad<D, 1>(ctx, dwpe, dout, B, T, C);
+}
+
+template <typename D>
+void token_grads_any(const Context& ctx, float* dwte, const D* dout, const int32_t* tokens, int n, int C,
+                     int vocab, int32_t skip) {
+  if constexpr (std::is_same_v<D, float>) {
+    if (vector_gradients(dout, dwte, C)) return token_grads<D, 4>(ctx, dwte, dout, tokens, n, C, vocab, skip);
+  }
+  token_grads<D, 1>(ctx, dwte, dout, tokens, n, C, vocab, skip);
 }
 
 }  // namespace
 
-void embedding_backward(const Context& ctx, float* dwte, float* dwpe, const float* dout,
-                        const int32_t* tokens, int B, int T, int C, int vocab) {
+template <typename D>
+void embedding_backward(const Context& ctx, float* dwte, float* dwpe, const D* dout, const int32_t* tokens,
+                        int B, int T, int C, int vocab) {
   const int n = B * T;
   if (n <= 0 || C <= 0) return;
   if (dwpe) position_grads(ctx, dwpe, dout, B, T, C);
   if (dwte) token_grads_any(ctx, dwte, dout, tokens, n, C, vocab, -1);
 }
 
+template <typename D>
 void embedding_backward_rows(const Context& ctx, float* dwte, int64_t first, int64_t rows, float* dwpe,
-                             const float* dout, const int32_t* tokens, int B, int T, int C) {
+                             const D* dout, const int32_t* tokens, int B, int T, int C) {
   const int n = B * T;
   if (n <= 0 || C <= 0) return;
   if (dwpe) position_grads(ctx, dwpe, dout, B, T, C);
@@ -270,5 +279,15 @@ void embedding_backward_rows(const Context& ctx, float* dwte, int64_t first, int
   token_grads_any(ctx, dwte, dout, slice_rows.as<int32_t>(), n, C, static_cast<int>(rows + 1),
                   static_cast<int32_t>(rows));
 }
+
+#define GPT_EMBEDDING_BACKWARD(D)                                                                          \
+  template void embedding_backward<D>(const Context&, float*, float*, const D*, const int32_t*, int, int, int, \
+                                      int);                                                                    \
+  template void embedding_backward_rows<D>(const Context&, float*, int64_t, int64_t, float*, const D*,       \
+                                           const int32_t*, int, int, int);
+GPT_EMBEDDING_BACKWARD(float)
+GPT_EMBEDDING_BACKWARD(__half)
+GPT_EMBEDDING_BACKWARD(__nv_bfloat16)
+#undef GPT_EMBEDDING_BACKWARD
 
 }  // namespace gpt::cuda

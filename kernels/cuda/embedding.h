@@ -21,8 +21,11 @@ void embedding_forward(const Context& ctx, T* out, const int32_t* tokens, const 
 // Accumulates dwte[tokens[b,t], :] += dout[b,t,:] and dwpe[t,:] += dout[b,t,:], each element summed in
 // increasing (b,t) order exactly as the CPU does, so the two backends agree bit for bit and reruns repeat.
 // Either output may be null. vocab is dwte's row count V (it bounds the sort that groups repeated tokens).
-void embedding_backward(const Context& ctx, float* dwte, float* dwpe, const float* dout,
-                        const int32_t* tokens, int B, int T, int C, int vocab);
+// dout in its storage type D (float, __half or __nv_bfloat16), each value widened exactly: the sums are those
+// of the widened values.
+template <typename D>
+void embedding_backward(const Context& ctx, float* dwte, float* dwpe, const D* dout, const int32_t* tokens,
+                        int B, int T, int C, int vocab);
 
 // The vocabulary-parallel forms (Ops::embedding_forward_rows / _backward_rows): wte [rows, C] holds rows
 // [first, first + rows) of the table; tokens outside add nothing. wpe / dwpe may be null. The forward's
@@ -30,7 +33,8 @@ void embedding_backward(const Context& ctx, float* dwte, float* dwpe, const floa
 // order, like embedding_backward.
 void embedding_forward_rows(const Context& ctx, float* out, const int32_t* tokens, const float* wte,
                             int64_t first, int64_t rows, const float* wpe, int B, int T, int C);
+template <typename D>
 void embedding_backward_rows(const Context& ctx, float* dwte, int64_t first, int64_t rows, float* dwpe,
-                             const float* dout, const int32_t* tokens, int B, int T, int C);
+                             const D* dout, const int32_t* tokens, int B, int T, int C);
 
 }  // namespace gpt::cuda

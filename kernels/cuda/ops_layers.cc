@@ -1,9 +1,9 @@
 // CudaOps' token and position embedding (whole or vocabulary-parallel), LayerNorm, dropout and the tiles of a
 // linear layer (see cuda_ops.h), on the mixed-precision contract of kernels/ops.h: shapes read as CpuOps
 // reads them (kernels/cpu/cpu_ops.cc), the kernels in embedding.cu, layernorm.cu, dropout.cu and linear.cu.
-// The linear tiles, dropout, LayerNorm and the embedding's forward dispatch to kernels templated on the
-// storage type; the embedding's backward and its vocabulary-parallel forward have fp32 kernels only, so
-// fp16/bf16 tensors reach them through Widened (fp32 scratch, each output rounded once).
+// The linear tiles, dropout, LayerNorm and the embedding's forward and backward dispatch to kernels templated
+// on the storage type; the vocabulary-parallel forward has fp32 kernels only, so fp16/bf16 tensors reach it
+// through Widened (fp32 scratch, each output rounded once).
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -52,9 +52,11 @@ void CudaOps::embedding_backward(const Tensor& dwte, const Tensor& dwpe, const T
   const char* op = "embedding_backward";
   check_dtypes(op, {{"dout", dout}}, {{"dwte", dwte}, {"dwpe", dwpe}});
   const int vocab = dwte.empty() ? 0 : int(dwte.shape[0]);
-  Widened wide(context_);  // dout only: the gradients are fp32
-  cuda::embedding_backward(context_, typed<float>(dwte), typed<float>(dwpe), wide.in(dout), i32(tokens, op),
-                           int(dout.shape[0]), int(dout.shape[1]), int(dout.shape[2]), vocab);
+  on_compute_dtype(dout.dtype, [&]<typename D>() {  // the gradients are fp32, dout in its storage type
+    cuda::embedding_backward<D>(context_, typed<float>(dwte), typed<float>(dwpe), typed<D>(dout),
+                                i32(tokens, op), int(dout.shape[0]), int(dout.shape[1]), int(dout.shape[2]),
+                                vocab);
+  });
 }
 
 namespace {
@@ -96,9 +98,11 @@ void CudaOps::embedding_backward_rows(const Tensor& dwte, int64_t first, const T
   const char* op = "embedding_backward_rows";
   check_dtypes(op, {{"dout", dout}}, {{"dwte", dwte}, {"dwpe", dwpe}});
   const int64_t R = check_embedding_rows(op, dout, tokens, dwte, first, dwpe);
-  Widened wide(context_);
-  cuda::embedding_backward_rows(context_, typed<float>(dwte), first, R, typed<float>(dwpe), wide.in(dout),
-                                i32(tokens, op), int(dout.shape[0]), int(dout.shape[1]), int(dout.shape[2]));
+  on_compute_dtype(dout.dtype, [&]<typename D>() {
+    cuda::embedding_backward_rows<D>(context_, typed<float>(dwte), first, R, typed<float>(dwpe),
+                                     typed<D>(dout), i32(tokens, op), int(dout.shape[0]), int(dout.shape[1]),
+                                     int(dout.shape[2]));
+  });
 }
 
 void CudaOps::layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& x,
