@@ -235,7 +235,6 @@ void norm_backward(Ops& ops, const TensorParallel& tp, const Tensor& dx, const T
   ops.add_into(db, db_part);
 }
 
-// x's memory seen with another shape of as many elements.
 // LayerNorm of the residual stream x; with an addend (the previous block's residual2, x its kPending
 // output), x = addend + x first, in the same op: the sum is written back into x and normalized.
 void layernorm_of_sum(Ops& ops, const Tensor& x, const Tensor& out, const Tensor& mean, const Tensor& rstd,
@@ -247,6 +246,7 @@ void layernorm_of_sum(Ops& ops, const Tensor& x, const Tensor& out, const Tensor
   }
 }
 
+// x's memory seen with another shape of as many elements.
 Tensor reshaped(const Tensor& x, std::vector<int64_t> shape) {
   return Tensor{x.data, std::move(shape), x.dtype, x.device};
 }
