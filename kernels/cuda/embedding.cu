@@ -51,11 +51,11 @@ __global__ void embedding_forward_kernel(T* __restrict__ out, const int32_t* __r
 
 // The vocabulary-parallel forward: wte holds rows [first, first + rows); a token outside them contributes
 // 0, and wpe may be null. Each present term is added as the whole-table kernel adds it (x + 0 is x), so the
-// slices' outputs sum to its bits.
-template <int kVec>
-__global__ void embedding_rows_forward_kernel(float* __restrict__ out, const int32_t* __restrict__ tokens,
-                                              const float* __restrict__ wte, int64_t first, int64_t rows,
-                                              const float* __restrict__ wpe, int T, int C) {
+// slices' outputs sum to its bits. In fp32 from the storage type T, rounded back once.
+template <typename T, int kVec>
+__global__ void embedding_rows_forward_kernel(T* __restrict__ out, const int32_t* __restrict__ tokens,
+                                              const T* __restrict__ wte, int64_t first, int64_t rows,
+                                              const T* __restrict__ wpe, int T_, int C) {
   const int c = first_channel<kVec>();
   if (c >= C) return;
   const int64_t bt = blockIdx.x;
@@ -63,20 +63,20 @@ __global__ void embedding_rows_forward_kernel(float* __restrict__ out, const int
   const bool held = row >= 0 && row < rows;
   Vec<kVec> sum;
   if (held) {
-    sum = load_vec<kVec>(wte + row * C + c);
+    sum = load_floats<kVec>(wte + row * C + c);
   } else {
 #pragma unroll
     for (int k = 0; k < kVec; ++k) sum.v[k] = 0.0f;
   }
   if (wpe) {
-    const Vec<kVec> p = load_vec<kVec>(wpe + (bt % T) * C + c);
+    const Vec<kVec> p = load_floats<kVec>(wpe + (bt % T_) * C + c);
     if (held) {
       add_to(sum, p);
     } else {
       sum = p;
     }
   }
-  store_vec(out + bt * C + c, sum);
+  store_floats<kVec>(out + bt * C + c, sum);
 }
 
 // One block row per position t: dwpe[t,c] += dout[0,t,c], then dout[1,t,c], ... (dout in its storage type D,
@@ -212,21 +212,35 @@ template void embedding_forward<__half>(const Context&, __half*, const int32_t*,
 template void embedding_forward<__nv_bfloat16>(const Context&, __nv_bfloat16*, const int32_t*,
                                                const __nv_bfloat16*, const __nv_bfloat16*, int, int, int);
 
-void embedding_forward_rows(const Context& ctx, float* out, const int32_t* tokens, const float* wte,
-                            int64_t first, int64_t rows, const float* wpe, int B, int T, int C) {
-  const int64_t bt_rows = int64_t(B) * T;
+template <typename T>
+void embedding_forward_rows(const Context& ctx, T* out, const int32_t* tokens, const T* wte, int64_t first,
+                            int64_t rows, const T* wpe, int B, int T_, int C) {
+  const int64_t bt_rows = int64_t(B) * T_;
   if (bt_rows <= 0 || C <= 0) return;
-  if (C % 4 == 0 && aligned16(out) && aligned16(wte) && aligned16(wpe)) {
-    const RowSplit s = split_rows(bt_rows, C, 4);
-    embedding_rows_forward_kernel<4>
-        <<<s.blocks, s.threads, 0, ctx.stream()>>>(out, tokens, wte, first, rows, wpe, T, C);
-  } else {
+  const bool vec4 = std::is_same_v<T, float> && C % 4 == 0 && aligned16(out) && aligned16(wte) &&
+                    aligned16(wpe);  // 16-byte accesses for fp32 only
+  if constexpr (std::is_same_v<T, float>) {
+    if (vec4) {
+      const RowSplit s = split_rows(bt_rows, C, 4);
+      embedding_rows_forward_kernel<T, 4>
+          <<<s.blocks, s.threads, 0, ctx.stream()>>>(out, tokens, wte, first, rows, wpe, T_, C);
+    }
+  }
+  if (!vec4) {
     const RowSplit s = split_rows(bt_rows, C, 1);
-    embedding_rows_forward_kernel<1>
-        <<<s.blocks, s.threads, 0, ctx.stream()>>>(out, tokens, wte, first, rows, wpe, T, C);
+    embedding_rows_forward_kernel<T, 1>
+        <<<s.blocks, s.threads, 0, ctx.stream()>>>(out, tokens, wte, first, rows, wpe, T_, C);
   }
   GPT_CUDA_CHECK(cudaGetLastError());
 }
+
+template void embedding_forward_rows<float>(const Context&, float*, const int32_t*, const float*, int64_t,
+                                            int64_t, const float*, int, int, int);
+template void embedding_forward_rows<__half>(const Context&, __half*, const int32_t*, const __half*, int64_t,
+                                             int64_t, const __half*, int, int, int);
+template void embedding_forward_rows<__nv_bfloat16>(const Context&, __nv_bfloat16*, const int32_t*,
+                                                    const __nv_bfloat16*, int64_t, int64_t,
+                                                    const __nv_bfloat16*, int, int, int);
 
 namespace {
 

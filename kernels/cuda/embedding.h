@@ -31,8 +31,10 @@ void embedding_backward(const Context& ctx, float* dwte, float* dwpe, const D* d
 // [first, first + rows) of the table; tokens outside add nothing. wpe / dwpe may be null. The forward's
 // bits are the CPU's (each output is one row, one position or their sum); the backward adds in the CPU's
 // order, like embedding_backward.
-void embedding_forward_rows(const Context& ctx, float* out, const int32_t* tokens, const float* wte,
-                            int64_t first, int64_t rows, const float* wpe, int B, int T, int C);
+// The forward in the storage type T, as embedding_forward.
+template <typename T>
+void embedding_forward_rows(const Context& ctx, T* out, const int32_t* tokens, const T* wte, int64_t first,
+                            int64_t rows, const T* wpe, int B, int T_, int C);
 template <typename D>
 void embedding_backward_rows(const Context& ctx, float* dwte, int64_t first, int64_t rows, float* dwpe,
                              const D* dout, const int32_t* tokens, int B, int T, int C);

@@ -1,9 +1,8 @@
 // CudaOps' token and position embedding (whole or vocabulary-parallel), LayerNorm, dropout and the tiles of a
 // linear layer (see cuda_ops.h), on the mixed-precision contract of kernels/ops.h: shapes read as CpuOps
 // reads them (kernels/cpu/cpu_ops.cc), the kernels in embedding.cu, layernorm.cu, dropout.cu and linear.cu.
-// The linear tiles, dropout, LayerNorm and the embedding's forward and backward dispatch to kernels templated
-// on the storage type; the vocabulary-parallel forward has fp32 kernels only, so fp16/bf16 tensors reach it
-// through Widened (fp32 scratch, each output rounded once).
+// The linear tiles, dropout, LayerNorm and the embedding (whole or vocabulary-parallel, forward and backward)
+// dispatch to kernels templated on the storage type: fp32 math, each output rounded once.
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -83,14 +82,12 @@ int64_t check_embedding_rows(const char* op, const Tensor& activations, const Te
 void CudaOps::embedding_forward_rows(const Tensor& out, const Tensor& tokens, const Tensor& wte,
                                      int64_t first, const Tensor& wpe) {
   const char* op = "embedding_forward_rows";
-  check_dtypes(op, {{"out", out}, {"wte", wte}, {"wpe", wpe}});
+  const DType dtype = check_dtypes(op, {{"out", out}, {"wte", wte}, {"wpe", wpe}});
   const int64_t R = check_embedding_rows(op, out, tokens, wte, first, wpe);
-  Widened wide(context_);
-  const float* table = wide.in(wte);
-  const float* positions = wide.in(wpe);
-  cuda::embedding_forward_rows(context_, wide.out(out), i32(tokens, op), table, first, R, positions,
-                               int(out.shape[0]), int(out.shape[1]), int(out.shape[2]));
-  wide.narrow();
+  on_compute_dtype(dtype, [&]<typename T>() {
+    cuda::embedding_forward_rows<T>(context_, typed<T>(out), i32(tokens, op), typed<T>(wte), first, R,
+                                    typed<T>(wpe), int(out.shape[0]), int(out.shape[1]), int(out.shape[2]));
+  });
 }
 
 void CudaOps::embedding_backward_rows(const Tensor& dwte, int64_t first, const Tensor& dwpe,
