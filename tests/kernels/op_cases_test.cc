@@ -125,20 +125,23 @@ class SkewedGelu : public CpuOps {
   }
 };
 
+// n values scale * (-3 .. 3) in turn, and a host fp32 tensor over a vector.
+std::vector<float> pattern(int64_t n, float scale) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int(i % 7) - 3);
+  return v;
+}
+Tensor host_tensor(std::vector<float>& v, std::vector<int64_t> shape) {
+  return Tensor{v.data(), std::move(shape), DType::kF32, Device::kCPU};
+}
+
 // The backward ops' contract (kernels/ops.h): an input gradient is overwritten, so the loop needs no zeroing
 // pass before it (llm.c's rule); parameter gradients accumulate over micro-batches. Whatever dx held before
 // makes no difference; what dw and db held is added to.
 TEST_CASE("linear_backward and gelu_backward overwrite dx, and linear_backward accumulates dw and db") {
   const int64_t N = 5, C = 3, OC = 4;
-  auto values = [](int64_t n, float scale) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int(i % 7) - 3);
-    return v;
-  };
-  auto tensor = [](std::vector<float>& v, std::vector<int64_t> shape) {
-    return Tensor{v.data(), std::move(shape), DType::kF32, Device::kCPU};
-  };
-  std::vector<float> x = values(N * C, 0.5f), w = values(OC * C, 0.25f), dout = values(N * OC, 1.0f);
+  const auto tensor = host_tensor;
+  std::vector<float> x = pattern(N * C, 0.5f), w = pattern(OC * C, 0.25f), dout = pattern(N * OC, 1.0f);
   struct Gradients {
     std::vector<float> dx, dw, db, dgelu;
   };
@@ -159,20 +162,13 @@ TEST_CASE("linear_backward and gelu_backward overwrite dx, and linear_backward a
 
 TEST_CASE("attention_backward overwrites dqkv, keeping the probabilities or the log-sum-exp") {
   const int64_t B = 2, T = 5, C = 8, NH = 2;
-  auto values = [](int64_t n, float scale) {
-    std::vector<float> v(static_cast<size_t>(n));
-    for (size_t i = 0; i < v.size(); ++i) v[i] = scale * float(int(i % 11) - 5);
-    return v;
-  };
-  auto tensor = [](std::vector<float>& v, std::vector<int64_t> shape) {
-    return Tensor{v.data(), std::move(shape), DType::kF32, Device::kCPU};
-  };
+  const auto tensor = host_tensor;
   FlashCpuOps flash;
   for (Ops* ops : {static_cast<Ops*>(&cpu_ops()), static_cast<Ops*>(&flash)}) {
     const bool lse = ops->attention_residual() == AttentionResidual::kLogSumExp;
     const std::vector<int64_t> att_shape =
         lse ? std::vector<int64_t>{B, NH, T} : std::vector<int64_t>{B, NH, T, T};
-    std::vector<float> qkv = values(B * T * 3 * C, 0.1f), dout = values(B * T * C, 0.3f);
+    std::vector<float> qkv = pattern(B * T * 3 * C, 0.1f), dout = pattern(B * T * C, 0.3f);
     std::vector<float> out(size_t(B * T * C)), att(size_t(lse ? B * NH * T : B * NH * T * T));
     ops->attention_forward(tensor(out, {B, T, C}), tensor(att, att_shape), tensor(qkv, {B, T, 3 * C}),
                            nullptr);
