@@ -158,9 +158,25 @@ __device__ __forceinline__ void tile_product(const Mma* a, int lda, const Mma* b
 }
 
 // Rows row0..row0+63 (rows at or past T are zeros) of a [*, kHs] slice with row stride `stride` into a
-// tile of matmul inputs (row stride ld), each value widened to fp32 and rounded to Mma once.
+// tile of matmul inputs (row stride ld), each value widened to fp32 and rounded to Mma once. Where the
+// activations already are the matmul's half type, the values are copied as they are, 8 to a 16-byte load
+// when the slice allows it (its start 16-byte aligned, the row stride a multiple of 8; the tile's rows always
+// are: ld is a multiple of 8 halves from a 128-byte boundary). The same bits either way.
 template <int kHs, typename Act, typename Mma>
 __device__ void load_rows(Mma* tile, int ld, const Act* src, int64_t stride, int row0, int T) {
+  if constexpr (std::is_same_v<Act, Mma> && kTensorCores<Mma>) {
+    constexpr int kPer = 16 / sizeof(Mma), kChunks = kHs / kPer;
+    static_assert(kHs % kPer == 0, "whole 16-byte chunks per row");
+    if (reinterpret_cast<uintptr_t>(src) % 16 == 0 && stride % kPer == 0) {
+      for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
+        const int r = idx / kChunks, d = idx % kChunks * kPer, row = row0 + r;
+        const uint4 v = row < T ? *reinterpret_cast<const uint4*>(src + int64_t(row) * stride + d)
+                                : make_uint4(0, 0, 0, 0);
+        *reinterpret_cast<uint4*>(tile + r * ld + d) = v;
+      }
+      return;
+    }
+  }
   for (int idx = threadIdx.x; idx < kRows * kHs; idx += kThreads) {
     const int r = idx / kHs, d = idx % kHs, row = row0 + r;
     tile[r * ld + d] = from_float<Mma>(row < T ? to_float(src[int64_t(row) * stride + d]) : 0.0f);
@@ -183,14 +199,23 @@ struct ForwardSmem {
   static constexpr size_t bytes = stats + sizeof(float) * 4 * kRows;
 };
 
+// The row statistics take four threads a row: quarter q = threadIdx.x % 4 of row threadIdx.x / 4 (four
+// consecutive lanes of a warp) reads columns q, q + 4, ... (with the tensor cores' padded score rows, a warp's
+// 32 reads of one step fall in 32 banks), then two shuffles within the four combine the quarters.
+constexpr int kRowLanes = kThreads / kRows;
+static_assert(kRowLanes == 4, "four threads a row: two shuffles");
+
 // Rows' new max m' over the tile's scores and alpha = exp(m - m') (1 for a row with no column in the tile,
-// which then keeps its state: the reference skips it). One thread per row; max is exact in any order.
+// which then keeps its state: the reference skips it). max is exact in any order, so the quarters change
+// nothing.
 template <int kSLd>
 __device__ __forceinline__ void row_max(const float* s, const float* m, float* m_new, float* alpha) {
-  if (threadIdx.x >= kRows) return;
-  const int r = threadIdx.x;
+  const int r = threadIdx.x / kRowLanes, q = threadIdx.x % kRowLanes;
   float mx = m[r];
-  for (int c = 0; c < kCols; ++c) mx = fmaxf(mx, s[r * kSLd + c]);
+  for (int c = q; c < kCols; c += kRowLanes) mx = fmaxf(mx, s[r * kSLd + c]);
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+  mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+  if (q != 0) return;
   m_new[r] = mx;
   alpha[r] = mx == -INFINITY ? 1.0f : expf(m[r] - mx);
 }
@@ -212,14 +237,24 @@ __device__ __forceinline__ void probabilities(float* s, Mma* p, const float* m_n
   }
 }
 
-// l = fma(alpha, l, sum of the row's p in column order), m = m'. One thread per row.
-template <int kSLd>
+// l = fma(alpha, l, sum of the row's p), m = m'. fp32 (the reference's bits): one thread per row, the sum in
+// column order. Tensor cores: the quarters' sums (each in column order) added pairwise, (q0 + q1) + (q2 + q3).
+template <typename Mma, int kSLd>
 __device__ __forceinline__ void row_sum(const float* s, float* m, const float* m_new, float* l,
                                         const float* alpha) {
-  if (threadIdx.x >= kRows) return;
-  const int r = threadIdx.x;
+  int r = threadIdx.x;
   float sum = 0.0f;
-  for (int c = 0; c < kCols; ++c) sum += s[r * kSLd + c];
+  if constexpr (kTensorCores<Mma>) {
+    r = threadIdx.x / kRowLanes;
+    const int q = threadIdx.x % kRowLanes;
+    for (int c = q; c < kCols; c += kRowLanes) sum += s[r * kSLd + c];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (q != 0) return;
+  } else {
+    if (threadIdx.x >= kRows) return;
+    for (int c = 0; c < kCols; ++c) sum += s[r * kSLd + c];
+  }
   l[r] = fmaf(alpha[r], l[r], sum);
   m[r] = m_new[r];
 }
@@ -258,7 +293,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     probabilities<Mma, L::kSLd, L::kPLd>(s, p, m_new, drop, bl, h, T, i0, j0);
     __syncthreads();
-    row_sum<L::kSLd>(s, m, m_new, l, alpha);  // beside P V: both only read s and p
+    row_sum<Mma, L::kSLd>(s, m, m_new, l, alpha);  // beside P V: both only read s and p
     tile_product<Mma, kRows, kHs, kCols, Layout::kRow, Layout::kRow>(
         p, L::kPLd, v, L::kLd, pv, L::kOLd,
         [&](int o, int r, int, float x) { o_acc[o] = fmaf(alpha[r], o_acc[o], x); });

@@ -4,9 +4,9 @@
 // [B,T,C], dout and dqkv share one storage type Act (float, __half or __nv_bfloat16); lse [B,NH,T] is fp32
 // whatever Act is (the seam's mixed-precision contract: a rounded log-sum-exp would scale all of a row's
 // recomputed probabilities by one error); every value is computed in fp32 and each output rounded to Act
-// once. The matmuls run on tensor cores (WMMA m16n16k16, fp32 accumulation) with bf16 or fp16 inputs when the
-// activations are half, or when they are fp32 and the context asks for bf16/fp16 GEMM inputs
-// (Context::fp32_gemm_compute); otherwise as exact fp32 fma chains in the CPU reference's order (then the
+// once. The matmuls run on tensor cores (WMMA m16n16k16, fp32 accumulation; the forward's row sums then in
+// four interleaved quarters) with bf16 or fp16 inputs when the activations are half, or when they are fp32
+// and the context asks for bf16/fp16 GEMM inputs (Context::fp32_gemm_compute); otherwise as exact fp32 fma chains in the CPU reference's order (then the
 // numbers differ from it only by expf/logf against std::exp/std::log). Head sizes 64 and 128; others throw
 // CudaError. Device pointers (the dropout keys excepted: host); asynchronous on ctx.stream().
 #pragma once
