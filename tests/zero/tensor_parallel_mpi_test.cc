@@ -325,6 +325,18 @@ gpt::comm::TrafficCounts expected_step(const gpt::ZeroEngine& engine, int t, int
   return expected;
 }
 
+// One training step of `engine` on `batches`: its loss, and the bytes the meter counted during it, summed
+// over the world.
+struct MeteredStep {
+  double loss;
+  gpt::comm::TrafficCounts traffic;
+};
+MeteredStep metered_step(gpt::ZeroEngine& engine, const StepBatches& batches) {
+  const gpt::comm::TrafficCounts before = world().meter().snapshot();
+  const double loss = engine.train_step(batches.micro_batches(), 1e-3).loss;
+  return {loss, gpt::comm::sum_over_ranks(world(), world().meter().snapshot() - before)};
+}
+
 // Every phase and link class byte for byte, except the step's small agreement all-reduce (other).
 void check_bytes_per_phase(const gpt::comm::TrafficCounts& measured,
                            const gpt::comm::TrafficCounts& expected) {
@@ -369,10 +381,9 @@ void check_engine_at(int t) {
         for (int step = 0; step < kSteps; ++step) {
           CAPTURE(step);
           const StepBatches batches(model, step, kB, kAccumulation, d, groups.data().rank());
-          const gpt::comm::TrafficCounts before = world().meter().snapshot();
-          const double loss = engine.train_step(batches.micro_batches(), 1e-3).loss;
-          const gpt::comm::TrafficCounts measured =
-              gpt::comm::sum_over_ranks(world(), world().meter().snapshot() - before);
+          const MeteredStep metered = metered_step(engine, batches);
+          const double loss = metered.loss;
+          const gpt::comm::TrafficCounts& measured = metered.traffic;
           INFO("measured: ", measured.describe());
           INFO("expected: ", expected.describe());
           CHECK(std::abs(loss - reference[step]) <= 1e-5 * std::abs(reference[step]));
@@ -411,10 +422,9 @@ void check_half_loop_at(int t) {
         CAPTURE(step);
         const StepBatches batches(model, step, kB, kAccumulation, d, groups.data().rank());
         const double reference = fp32_loop.train_step(batches.micro_batches(), 1e-3).loss;
-        const gpt::comm::TrafficCounts before = world().meter().snapshot();
-        const double loss = half_loop.train_step(batches.micro_batches(), 1e-3).loss;
-        const gpt::comm::TrafficCounts measured =
-            gpt::comm::sum_over_ranks(world(), world().meter().snapshot() - before);
+        const MeteredStep metered = metered_step(half_loop, batches);
+        const double loss = metered.loss;
+        const gpt::comm::TrafficCounts& measured = metered.traffic;
         INFO("measured: ", measured.describe());
         INFO("expected: ", expected.describe());
         CHECK(std::abs(loss - reference) <= 2e-2 * std::abs(reference));
