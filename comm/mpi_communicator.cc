@@ -113,9 +113,14 @@ class MpiCommunicator final : public Communicator {
   Group* group_;  // owned by the engine
 };
 
-// Real nodes: MPI_COMM_TYPE_SHARED must give equal blocks of consecutive ranks, because the engine's groups
-// (and the meter's closed forms) assume node n holds ranks [n*L, (n+1)*L).
-Topology detect_topology(int world_size, int world_rank) {
+// The launcher's nodes, as MPI_COMM_TYPE_SHARED groups the ranks (hydra from its host list, srun from Slurm's
+// allocation). The same answer on every rank.
+struct LauncherNodes {
+  int fewest = 0, most = 0;  // ranks on the emptiest and the fullest node
+  bool regular = false;      // equal blocks of consecutive ranks: node n holds ranks [n*L, (n+1)*L)
+};
+
+LauncherNodes find_launcher_nodes(int world_size, int world_rank) {
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node);
   int local_rank = 0, local_size = 1;
@@ -134,14 +139,37 @@ Topology detect_topology(int world_size, int world_rank) {
   const int regular = (first == world_rank - local_rank && first % local_size == 0) ? 1 : 0;
   int mine[3] = {local_size, -local_size, regular}, least[3];
   MPI_Allreduce(mine, least, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-  if (least[0] != -least[1] || least[2] == 0 || world_size % local_size != 0) {
+  LauncherNodes nodes;
+  nodes.fewest = least[0];
+  nodes.most = -least[1];
+  nodes.regular = nodes.fewest == nodes.most && least[2] != 0 && world_size % nodes.fewest == 0;
+  return nodes;
+}
+
+// Real nodes, unless --ranks-per-node K simulates smaller ones: the engine's groups (and the meter's closed
+// forms) assume node n holds ranks [n*L, (n+1)*L), so simulated nodes must tile the real ones.
+Topology choose_topology(int world_size, int world_rank, int ranks_per_node) {
+  const LauncherNodes found = find_launcher_nodes(world_size, world_rank);
+  if (ranks_per_node != 0) {
+    Topology simulated = make_topology(world_size, world_rank, ranks_per_node, true);
+    if (found.regular && found.most % ranks_per_node != 0) {
+      throw TopologyError("--ranks-per-node " + std::to_string(ranks_per_node) + " does not divide the " +
+                          std::to_string(found.most) +
+                          " ranks per node the launcher placed (MPI's shared-memory split): simulated "
+                          "nodes must tile the real ones; leave --ranks-per-node out to use the real "
+                          "nodes, or pass a divisor of " +
+                          std::to_string(found.most));
+    }
+    return simulated;
+  }
+  if (!found.regular) {
     throw TopologyError(
         "the nodes of this job are not equal blocks of consecutive ranks (between " +
-        std::to_string(least[0]) + " and " + std::to_string(-least[1]) +
+        std::to_string(found.fewest) + " and " + std::to_string(found.most) +
         " ranks per node); launch the same number of ranks on every " +
         "node with consecutive ranks together (mpiexec -ppn), or pass --ranks-per-node K to simulate nodes");
   }
-  return make_topology(world_size, world_rank, local_size, /*simulated=*/false);
+  return make_topology(world_size, world_rank, found.most, /*simulated=*/false);
 }
 
 }  // namespace
@@ -179,14 +207,19 @@ MpiSession::~MpiSession() {
   }
   std::fflush(stdout);
   std::fflush(stderr);
+  // Under any launcher (srun, mpiexec inside an allocation) nobody watches for those markers: a rank whose
+  // MPI_Finalize has not returned 10 s after every rank finished its work leaves with its own exit code. No
+  // message is in flight by then (the barrier above), so nothing is lost.
+  std::thread([code = exit_code_] {
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    std::_Exit(code);
+  }).detach();
   MPI_Finalize();
 }
 
 std::unique_ptr<Communicator> MpiSession::world(const MpiOptions& options) {
   if (engine_) throw std::logic_error("comm: MpiSession::world() called twice");
-  const Topology topology = options.ranks_per_node != 0
-                                ? make_topology(world_size_, world_rank_, options.ranks_per_node, true)
-                                : detect_topology(world_size_, world_rank_);
+  const Topology topology = choose_topology(world_size_, world_rank_, options.ranks_per_node);
   mpi::EngineOptions engine_options;
   engine_options.max_message_bytes = options.max_message_bytes;
   engine_options.broadcast_segment_bytes = options.broadcast_segment_bytes;

@@ -87,9 +87,10 @@ class MpiSession {
 
   // The communicator over all ranks, once per session; it starts the communication thread. Collective: every
   // rank calls it with the same options. Throws TopologyError (one line, the same on every rank, before the
-  // thread starts) if options.ranks_per_node does not divide the world size or the real nodes are not equal
-  // blocks of consecutive ranks. Topology detection uses MPI_Comm_split_type and one small MPI_Allreduce on
-  // the main thread: setup, before any metered operation.
+  // thread starts) if options.ranks_per_node does not divide the world size or the ranks the launcher put on
+  // one node, or (without it) the real nodes are not equal blocks of consecutive ranks. Topology detection
+  // uses MPI_Comm_split_type and one small MPI_Allreduce on the main thread: setup, before any metered
+  // operation.
   std::unique_ptr<Communicator> world(const MpiOptions& options = {});
 
   // CPU time consumed so far by the communication thread (0 before world()); a caller's own time spent

@@ -42,11 +42,34 @@
 namespace gpt {
 namespace {
 
-// The one piece of global state: a signal handler can only set a flag. The training loop sends it through the
-// step's agreement all-reduce, so every rank stops (after a checkpoint) at the same step.
+// The one piece of global state: a signal handler can only set a flag (here the signal's number). The
+// training loop sends it through the step's agreement all-reduce, so every rank stops (after a checkpoint) at
+// the same step. SIGUSR1 is what a Slurm batch script forwards ahead of the time limit (sbatch
+// --signal=B:USR1@120).
 volatile std::sig_atomic_t stop_signal = 0;
-void on_stop_signal(int) {
-  stop_signal = 1;
+void on_stop_signal(int signal) {
+  stop_signal = signal;
+}
+
+const char* signal_name(int signal) {
+  switch (signal) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
+    case SIGUSR1:
+      return "SIGUSR1";
+    default:
+      return "a stop signal";
+  }
+}
+
+// --exit-duration-in-mins counts from here, the program's start (Megatron's from the start of pretrain()), so
+// that start-up and the checkpoint load count against the job's time too.
+const std::chrono::steady_clock::time_point program_start = std::chrono::steady_clock::now();
+
+double minutes_since_start() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - program_start).count() / 60;
 }
 
 std::string duration_text(double seconds) {
@@ -159,6 +182,8 @@ class Run {
   void print_progress(const ZeroEngine::StepResult& r, const StepMetrics& s);
   double evaluate();
   void save(const char* why);
+  bool stop_asked() const;
+  std::string stop_reason() const;
   std::vector<double> peak_rss_of_ranks();
   void print_memory_after_first_step();
 
@@ -205,8 +230,6 @@ Run::Run(const TrainOptions& o, const ParallelGroups& groups, Ops* backend, cons
                  {&batches_.loader(), valid_.loader != nullptr, describe_backend(backend), transport, peak_,
                   memory_, valid_.note});
   }
-  std::signal(SIGTERM, on_stop_signal);
-  std::signal(SIGINT, on_stop_signal);
 }
 
 void Run::start_from_model_file_or_checkpoint() {
@@ -217,6 +240,13 @@ void Run::start_from_model_file_or_checkpoint() {
     if (rank0_) std::printf("gpt_train: weights from %s\n", o_.init_from.c_str());
   }
   if (o_.load.empty()) return;
+  // The same job script serves the first start and every restart (a Slurm requeue): nothing saved yet in
+  // --load means a fresh start, as in Megatron. Weights only (--finetune) has nothing to start from.
+  if (!o_.finetune && !checkpoint_exists(world_, o_.load)) {
+    if (rank0_)
+      std::printf("gpt_train: no checkpoint in %s yet (no latest): starting from step 0\n", o_.load.c_str());
+    return;
+  }
   const LoadedCheckpoint c = load_checkpoint(engine_, world_, o_.load, o_.finetune);
   if (!o_.finetune) {
     if (c.position.global_batch != o_.global_batch) {
@@ -258,7 +288,7 @@ void Run::loop() {
     hang_if_asked(iteration_ + 1);
     const AfterStep after = scheduled_after(iteration_ + 1);
     const ZeroEngine::StepResult r = engine_.train_step(
-        batches_.at(iteration_), lr, stop_signal != 0,
+        batches_.at(iteration_), lr, stop_asked(),
         after.next_step_follows() ? ZeroEngine::NextCall::kTrainStep : ZeroEngine::NextCall::kUnknown);
     ++iteration_;  // the data position advances on skipped steps too
     const double ms =
@@ -317,12 +347,31 @@ void Run::after_step(const ZeroEngine::StepResult& r, const StepMetrics& s, cons
   if (rank0_ && (iteration_ % o_.log_interval == 0 || after.last || r.stop)) print_progress(r, s);
   exit_now = r.stop || after.exit;
   if (after.save || (r.stop && !o_.save.empty())) {
-    save(r.stop ? "stop signal" : after.last ? "end of training" : "interval");
+    save(r.stop ? "stop asked" : after.last ? "end of training" : "interval");
   }
   if (exit_now && rank0_) {
     std::printf("gpt_train: stopping after step %lld (%s)\n", static_cast<long long>(iteration_),
-                r.stop ? "SIGTERM/SIGINT" : "--exit-interval");
+                r.stop ? stop_reason().c_str() : "--exit-interval");
   }
+}
+
+// This rank's wish to stop after the coming step; the step's all-reduce makes it every rank's.
+bool Run::stop_asked() const {
+  return stop_signal != 0 ||
+         (o_.exit_duration_in_mins > 0 && minutes_since_start() >= o_.exit_duration_in_mins);
+}
+
+// Why the job stops, as rank 0 knows it: its own signal or clock, or else another rank's.
+std::string Run::stop_reason() const {
+  if (stop_signal != 0) return signal_name(stop_signal);
+  const double minutes = minutes_since_start();
+  if (o_.exit_duration_in_mins > 0 && minutes >= o_.exit_duration_in_mins) {
+    char text[128];
+    std::snprintf(text, sizeof text, "--exit-duration-in-mins %g: %.2f minutes since start",
+                  o_.exit_duration_in_mins, minutes);
+    return text;
+  }
+  return "another rank's stop signal or --exit-duration-in-mins";
 }
 
 void Run::print_progress(const ZeroEngine::StepResult& r, const StepMetrics& s) {
@@ -392,6 +441,11 @@ void Run::save(const char* why) {
 }
 
 int train(const TrainOptions& o, comm::Communicator& world) {
+  // From here a stop signal ends the run at a step's end, after a checkpoint (one that comes during start-up
+  // at the end of the first step).
+  std::signal(SIGTERM, on_stop_signal);
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGUSR1, on_stop_signal);
   if (o.threads > 0) cpu::set_num_threads(o.threads);
   const std::unique_ptr<Ops> backend = make_backend(o.device, world.topology().machine_rank());
   if (backend) backend->set_matmul_inputs(gemm_dtype(o, backend.get()));

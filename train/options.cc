@@ -304,6 +304,9 @@ void add_checkpoint_and_plan_groups(FlagParser& flags, TrainOptions& o, Values& 
                    "writes both)");
   flags.add_int("--exit-interval", &o.exit_interval, "save and stop when the step is a multiple of N", 0,
                 1 << 30);
+  flags.add_double(
+      "--exit-duration-in-mins", &o.exit_duration_in_mins,
+      "save and stop after the first step that starts M minutes after the program did (0: never)", 0.0, 1e9);
   flags.group("Planning (no training)");
   flags.add_switch("--plan", &o.plan.enabled,
                    "print memory, bytes and time per step for a cluster, then exit");

@@ -88,10 +88,11 @@ struct TrainOptions {
   std::string metrics_file;
 
   std::string save, load, init_from;
-  int save_interval = 0;     // a checkpoint every N steps (0: only at the end and on SIGTERM/SIGINT)
-  int keep_checkpoints = 0;  // 0: keep all
-  int exit_interval = 0;     // stop (after a checkpoint) when the iteration is a multiple of N
-  bool finetune = false;     // --load only the weights: step, optimizer state and data position fresh
+  int save_interval = 0;             // a checkpoint every N steps (0: only at the end and on SIGTERM/SIGINT)
+  int keep_checkpoints = 0;          // 0: keep all
+  int exit_interval = 0;             // stop (after a checkpoint) when the iteration is a multiple of N
+  double exit_duration_in_mins = 0;  // stop (after a checkpoint) after the first step starting later
+  bool finetune = false;             // --load only the weights: step, optimizer state and data position fresh
 
   PlanOptions plan;
   std::vector<std::string> notes;  // banner lines: where settings came from, accepted keys without effect

@@ -581,6 +581,17 @@ std::string load_feedback(ZeroEngine& engine, comm::Communicator& world, const f
 
 }  // namespace
 
+bool checkpoint_exists(comm::Communicator& world, const std::string& dir) {
+  std::error_code ignored;
+  char exists = 0;
+  if (world.rank() == 0) {
+    exists =
+        fs::exists(fs::path(dir) / "latest", ignored) || fs::exists(fs::path(dir) / "manifest.json", ignored);
+  }
+  world.broadcast(&exists, 1, 0, comm::Phase::kOther).wait();
+  return exists != 0;
+}
+
 LoadedCheckpoint load_checkpoint(ZeroEngine& engine, comm::Communicator& world, const std::string& dir,
                                  bool weights_only) {
   const auto [path, manifest] = read_manifest(dir);

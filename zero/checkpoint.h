@@ -36,6 +36,10 @@ struct LoadedCheckpoint {
   std::string feedback_note;  // why LoCo's kept errors start from zero, if they do (see load_checkpoint)
 };
 
+// Collective: whether DIR holds a checkpoint to resume (DIR/latest or DIR/manifest.json), as rank 0 sees it.
+// A folder that is missing or has neither is false: the first start of a job whose --load is its --save.
+bool checkpoint_exists(comm::Communicator& world, const std::string& dir);
+
 // Collective. Resolves DIR/latest (or DIR itself when it is a checkpoint directory), checks the manifest
 // against the engine's model and the sha256 of every shard file read, and loads the master weights; unless
 // weights_only, also Adam's moments, the step count, the loss scaler and LoCo's kept errors (those only from
