@@ -367,7 +367,7 @@ std::string Run::stop_reason() const {
   const double minutes = minutes_since_start();
   if (o_.exit_duration_in_mins > 0 && minutes >= o_.exit_duration_in_mins) {
     char text[128];
-    std::snprintf(text, sizeof text, "--exit-duration-in-mins %g: %.2f minutes since start",
+    std::snprintf(text, sizeof text, "--exit-duration-in-mins %g: %.3g minutes since the program started",
                   o_.exit_duration_in_mins, minutes);
     return text;
   }

@@ -7,6 +7,9 @@ TRAIN=$1
 source "$(dirname "$0")/test_lib.sh"
 
 write_zero_shard "$TMP/data.bin" 2000
+# --load of a folder with no checkpoint starts fresh (a job's first start); one whose latest names nothing is an error.
+mkdir -p "$TMP/dangling"
+echo global_step9 >"$TMP/dangling/latest"
 echo '{"fp16": {"enabled": true,}}' >"$TMP/malformed.json"
 echo '{"fp16": {"enabled": "yes"}}' >"$TMP/type.json"
 echo '{"train_batch_size": 30, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2}' >"$TMP/batch.json"
@@ -58,7 +61,8 @@ CASES=(
   "ranks per node|--ranks-per-node 3 does not divide the world size 2|--ranks-per-node 3"
   "bad split|--split 'a,b' must be comma-separated weights|--split a,b"
   "missing init-from file|$TMP/missing.bin|--init-from $TMP/missing.bin"
-  "missing checkpoint|$TMP/nockpt: no checkpoint here|--load $TMP/nockpt"
+  "fine-tuning from no checkpoint|$TMP/nockpt: no checkpoint here|--load $TMP/nockpt --finetune"
+  "latest names a missing checkpoint|$TMP/dangling/global_step9/manifest.json: cannot read|--load $TMP/dangling"
   "plan memory unit|--gpu-memory|--plan --gpu-memory lots"
   "tile factor does not tile the model|--tile-factor 3: tile factor 3 needs the hidden size to be a multiple of 16 x 3 = 48|--tile-factor 3"
   "tile factor in JSON out of range|zero_optimization.memory_centric_tiling_factor must be an integer in [1, 65536], got 0|--deepspeed_config $TMP/tile0.json"

@@ -9,7 +9,9 @@
 #    leaves a loadable checkpoint;
 #  - a shard write failing on one rank (GPT_FAULT=save_fail) stops every rank with one message and loses nothing;
 #  - a different global batch on --load stops with both values and the flag to change;
-#  - --keep-checkpoints prunes old checkpoints.
+#  - --keep-checkpoints prunes old checkpoints;
+#  - the restart of a job: an empty --load starts fresh, --exit-duration-in-mins and SIGUSR1 save and stop,
+#    and the three starts of one command together log the uninterrupted run's losses.
 # Arg: path of gpt_train.
 set -uo pipefail
 TRAIN=$1
@@ -117,6 +119,37 @@ run --deepspeed_config "$TMP/zero3.json" --train-iters 5 --save "$TMP/keep" --sa
   >/dev/null 2>&1 || fail "keep: run failed"
 [[ "$(ls "$TMP/keep" | grep -c '^global_step')" == 2 && -d "$TMP/keep/global_step5" && -d "$TMP/keep/global_step4" ]] ||
   fail "keep: $(ls "$TMP/keep")"
+
+# The same command for the first start and every restart (a Slurm job that requeues itself): --load of a folder
+# with no checkpoint yet starts fresh with one line; --exit-duration-in-mins and SIGUSR1 each save and stop at
+# a step's end with exit code 0, naming the reason; the next start resumes from that checkpoint.
+dir="$TMP/requeue"
+start() { run --deepspeed_config "$TMP/zero3.json" --train-iters 40 --save "$dir" --load "$dir" "$@"; }
+start --exit-duration-in-mins 1e-6 --metrics-file "$TMP/rq.jsonl" >"$TMP/rq1.log" 2>&1 ||
+  fail "exit duration: exit code $?: $(tail -3 "$TMP/rq1.log")"
+grep -q "no checkpoint in $dir yet (no latest): starting from step 0" "$TMP/rq1.log" ||
+  fail "empty --load: no fresh-start line: $(head -3 "$TMP/rq1.log")"
+grep -q "stopping after step 1 (--exit-duration-in-mins 1e-06: " "$TMP/rq1.log" ||
+  fail "exit duration: no stop after step 1: $(grep -E 'stopping|saved' "$TMP/rq1.log")"
+[[ "$(cat "$dir/latest" 2>/dev/null)" == global_step1 ]] || fail "exit duration: latest is $(cat "$dir/latest" 2>/dev/null)"
+setsid bash -c "exec timeout --signal=KILL 120 mpiexec -n 4 '$TRAIN' ${MODEL[*]} --deepspeed_config '$TMP/zero3.json' \
+  --train-iters 40 --save '$dir' --load '$dir' --metrics-file '$TMP/rq.jsonl'" >"$TMP/rq2.log" 2>&1 &
+job=$!
+for _ in $(seq 1 600); do
+  (($(grep -c '"step"' "$TMP/rq.jsonl") >= 4)) && break
+  sleep 0.05
+done
+pkill -USR1 -f -- "^mpiexec .*--metrics-file $TMP/rq.jsonl" # mpiexec forwards it to every rank
+wait "$job"
+rc=$?
+((rc == 0)) || fail "SIGUSR1: exit code $rc: $(tail -3 "$TMP/rq2.log")"
+grep -q "loaded .*global_step1" "$TMP/rq2.log" || fail "SIGUSR1 run: did not resume from step 1: $(head -5 "$TMP/rq2.log")"
+stopped=$(sed -n 's/^gpt_train: stopping after step \([0-9]*\) (SIGUSR1)$/\1/p' "$TMP/rq2.log")
+[[ -n $stopped && $stopped -lt 40 && "$(cat "$dir/latest")" == "global_step$stopped" ]] ||
+  fail "SIGUSR1: expected a stop and a save before step 40: $(grep -E 'stopping|saved' "$TMP/rq2.log"), latest $(cat "$dir/latest")"
+start --metrics-file "$TMP/rq.jsonl" >"$TMP/rq3.log" 2>&1 || fail "requeue: the last start failed: $(tail -3 "$TMP/rq3.log")"
+diff <(losses "$TMP/full_zero3.jsonl") <(losses "$TMP/rq.jsonl") >"$TMP/diff" ||
+  fail "requeue: losses differ from the uninterrupted run: $(head -5 "$TMP/diff")"
 
 if ((failures)); then
   echo "$failures check(s) failed" >&2
