@@ -136,12 +136,16 @@ echo "exit-duration job: $restarts requeue(s): $(grep -o 'stopping after step [0
 
 # --- 3. the batch node fails mid-run: Slurm requeues the job, it resumes -----------------------------------------
 job=$(submit zeropp_mpiexec "$TMP/c")
-saved_step() { sed -n 's/^global_step//p' "$TMP/c/checkpoints/latest" 2>/dev/null; }
+saved_step() { # the step of the newest checkpoint, 0 before the first
+  local step
+  step=$(sed -n 's/^global_step//p' "$TMP/c/checkpoints/latest" 2>/dev/null)
+  echo "${step:-0}"
+}
 for _ in $(seq 600); do
-  (($(saved_step || echo 0) >= 10)) && break
+  (($(saved_step) >= 10)) && break
   sleep 0.05
 done
-(($(saved_step || echo 0) >= 10)) || fail "node failure: no checkpoint of step 10 or later after 30 s"
+(($(saved_step) >= 10)) || fail "node failure: no checkpoint of step 10 or later after 30 s"
 batch_node=$(job_field "$job" BatchHost)
 sl fail "$batch_node" >/dev/null
 (($(saved_step) < ITERS)) || fail "node failure: the job finished before $batch_node failed"
