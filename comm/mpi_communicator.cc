@@ -196,8 +196,10 @@ MpiSession::~MpiSession() {
   // between network namespaces: a finalize that never returned).
   MPI_Barrier(MPI_COMM_WORLD);
   // UCX over TCP can still hang inside MPI_Finalize (openucx/ucx#8738: one side stops progressing before the
-  // other has flushed its endpoint). With GPT_FINALIZE_MARKER_DIR set (scripts/cluster run sets it), each
-  // rank leaves a marker here once all work is done, so the launcher can end a job stuck in that state.
+  // other has flushed its endpoint). With GPT_FINALIZE_MARKER_DIR set (scripts/cluster run and the batch
+  // scripts of examples/slurm set it), each rank leaves a marker here once all work is done, so the launcher
+  // can end a job stuck in that state. (A rank that left by itself instead, _exit after a timeout, breaks
+  // hydra's PMI barrier of the others' MPI_Finalize and turns the job's exit code into a failure.)
   if (const char* dir = std::getenv("GPT_FINALIZE_MARKER_DIR")) {
     const std::string marker = std::string(dir) + "/rank" + std::to_string(world_rank_);
     if (std::FILE* f = std::fopen(marker.c_str(), "w")) {
@@ -207,13 +209,6 @@ MpiSession::~MpiSession() {
   }
   std::fflush(stdout);
   std::fflush(stderr);
-  // Under any launcher (srun, mpiexec inside an allocation) nobody watches for those markers: a rank whose
-  // MPI_Finalize has not returned 10 s after every rank finished its work leaves with its own exit code. No
-  // message is in flight by then (the barrier above), so nothing is lost.
-  std::thread([code = exit_code_] {
-    std::this_thread::sleep_for(std::chrono::seconds(10));
-    std::_Exit(code);
-  }).detach();
   MPI_Finalize();
 }
 

@@ -455,6 +455,8 @@ int train(const TrainOptions& o, comm::Communicator& world) {
                               o.pipeline.stages, o.pipeline.virtual_stages(o.model));
   Run run(o, groups, backend.get(), device_world.description, world);
   run.loop();
+  // Training is over: a signal from here on (a launcher ending a job whose MPI_Finalize hangs) ends the rank.
+  for (const int signal : {SIGTERM, SIGINT, SIGUSR1}) std::signal(signal, SIG_DFL);
   return 0;
 }
 

@@ -25,6 +25,28 @@ last_flag_value() { # FLAG ARGS...
   echo "$value"
 }
 
+# Waits for the launcher (PID) and returns its exit code. UCX over TCP can hang inside MPI_Finalize after every
+# rank has finished (openucx/ucx#8738): when every rank has left its marker and the launcher still runs 15 s
+# later, it is ended (the ranks no longer catch SIGTERM by then) and the ranks' own exit code returned.
+wait_for_launcher() { # PID
+  local pid=$1 finished_at=0 rc=0
+  while kill -0 "$pid" 2>/dev/null; do
+    if (($(find "$GPT_FINALIZE_MARKER_DIR" -name 'rank*' | wc -l) == SLURM_NTASKS)); then
+      ((finished_at)) || finished_at=$SECONDS
+      if ((SECONDS - finished_at >= 15)); then
+        rc=$(cat "$GPT_FINALIZE_MARKER_DIR"/rank* | sort -n | tail -1)
+        echo "job $SLURM_JOB_ID: every rank finished (exit code $rc) but MPI_Finalize did not return in 15 s (UCX over TCP); ending the launcher"
+        kill -TERM "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+        return "$rc"
+      fi
+    fi
+    sleep 1 # a trapped SIGUSR1 runs when this returns
+  done
+  # bash keeps the status of an ended child for `wait`.
+  wait "$pid"
+}
+
 train_and_requeue() {
   local launcher=()
   while (($#)) && [[ $1 != -- ]]; do
@@ -36,15 +58,18 @@ train_and_requeue() {
   save=$(last_flag_value --save "$@")
   iters=$(last_flag_value --train-iters "$@")
   echo "job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_JOB_NODELIST: ${launcher[*]} gpt_train"
+  # Each rank leaves a marker here when all its work is done, just before MPI_Finalize (on the shared
+  # filesystem beside the checkpoints, so that every node's ranks reach it).
+  export GPT_FINALIZE_MARKER_DIR="${save:-$SLURM_SUBMIT_DIR}/.finalize-$SLURM_JOB_ID-${SLURM_RESTART_COUNT:-0}"
+  rm -rf "$GPT_FINALIZE_MARKER_DIR"
+  mkdir -p "$GPT_FINALIZE_MARKER_DIR"
   "${launcher[@]}" "$@" &
   local pid=$! rc
   trap 'echo "job $SLURM_JOB_ID: SIGUSR1 (time limit near): asking gpt_train to save and stop"; kill -USR1 $pid' USR1
-  # A trapped signal interrupts `wait` (status > 128) while the launcher still runs: wait again until it ends;
-  # bash keeps the status of an ended child for the last `wait`.
-  while wait "$pid"; rc=$?; kill -0 "$pid" 2>/dev/null; do :; done
-  wait "$pid"
+  wait_for_launcher "$pid"
   rc=$?
   trap - USR1
+  rm -rf "$GPT_FINALIZE_MARKER_DIR"
   if ((rc != 0)); then
     echo "job $SLURM_JOB_ID: gpt_train failed (exit code $rc); not requeued"
     exit "$rc"
