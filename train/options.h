@@ -88,10 +88,10 @@ struct TrainOptions {
   std::string metrics_file;
 
   std::string save, load, init_from;
-  int save_interval = 0;             // a checkpoint every N steps (0: only at the end and on SIGTERM/SIGINT)
+  int save_interval = 0;             // a checkpoint every N steps (0: only at the end and on a stop)
   int keep_checkpoints = 0;          // 0: keep all
   int exit_interval = 0;             // stop (after a checkpoint) when the iteration is a multiple of N
-  double exit_duration_in_mins = 0;  // stop (after a checkpoint) after the first step starting later
+  double exit_duration_in_mins = 0;  // stop (after a checkpoint) after the first step starting this late
   bool finetune = false;             // --load only the weights: step, optimizer state and data position fresh
 
   PlanOptions plan;
