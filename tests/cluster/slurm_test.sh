@@ -15,19 +15,14 @@
 # Without root and network namespaces it checks nothing and prints "SKIPPED (all checks): <reason>".
 #
 # Args: path of gpt_train, path of scripts/slurm (scripts/cluster and cluster-launch beside it), the folder
-# holding examples/slurm.
+# holding examples/slurm, path of tests/train/test_lib.sh.
 set -uo pipefail
 TRAIN=$(realpath "$1")
 SLURM=$(realpath "$2")
 REPO=$(realpath "$3")
-TMP=${TEST_TMPDIR:-$(mktemp -d)}
+source "$4" # TMP, fail, write_random_shard
 NAME="s$$"
 NAME=${NAME:0:8}
-failures=0
-fail() {
-  echo "FAIL: $*" >&2
-  failures=$((failures + 1))
-}
 sl() { "$SLURM" --name "$NAME" "$@"; }
 STATE=${GPT_SLURM_STATE_DIR:-/run/gpt-slurm}/$NAME
 
@@ -46,24 +41,15 @@ trap 'sl down >/dev/null 2>&1' EXIT
 eval "$(sl env)"
 
 # --- inputs ------------------------------------------------------------------------------------------------------
-# llm.c token shard: 256 int32 header (magic 20240520, version 1, token count), then uint16 tokens < 8192.
-le32() { printf '%b' "$(printf '\\x%02x' $(($1 & 255)) $((($1 >> 8) & 255)) $((($1 >> 16) & 255)) $((($1 >> 24) & 255)))"; }
-{
-  le32 20240520
-  le32 1
-  le32 20000
-  head -c 1012 /dev/zero
-  head -c 40000 /dev/urandom | tr '\200-\377' '\000-\177' | tr '\100-\177' '\000-\077' | tr '\040-\077' '\000-\037'
-} >"$TMP/tokens.bin"
+write_random_shard "$TMP/tokens.bin" 20000
 cat >"$TMP/zeropp.json" <<'JSON'
-{ "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
-  "fp16": { "enabled": true, "initial_scale_power": 12 },
-  "zero_optimization": { "stage": 3, "zero_quantized_weights": true, "zero_quantized_gradients": true,
-                         "zero_hpz_partition_size": 2 } }
+{"fp16": {"enabled": true, "initial_scale_power": 12},
+ "zero_optimization": {"stage": 3, "zero_quantized_weights": true, "zero_hpz_partition_size": 2,
+                       "zero_quantized_gradients": true}}
 JSON
 ITERS=60
 # Every flag the batch scripts set, overridden: the reference run below then trains exactly the same model.
-ARGS=(--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 64 --vocab-size 8192
+ARGS=(--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 64 --vocab-size 16384
   --micro-batch-size 1 --fp16 --train-iters "$ITERS" --lr 6e-4 --min-lr 6e-5 --lr-decay-style cosine
   --lr-warmup-iters 5 --data-path "$TMP/tokens.bin" --split 100,0,0 --log-interval 10 --threads 1
   --deepspeed_config "$TMP/zeropp.json" --save-interval 5)
@@ -122,7 +108,7 @@ echo "mpiexec job: $ITERS steps, $meter cross-node bytes metered, $((links_after
 # --- 2. srun, --exit-duration-in-mins: stops, requeues itself, resumes -----------------------------------------
 # The reference run's time (start-up included, at least 2 s): under Slurm, with TCP between the nodes, the
 # steps are slower, so the first start stops part-way.
-minutes=$(awk -v s="$ref_seconds" 'BEGIN { printf "%.4f", (s < 2 ? 2 : s) / 60 }')
+minutes=$(awk -v s="$ref_seconds" 'BEGIN { printf "%g", (s < 2 ? 2 : s) / 60 }') # as gpt_train prints it
 job=$(submit zeropp_srun "$TMP/b" --exit-duration-in-mins "$minutes")
 wait_job_done "$job" 400 || fail "exit-duration job $job still $(job_field "$job" JobState) after 400 s"
 [[ $(job_field "$job" JobState) == COMPLETED ]] || fail "exit-duration job: $(job_field "$job" JobState): $(tail -5 "$TMP/b.out")"
