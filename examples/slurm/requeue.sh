@@ -26,16 +26,16 @@ last_flag_value() { # FLAG ARGS...
 }
 
 # Waits for the launcher (PID) and returns its exit code. UCX over TCP can hang inside MPI_Finalize after every
-# rank has finished (openucx/ucx#8738): when every rank has left its marker and the launcher still runs 15 s
+# rank has finished (openucx/ucx#8738): when every rank has left its marker and the launcher still runs 5 s
 # later, it is ended (the ranks no longer catch SIGTERM by then) and the ranks' own exit code returned.
 wait_for_launcher() { # PID
   local pid=$1 finished_at=0 rc=0
   while kill -0 "$pid" 2>/dev/null; do
     if (($(find "$GPT_FINALIZE_MARKER_DIR" -name 'rank*' | wc -l) == SLURM_NTASKS)); then
       ((finished_at)) || finished_at=$SECONDS
-      if ((SECONDS - finished_at >= 15)); then
+      if ((SECONDS - finished_at >= 5)); then
         rc=$(cat "$GPT_FINALIZE_MARKER_DIR"/rank* | sort -n | tail -1)
-        echo "job $SLURM_JOB_ID: every rank finished (exit code $rc) but MPI_Finalize did not return in 15 s (UCX over TCP); ending the launcher"
+        echo "job $SLURM_JOB_ID: every rank finished (exit code $rc) but MPI_Finalize did not return in 5 s (UCX over TCP); ending the launcher"
         kill -TERM "$pid" 2>/dev/null
         wait "$pid" 2>/dev/null
         return "$rc"

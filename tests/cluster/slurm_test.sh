@@ -103,7 +103,7 @@ meter=$(grep -o '"bytes_inter_node":[0-9]*' "$TMP/a.jsonl" | awk -F: '{ s += $2 
 ((meter > 0)) || fail "mpiexec job: no cross-node bytes in the metrics"
 ((links_after - links_before >= meter)) ||
   fail "mpiexec job: the links carried $((links_after - links_before)) B, fewer than the meter's $meter cross-node bytes"
-echo "mpiexec job: $ITERS steps, $meter cross-node bytes metered, $((links_after - links_before)) B on the links"
+echo "mpiexec job: $ITERS steps, $meter cross-node bytes metered, $((links_after - links_before)) B on the links (at ${SECONDS} s)"
 
 # --- 2. srun, --exit-duration-in-mins: stops, requeues itself, resumes -----------------------------------------
 # The reference run's time (start-up included, at least 2 s): under Slurm, with TCP between the nodes, the
@@ -118,7 +118,7 @@ grep -q "stopping after step [0-9]* (--exit-duration-in-mins $minutes" "$TMP/b.o
   fail "exit-duration job: no stop line: $(grep -E '^job|stopping' "$TMP/b.out")"
 grep -q "resuming after step" "$TMP/b.out" || fail "exit-duration job: no resume: $(grep -E '^job|loaded' "$TMP/b.out")"
 check_losses "exit-duration job" "$TMP/b"
-echo "exit-duration job: $restarts requeue(s): $(grep -o 'stopping after step [0-9]*' "$TMP/b.out" | tr '\n' ',')"
+echo "exit-duration job: $restarts requeue(s): $(grep -o 'stopping after step [0-9]*' "$TMP/b.out" | tr '\n' ',') (at ${SECONDS} s)"
 
 # --- 3. the batch node fails mid-run: Slurm requeues the job, it resumes -----------------------------------------
 job=$(submit zeropp_mpiexec "$TMP/c")
@@ -134,6 +134,7 @@ done
 (($(saved_step) >= 10)) || fail "node failure: no checkpoint of step 10 or later after 30 s"
 batch_node=$(job_field "$job" BatchHost)
 sl fail "$batch_node" >/dev/null
+echo "node failure: $batch_node killed after checkpoint $(saved_step) (at ${SECONDS} s)"
 (($(saved_step) < ITERS)) || fail "node failure: the job finished before $batch_node failed"
 for _ in $(seq 120); do
   (($(job_field "$job" Restarts) >= 1)) && break
@@ -141,12 +142,13 @@ for _ in $(seq 120); do
 done
 (($(job_field "$job" Restarts) >= 1)) ||
   fail "node failure: job not requeued 60 s after $batch_node failed ($(job_field "$job" JobState), $(sinfo -h -N -o '%N %T' | tr '\n' ' '))"
+echo "node failure: job requeued (at ${SECONDS} s)"
 sl revive "$batch_node" >/dev/null || fail "node failure: $batch_node did not come back"
 wait_job_done "$job" 300 || fail "node failure: job $job still $(job_field "$job" JobState) 300 s after the node came back"
 [[ $(job_field "$job" JobState) == COMPLETED ]] || fail "node failure: job $(job_field "$job" JobState): $(tail -5 "$TMP/c.out")"
 grep -q "resuming after step" "$TMP/c.out" || fail "node failure: no resume: $(grep -E '^job|loaded' "$TMP/c.out")"
 check_losses "node failure" "$TMP/c"
-echo "node failure: $batch_node failed and came back; the job resumed from $(grep -o 'loaded [^ ]*' "$TMP/c.out" | tail -1)"
+echo "node failure: $batch_node failed and came back; the job resumed from $(grep -o 'loaded [^ ]*' "$TMP/c.out" | tail -1) (at ${SECONDS} s)"
 
 # --- 4. --ranks-per-node that does not tile the launcher's nodes ---------------------------------------------------
 srun --mpi=pmi2 -N 2 --ntasks-per-node 2 "$TRAIN" "${ARGS[@]}" --train-iters 1 --ranks-per-node 4 >"$TMP/rpn.log" 2>&1
