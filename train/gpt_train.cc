@@ -183,6 +183,7 @@ class Run {
   double evaluate();
   void save(const char* why);
   bool stop_asked() const;
+  bool past_exit_duration() const;
   std::string stop_reason() const;
   std::vector<double> peak_rss_of_ranks();
   void print_memory_after_first_step();
@@ -357,18 +358,20 @@ void Run::after_step(const ZeroEngine::StepResult& r, const StepMetrics& s, cons
 
 // This rank's wish to stop after the coming step; the step's all-reduce makes it every rank's.
 bool Run::stop_asked() const {
-  return stop_signal != 0 ||
-         (o_.exit_duration_in_mins > 0 && minutes_since_start() >= o_.exit_duration_in_mins);
+  return stop_signal != 0 || past_exit_duration();
+}
+
+bool Run::past_exit_duration() const {
+  return o_.exit_duration_in_mins > 0 && minutes_since_start() >= o_.exit_duration_in_mins;
 }
 
 // Why the job stops, as rank 0 knows it: its own signal or clock, or else another rank's.
 std::string Run::stop_reason() const {
   if (stop_signal != 0) return signal_name(stop_signal);
-  const double minutes = minutes_since_start();
-  if (o_.exit_duration_in_mins > 0 && minutes >= o_.exit_duration_in_mins) {
+  if (past_exit_duration()) {
     char text[128];
     std::snprintf(text, sizeof text, "--exit-duration-in-mins %g: %.3g minutes since the program started",
-                  o_.exit_duration_in_mins, minutes);
+                  o_.exit_duration_in_mins, minutes_since_start());
     return text;
   }
   return "another rank's stop signal or --exit-duration-in-mins";
